@@ -1,0 +1,152 @@
+//! `rexctl inspect`: show and verify REX-IC files.
+
+use std::path::PathBuf;
+
+use rexctl::format::ic::{DropRange, IcFile, IcHeader, IcLayout};
+use serde::Serialize;
+
+use crate::ui;
+
+/// Show the header and counts of REX-IC files and verify every CRC (header,
+/// metadata, padding, each page).
+///
+/// Every file is checked, even after one fails; the exit status is non-zero
+/// when any file is bad, with the first failure's class (3 for bad data).
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// REX-IC files to inspect.
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+    /// Also list the page index and drop ranges.
+    #[arg(long)]
+    index: bool,
+    /// Print a JSON array (one object per file) instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Serialize)]
+struct Report {
+    path: PathBuf,
+    ok: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    header: Option<IcHeader>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    layout: Option<IcLayout>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    first_page: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_page: Option<u64>,
+    dropped_pages: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pages: Option<Vec<u64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    drops: Option<Vec<DropRange>>,
+}
+
+pub fn run(a: Args) -> anyhow::Result<i32> {
+    let mut reports = Vec::new();
+    let mut code = 0;
+    for path in &a.files {
+        let mut r = Report {
+            path: path.clone(),
+            ok: false,
+            error: None,
+            header: None,
+            layout: None,
+            first_page: None,
+            last_page: None,
+            dropped_pages: 0,
+            pages: None,
+            drops: None,
+        };
+        match IcFile::open(path) {
+            Ok(f) => {
+                let m = f.meta();
+                r.header = Some(m.header);
+                r.layout = Some(m.layout);
+                r.first_page = m.pages.first().copied();
+                r.last_page = m.pages.last().copied();
+                r.dropped_pages = m.drops.iter().map(|d| d.count).sum();
+                if a.index {
+                    r.pages = Some(m.pages.clone());
+                    r.drops = Some(m.drops.clone());
+                }
+                match f.verify() {
+                    Ok(()) => r.ok = true,
+                    Err(e) => {
+                        if code == 0 {
+                            code = e.exit_code();
+                        }
+                        r.error = Some(e.to_string());
+                    }
+                }
+            }
+            Err(e) => {
+                if code == 0 {
+                    code = e.exit_code();
+                }
+                r.error = Some(e.to_string());
+            }
+        }
+        if !a.json {
+            print_human(&r);
+        }
+        reports.push(r);
+    }
+    if a.json {
+        ui::print_json(&reports)?;
+    }
+    Ok(code)
+}
+
+fn print_human(r: &Report) {
+    let Some(h) = r.header else {
+        eprintln!("rexctl: {}", r.error.as_deref().unwrap_or("unreadable"));
+        return;
+    };
+    let l = r.layout.expect("layout with header");
+    println!(
+        "{}: REX-IC v1, seq {}, {}, page size {}",
+        r.path.display(),
+        h.seq,
+        if h.full { "FULL" } else { "incremental" },
+        h.page_size
+    );
+    let span = match (r.first_page, r.last_page) {
+        (Some(a), Some(b)) => format!(", pages {a:#x}..={b:#x}"),
+        _ => String::new(),
+    };
+    println!(
+        "  {} pages ({} of data){span}, {} drop ranges ({} pages), captured {}",
+        h.page_count,
+        ui::bytes(l.file_len - l.data_off),
+        h.drop_count,
+        r.dropped_pages,
+        ui::time(h.time_ns)
+    );
+    match &r.error {
+        None => println!(
+            "  data at offset {}, file {}; CRCs ok (header, metadata, {} pages)",
+            l.data_off,
+            ui::bytes(l.file_len),
+            h.page_count
+        ),
+        Some(e) => {
+            println!("  BAD: {e}");
+            eprintln!("rexctl: {e}");
+        }
+    }
+    if let Some(pages) = &r.pages {
+        for p in pages {
+            println!("  page {p:#x}");
+        }
+    }
+    if let Some(drops) = &r.drops {
+        for d in drops {
+            println!("  drop {:#x}..{:#x} ({} pages)", d.first, d.end(), d.count);
+        }
+    }
+}

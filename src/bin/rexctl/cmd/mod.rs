@@ -1,0 +1,7 @@
+//! One module per subcommand.
+
+pub mod coalesce;
+pub mod demo;
+pub mod generate;
+pub mod inspect;
+pub mod man;

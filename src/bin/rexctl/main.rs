@@ -1,0 +1,67 @@
+//! `rexctl`: the command line of restore-express multi-level checkpointing.
+//!
+//! A thin layer: clap parses, each subcommand module calls the library and
+//! prints (human text by default, JSON with `--json`), and [`exit_code`]
+//! maps library errors to the exit codes documented in `rexctl(1)`.
+
+mod cmd;
+mod ui;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Restore-express multi-level checkpointing: coalesce, deduplicate, push
+/// and restore incremental checkpoints.
+#[derive(Parser, Debug)]
+#[command(
+    name = "rexctl",
+    version,
+    about,
+    long_about = "rexctl coalesces batches of incremental memory checkpoints (REX-IC files in an L1 directory), \
+deduplicates them page by page in fixed-size patterns, and keeps the result as a chain of compact L2 checkpoints \
+from which the memory image is restored byte for byte.",
+    after_long_help = cmd::man::EXIT_STATUS_HELP
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    #[command(name = "gen")]
+    Gen(cmd::generate::Args),
+    Coalesce(cmd::coalesce::Args),
+    Inspect(cmd::inspect::Args),
+    Demo(cmd::demo::Args),
+    #[command(hide = true)]
+    Man(cmd::man::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Gen(a) => cmd::generate::run(a),
+        Command::Coalesce(a) => cmd::coalesce::run(a),
+        Command::Inspect(a) => cmd::inspect::run(a),
+        Command::Demo(a) => cmd::demo::run(a),
+        Command::Man(a) => cmd::man::run(a),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code as u8),
+        Err(e) => {
+            eprintln!("rexctl: {e:#}");
+            ExitCode::from(exit_code(&e) as u8)
+        }
+    }
+}
+
+/// The exit code for an error: the library's classification when the error
+/// (or its cause) is a library error, 1 otherwise.
+fn exit_code(e: &anyhow::Error) -> i32 {
+    e.chain()
+        .find_map(|c| c.downcast_ref::<rexctl::Error>())
+        .map(rexctl::Error::exit_code)
+        .unwrap_or(rexctl::error::exit::FAILURE)
+}

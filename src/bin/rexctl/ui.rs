@@ -1,0 +1,44 @@
+//! Shared output helpers: JSON printing, byte formatting, progress bars that
+//! stay quiet when standard error is not a terminal.
+
+use std::io::IsTerminal;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+
+/// Prints `value` as pretty JSON on standard output.
+pub fn print_json<T: Serialize + ?Sized>(value: &T) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+/// Human byte count ("4.50 MiB").
+pub fn bytes(n: u64) -> String {
+    indicatif::HumanBytes(n).to_string()
+}
+
+/// A progress bar of `len` steps, hidden unless standard error is a terminal.
+pub fn progress(len: u64, what: &str) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let pb = ProgressBar::new(len);
+    pb.set_style(
+        ProgressStyle::with_template("{msg:>12} [{bar:30}] {pos}/{len} {elapsed_precise}")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    pb.set_message(what.to_string());
+    pb
+}
+
+/// A Unix-nanosecond time as RFC 3339 UTC.
+pub fn time(ns: u64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(ns);
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
+/// A share as a percentage with one decimal.
+pub fn pct(x: f64) -> String {
+    format!("{:.1} %", x * 100.0)
+}

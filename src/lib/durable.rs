@@ -1,0 +1,253 @@
+//! Crash-safe file publication: write to a temporary name, fsync, rename,
+//! fsync the directory.
+//!
+//! Every file rexctl publishes goes through [`AtomicFile`], so that a reader
+//! (or a restore after a crash) sees either the old file, or the complete
+//! new one, never a torn one. Temporary files are named `.<name>.tmp-<pid>-<n>`
+//! in the target directory (so the final `rename` never crosses a file
+//! system) and start with a dot so directory scanners skip them; a crashed
+//! writer's leftovers are removed by [`remove_stale_temps`].
+//!
+//! The module also hosts the crash-test failpoint: with `REX_FAILPOINT=N` in
+//! the environment, the process aborts (as `kill -9` would leave it) at the
+//! N-th durable file operation. Crash tests run the real binary with every N
+//! in turn and check that the next run recovers.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{BufWriter, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::error::{IoContext, Result};
+
+static OP_COUNT: AtomicU64 = AtomicU64::new(0);
+static TEMP_COUNT: AtomicU64 = AtomicU64::new(0);
+
+fn failpoint_limit() -> Option<u64> {
+    static LIMIT: OnceLock<Option<u64>> = OnceLock::new();
+    *LIMIT.get_or_init(|| {
+        std::env::var("REX_FAILPOINT")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+    })
+}
+
+/// Marks one durable file operation. With `REX_FAILPOINT=N`, the N-th call
+/// aborts the process without unwinding, as a crash would.
+pub fn failpoint(op: &str) {
+    let n = OP_COUNT.fetch_add(1, Ordering::SeqCst) + 1;
+    if let Some(limit) = failpoint_limit()
+        && n >= limit
+    {
+        eprintln!("rexctl: REX_FAILPOINT={limit}: aborting at operation {n} ({op})");
+        std::process::abort();
+    }
+}
+
+/// Number of durable operations performed so far by this process (lets crash
+/// tests know how many failpoints a command passes).
+pub fn operations() -> u64 {
+    OP_COUNT.load(Ordering::SeqCst)
+}
+
+/// fsyncs a directory, so that a rename or unlink inside it is durable.
+pub fn fsync_dir(dir: &Path) -> Result<()> {
+    let d = File::open(dir).ctx(dir, "open directory")?;
+    d.sync_all().ctx(dir, "fsync directory")?;
+    failpoint("fsync-dir");
+    Ok(())
+}
+
+fn parent_of(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// A file being written under a temporary name, published by [`commit`].
+///
+/// Dropping an `AtomicFile` without committing removes the temporary file, so
+/// an error half way leaves nothing behind that could pass for a good file.
+///
+/// [`commit`]: AtomicFile::commit
+pub struct AtomicFile {
+    target: PathBuf,
+    temp: PathBuf,
+    writer: Option<BufWriter<File>>,
+}
+
+impl AtomicFile {
+    /// Starts writing `target` (created or replaced on commit).
+    pub fn create(target: impl AsRef<Path>) -> Result<Self> {
+        let target = target.as_ref().to_path_buf();
+        let dir = parent_of(&target);
+        let name = target
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "out".into());
+        let temp = dir.join(format!(
+            ".{name}.tmp-{}-{}",
+            std::process::id(),
+            TEMP_COUNT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&temp)
+            .ctx(&temp, "create")?;
+        failpoint("create");
+        Ok(AtomicFile {
+            target,
+            temp,
+            writer: Some(BufWriter::with_capacity(1 << 20, file)),
+        })
+    }
+
+    /// The path the file will have once committed.
+    pub fn target(&self) -> &Path {
+        &self.target
+    }
+
+    /// The temporary file's path.
+    pub fn temp_path(&self) -> &Path {
+        &self.temp
+    }
+
+    /// Writes all of `buf`.
+    pub fn write_all(&mut self, buf: &[u8]) -> Result<()> {
+        let w = self.writer.as_mut().expect("writer present until commit");
+        w.write_all(buf).ctx(&self.temp, "write")
+    }
+
+    /// Flushes, fsyncs, renames to the target name and fsyncs the directory.
+    pub fn commit(mut self) -> Result<()> {
+        let w = self.writer.take().expect("writer present until commit");
+        let file = w
+            .into_inner()
+            .map_err(|e| e.into_error())
+            .ctx(&self.temp, "write")?;
+        failpoint("write");
+        file.sync_all().ctx(&self.temp, "fsync")?;
+        failpoint("fsync");
+        drop(file);
+        fs::rename(&self.temp, &self.target).ctx(&self.target, "rename")?;
+        failpoint("rename");
+        fsync_dir(&parent_of(&self.target))
+    }
+}
+
+impl Write for AtomicFile {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.writer
+            .as_mut()
+            .expect("writer present until commit")
+            .write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.writer
+            .as_mut()
+            .expect("writer present until commit")
+            .flush()
+    }
+}
+
+impl Seek for AtomicFile {
+    fn seek(&mut self, pos: SeekFrom) -> std::io::Result<u64> {
+        self.writer
+            .as_mut()
+            .expect("writer present until commit")
+            .seek(pos)
+    }
+}
+
+impl Drop for AtomicFile {
+    fn drop(&mut self) {
+        if self.writer.is_some() {
+            self.writer = None;
+            let _ = fs::remove_file(&self.temp);
+        }
+    }
+}
+
+/// Writes `bytes` to `target` atomically and durably.
+pub fn write_file(target: impl AsRef<Path>, bytes: &[u8]) -> Result<()> {
+    let mut f = AtomicFile::create(target)?;
+    f.write_all(bytes)?;
+    f.commit()
+}
+
+/// Removes a file and fsyncs its directory; a file already gone is fine.
+pub fn remove_file(path: &Path) -> Result<()> {
+    match fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(crate::Error::io(path, "remove", e)),
+    }
+    failpoint("remove");
+    fsync_dir(&parent_of(path))
+}
+
+/// Whether a directory entry name is one of [`AtomicFile`]'s temporaries.
+pub fn is_temp_name(name: &str) -> bool {
+    name.starts_with('.') && name.contains(".tmp-")
+}
+
+/// Removes temporary files left in `dir` by writers that crashed. Call it
+/// only while holding the directory's lock (or when no writer can run).
+pub fn remove_stale_temps(dir: &Path) -> Result<usize> {
+    let mut removed = 0;
+    let entries = match fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(crate::Error::io(dir, "read directory", e)),
+    };
+    for entry in entries {
+        let entry = entry.ctx(dir, "read directory")?;
+        let name = entry.file_name();
+        if is_temp_name(&name.to_string_lossy()) {
+            let p = entry.path();
+            fs::remove_file(&p).ctx(&p, "remove")?;
+            removed += 1;
+        }
+    }
+    if removed > 0 {
+        fsync_dir(dir)?;
+    }
+    Ok(removed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commit_publishes_and_drop_cleans_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("a.bin");
+        let mut f = AtomicFile::create(&target).unwrap();
+        f.write_all(b"hello").unwrap();
+        assert!(!target.exists());
+        let temp = f.temp_path().to_path_buf();
+        f.commit().unwrap();
+        assert_eq!(fs::read(&target).unwrap(), b"hello");
+        assert!(!temp.exists());
+
+        let mut g = AtomicFile::create(&target).unwrap();
+        g.write_all(b"partial").unwrap();
+        let temp = g.temp_path().to_path_buf();
+        drop(g);
+        assert!(!temp.exists());
+        assert_eq!(fs::read(&target).unwrap(), b"hello");
+    }
+
+    #[test]
+    fn stale_temps_are_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join(".x.rexic.tmp-1-2"), b"junk").unwrap();
+        fs::write(dir.path().join("keep.rexic"), b"x").unwrap();
+        assert_eq!(remove_stale_temps(dir.path()).unwrap(), 1);
+        assert!(dir.path().join("keep.rexic").exists());
+    }
+}

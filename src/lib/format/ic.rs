@@ -1,0 +1,755 @@
+//! REX-IC version 1: the L1 incremental checkpoint file (docs/FORMAT.md §2).
+//!
+//! This is an interchange format: files come from our own writers, from
+//! kernel modules and from jobs' own libraries, so the reader trusts nothing.
+//! Reading is split in two, because the Page Coalescer must never touch page
+//! data:
+//!
+//! * [`IcMeta::read`] reads the 64-byte header and the metadata block (page
+//!   index, drop ranges, page CRCs) with positioned reads, checks everything
+//!   that can be checked without page data, and counts the bytes it read.
+//! * [`IcFile::open`] adds a read-only memory map of the whole file, so page
+//!   data (page-aligned in the file for this reason) is served without
+//!   copies; every page handed out by [`IcFile::page`] is CRC-checked first.
+//!
+//! [`IcWriter`] writes a file in one pass with bounded memory: it reserves
+//! the header and metadata block, streams the page data while computing the
+//! page CRCs, then seeks back and fills the header and metadata in, all under
+//! a temporary name published by rename.
+
+use std::fs::File;
+use std::io::{Seek, SeekFrom};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::durable::AtomicFile;
+use crate::error::{Error, IoContext, Result};
+
+/// The 8-byte magic at offset 0.
+pub const MAGIC: [u8; 8] = *b"REXIC01\n";
+/// The format version this code reads and writes.
+pub const VERSION: u32 = 1;
+/// Length of the fixed header.
+pub const HEADER_LEN: u64 = 64;
+/// Flag bit 0: the file holds every live page.
+pub const FLAG_FULL: u32 = 1;
+/// Smallest page size the format allows.
+pub const MIN_PAGE_SIZE: u32 = 512;
+/// Largest page size the format allows.
+pub const MAX_PAGE_SIZE: u32 = 1 << 20;
+/// File name extension of IC files in an L1 directory.
+pub const EXTENSION: &str = "rexic";
+
+/// A range of pages that no longer exist: `first .. first + count`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct DropRange {
+    /// First page number of the range.
+    pub first: u64,
+    /// Number of pages in the range (at least 1).
+    pub count: u64,
+}
+
+impl DropRange {
+    /// One past the last page of the range. Callers rely on ranges having
+    /// been validated (no overflow).
+    pub fn end(&self) -> u64 {
+        self.first + self.count
+    }
+    /// Whether `page` lies in the range.
+    pub fn contains(&self, page: u64) -> bool {
+        page >= self.first && page - self.first < self.count
+    }
+}
+
+/// The fixed 64-byte header, decoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct IcHeader {
+    /// Page size in bytes: a power of two, 512 ..= 1 MiB.
+    pub page_size: u32,
+    /// Position of the checkpoint in the job's L1 sequence.
+    pub seq: u64,
+    /// Whether the file holds every live page (FULL).
+    pub full: bool,
+    /// Number of pages carried.
+    pub page_count: u64,
+    /// Number of drop ranges.
+    pub drop_count: u64,
+    /// Capture time, Unix nanoseconds.
+    pub time_ns: u64,
+}
+
+/// Sizes derived from a header: where each block starts and how long the
+/// file must be. Computed with checked arithmetic, so absurd counts fail.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct IcLayout {
+    /// Offset of the drop ranges.
+    pub drops_off: u64,
+    /// Offset of the page CRCs.
+    pub crcs_off: u64,
+    /// Offset of `meta_crc`.
+    pub meta_crc_off: u64,
+    /// Offset of the page data (a multiple of the page size).
+    pub data_off: u64,
+    /// Exact length of the file.
+    pub file_len: u64,
+}
+
+impl IcHeader {
+    /// Encodes the header, CRC included.
+    pub fn encode(&self) -> [u8; HEADER_LEN as usize] {
+        let mut b = [0u8; HEADER_LEN as usize];
+        b[0..8].copy_from_slice(&MAGIC);
+        b[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        b[12..16].copy_from_slice(&self.page_size.to_le_bytes());
+        b[16..24].copy_from_slice(&self.seq.to_le_bytes());
+        let flags = if self.full { FLAG_FULL } else { 0 };
+        b[24..28].copy_from_slice(&flags.to_le_bytes());
+        b[32..40].copy_from_slice(&self.page_count.to_le_bytes());
+        b[40..48].copy_from_slice(&self.drop_count.to_le_bytes());
+        b[48..56].copy_from_slice(&self.time_ns.to_le_bytes());
+        let crc = crc32fast::hash(&b[0..56]);
+        b[56..60].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Decodes and checks a header read from `path`.
+    pub fn decode(path: &Path, b: &[u8; HEADER_LEN as usize]) -> Result<IcHeader> {
+        if b[0..8] != MAGIC {
+            return Err(Error::corrupt(
+                path,
+                0,
+                "magic",
+                format!(
+                    "expected {:?}, found {:?} (not a REX-IC file)",
+                    String::from_utf8_lossy(&MAGIC),
+                    String::from_utf8_lossy(&b[0..8])
+                ),
+            ));
+        }
+        let version = le32(b, 8);
+        if version != VERSION {
+            return Err(Error::corrupt(
+                path,
+                8,
+                "version",
+                format!("unsupported version {version} (this rexctl reads version {VERSION})"),
+            ));
+        }
+        let stored = le32(b, 56);
+        let actual = crc32fast::hash(&b[0..56]);
+        if stored != actual {
+            return Err(Error::corrupt(
+                path,
+                56,
+                "header_crc",
+                format!("stored {stored:#010x}, computed {actual:#010x} over bytes 0..56"),
+            ));
+        }
+        let flags = le32(b, 24);
+        if flags & !FLAG_FULL != 0 {
+            return Err(Error::corrupt(
+                path,
+                24,
+                "flags",
+                format!("unknown flag bits {:#x} set", flags & !FLAG_FULL),
+            ));
+        }
+        for (off, name) in [(28usize, "reserved"), (60, "reserved")] {
+            let v = le32(b, off);
+            if v != 0 {
+                return Err(Error::corrupt(
+                    path,
+                    off as u64,
+                    name,
+                    format!("must be 0, found {v:#x}"),
+                ));
+            }
+        }
+        let page_size = le32(b, 12);
+        if !page_size.is_power_of_two() || !(MIN_PAGE_SIZE..=MAX_PAGE_SIZE).contains(&page_size) {
+            return Err(Error::corrupt(
+                path,
+                12,
+                "page_size",
+                format!("{page_size} is not a power of two in {MIN_PAGE_SIZE}..={MAX_PAGE_SIZE}"),
+            ));
+        }
+        Ok(IcHeader {
+            page_size,
+            seq: le64(b, 16),
+            full: flags & FLAG_FULL != 0,
+            page_count: le64(b, 32),
+            drop_count: le64(b, 40),
+            time_ns: le64(b, 48),
+        })
+    }
+
+    /// The file layout this header implies, or `None` when the counts are so
+    /// large that an offset would overflow 64 bits.
+    pub fn layout(&self) -> Option<IcLayout> {
+        let pc = self.page_count;
+        let dc = self.drop_count;
+        let drops_off = HEADER_LEN.checked_add(pc.checked_mul(8)?)?;
+        let crcs_off = drops_off.checked_add(dc.checked_mul(16)?)?;
+        let meta_crc_off = crcs_off.checked_add(pc.checked_mul(4)?)?;
+        let meta_end = meta_crc_off.checked_add(4)?;
+        let ps = u64::from(self.page_size);
+        let data_off = meta_end.checked_next_multiple_of(ps)?;
+        let file_len = data_off.checked_add(pc.checked_mul(ps)?)?;
+        Some(IcLayout {
+            drops_off,
+            crcs_off,
+            meta_crc_off,
+            data_off,
+            file_len,
+        })
+    }
+}
+
+fn le32(b: &[u8], off: usize) -> u32 {
+    u32::from_le_bytes(b[off..off + 4].try_into().expect("4 bytes"))
+}
+
+fn le64(b: &[u8], off: usize) -> u64 {
+    u64::from_le_bytes(b[off..off + 8].try_into().expect("8 bytes"))
+}
+
+/// Header and metadata of an IC file: everything but the page data.
+#[derive(Clone, Debug)]
+pub struct IcMeta {
+    /// The file this was read from.
+    pub path: PathBuf,
+    /// The decoded header.
+    pub header: IcHeader,
+    /// Derived offsets and length.
+    pub layout: IcLayout,
+    /// Carried page numbers, strictly ascending.
+    pub pages: Vec<u64>,
+    /// Drop ranges, ascending, non-overlapping, disjoint from `pages`.
+    pub drops: Vec<DropRange>,
+    /// CRC-32 of each carried page, in index order.
+    pub page_crcs: Vec<u32>,
+    /// Bytes read from the file to obtain this (header + metadata block).
+    pub bytes_read: u64,
+}
+
+impl IcMeta {
+    /// Reads and validates the header and metadata of `path`, without
+    /// touching the page data.
+    pub fn read(path: impl AsRef<Path>) -> Result<IcMeta> {
+        let path = path.as_ref();
+        let file = File::open(path).ctx(path, "open")?;
+        Self::read_from(path, &file)
+    }
+
+    /// As [`IcMeta::read`], from an already open file.
+    pub fn read_from(path: &Path, file: &File) -> Result<IcMeta> {
+        let actual_len = file.metadata().ctx(path, "stat")?.len();
+        if actual_len < HEADER_LEN {
+            return Err(Error::corrupt(
+                path,
+                actual_len,
+                "header",
+                format!("file is {actual_len} bytes, shorter than the {HEADER_LEN}-byte header"),
+            ));
+        }
+        let mut hb = [0u8; HEADER_LEN as usize];
+        file.read_exact_at(&mut hb, 0).ctx(path, "read header")?;
+        let header = IcHeader::decode(path, &hb)?;
+        let layout = header.layout().ok_or_else(|| {
+            // Name the field that overflows on its own, page_count first.
+            let by_pages = IcHeader {
+                drop_count: 0,
+                ..header
+            }
+            .layout()
+            .is_none();
+            Error::corrupt(
+                path,
+                if by_pages { 32 } else { 40 },
+                if by_pages { "page_count" } else { "drop_count" },
+                format!(
+                    "page_count {} and drop_count {} overflow a 64-bit file size",
+                    header.page_count, header.drop_count
+                ),
+            )
+        })?;
+        if actual_len < layout.file_len {
+            return Err(Error::corrupt(
+                path,
+                actual_len,
+                "file length",
+                format!(
+                    "truncated: file is {actual_len} bytes, header (page_count {}, drop_count {}, page_size {}) needs {}",
+                    header.page_count, header.drop_count, header.page_size, layout.file_len
+                ),
+            ));
+        }
+        if actual_len > layout.file_len {
+            return Err(Error::corrupt(
+                path,
+                layout.file_len,
+                "file length",
+                format!(
+                    "{} trailing bytes after the last page (file is {actual_len} bytes, expected {})",
+                    actual_len - layout.file_len,
+                    layout.file_len
+                ),
+            ));
+        }
+        // The length check above bounds the metadata block by the real file
+        // size, so this allocation cannot be made absurd by a bad header.
+        let meta_len = (layout.meta_crc_off + 4 - HEADER_LEN) as usize;
+        let mut meta = vec![0u8; meta_len];
+        file.read_exact_at(&mut meta, HEADER_LEN)
+            .ctx(path, "read metadata")?;
+        let parsed = parse_meta(path, &header, &layout, &meta)?;
+        Ok(IcMeta {
+            path: path.to_path_buf(),
+            header,
+            layout,
+            pages: parsed.0,
+            drops: parsed.1,
+            page_crcs: parsed.2,
+            bytes_read: HEADER_LEN + meta_len as u64,
+        })
+    }
+
+    /// Number of pages carried.
+    pub fn page_count(&self) -> usize {
+        self.pages.len()
+    }
+
+    /// Page size in bytes.
+    pub fn page_size(&self) -> usize {
+        self.header.page_size as usize
+    }
+
+    /// Sequence number.
+    pub fn seq(&self) -> u64 {
+        self.header.seq
+    }
+
+    /// Whether the file is FULL.
+    pub fn is_full(&self) -> bool {
+        self.header.full
+    }
+
+    /// Bytes of page data carried.
+    pub fn data_bytes(&self) -> u64 {
+        self.layout.file_len - self.layout.data_off
+    }
+}
+
+type ParsedMeta = (Vec<u64>, Vec<DropRange>, Vec<u32>);
+
+/// Parses and checks the metadata block `meta` (bytes 64 .. meta_crc_off+4).
+fn parse_meta(path: &Path, h: &IcHeader, l: &IcLayout, meta: &[u8]) -> Result<ParsedMeta> {
+    let rel = |abs: u64| (abs - HEADER_LEN) as usize;
+    let stored = le32(meta, rel(l.meta_crc_off));
+    let actual = crc32fast::hash(&meta[..rel(l.meta_crc_off)]);
+    if stored != actual {
+        return Err(Error::corrupt(
+            path,
+            l.meta_crc_off,
+            "meta_crc",
+            format!(
+                "stored {stored:#010x}, computed {actual:#010x} over the page index, drop ranges and page CRCs"
+            ),
+        ));
+    }
+    let pc = h.page_count as usize;
+    let dc = h.drop_count as usize;
+    let mut pages = Vec::with_capacity(pc);
+    for i in 0..pc {
+        let p = le64(meta, i * 8);
+        if let Some(&prev) = pages.last()
+            && p <= prev
+        {
+            return Err(Error::corrupt(
+                path,
+                HEADER_LEN + 8 * i as u64,
+                "page index",
+                format!(
+                    "entry {i} is page {p}, not above the previous entry {prev}: the index must be strictly ascending"
+                ),
+            ));
+        }
+        pages.push(p);
+    }
+    let mut drops: Vec<DropRange> = Vec::with_capacity(dc);
+    let mut cursor = 0usize; // into pages, for the disjointness check
+    for i in 0..dc {
+        let off = rel(l.drops_off) + i * 16;
+        let abs = l.drops_off + 16 * i as u64;
+        let d = DropRange {
+            first: le64(meta, off),
+            count: le64(meta, off + 8),
+        };
+        if d.count == 0 {
+            return Err(Error::corrupt(
+                path,
+                abs + 8,
+                "drop ranges",
+                format!("range {i} (first page {}) has count 0", d.first),
+            ));
+        }
+        if d.first.checked_add(d.count).is_none() {
+            return Err(Error::corrupt(
+                path,
+                abs,
+                "drop ranges",
+                format!(
+                    "range {i} (first {}, count {}): first + count does not fit in 64 bits",
+                    d.first, d.count
+                ),
+            ));
+        }
+        if let Some(prev) = drops.last()
+            && d.first < prev.end()
+        {
+            return Err(Error::corrupt(
+                path,
+                abs,
+                "drop ranges",
+                format!(
+                    "range {i} starts at page {} inside or before the previous range {}..{}: ranges must be ascending and non-overlapping",
+                    d.first,
+                    prev.first,
+                    prev.end()
+                ),
+            ));
+        }
+        while cursor < pages.len() && pages[cursor] < d.first {
+            cursor += 1;
+        }
+        if cursor < pages.len() && pages[cursor] < d.end() {
+            return Err(Error::corrupt(
+                path,
+                abs,
+                "drop ranges",
+                format!(
+                    "range {i} ({}..{}) contains page {}, which the file also carries",
+                    d.first,
+                    d.end(),
+                    pages[cursor]
+                ),
+            ));
+        }
+        drops.push(d);
+    }
+    let mut crcs = Vec::with_capacity(pc);
+    for i in 0..pc {
+        crcs.push(le32(meta, rel(l.crcs_off) + i * 4));
+    }
+    Ok((pages, drops, crcs))
+}
+
+/// An IC file opened for reading page data through a memory map.
+pub struct IcFile {
+    meta: IcMeta,
+    map: memmap2::Mmap,
+}
+
+impl std::fmt::Debug for IcFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IcFile").field("meta", &self.meta).finish()
+    }
+}
+
+impl IcFile {
+    /// Opens `path`, validates its header and metadata and maps it.
+    pub fn open(path: impl AsRef<Path>) -> Result<IcFile> {
+        let path = path.as_ref();
+        let file = File::open(path).ctx(path, "open")?;
+        let meta = IcMeta::read_from(path, &file)?;
+        // SAFETY: mapping a file is only sound while nobody truncates or
+        // rewrites it during the mapping's life. IC files are immutable once
+        // published: every writer (rexctl's and the documented contract for
+        // producers in docs/FORMAT.md) writes under a temporary name and
+        // renames, and rexctl never modifies a published file in place;
+        // replaced files are unlinked, which keeps the mapped inode alive. The
+        // mapping is read-only, and its length is checked against the
+        // validated layout below before any byte of it is used.
+        let map = unsafe { memmap2::MmapOptions::new().map(&file) }.ctx(path, "mmap")?;
+        if map.len() as u64 != meta.layout.file_len {
+            return Err(Error::corrupt(
+                path,
+                map.len() as u64,
+                "file length",
+                format!(
+                    "file changed while being opened: mapped {} bytes, expected {}",
+                    map.len(),
+                    meta.layout.file_len
+                ),
+            ));
+        }
+        Ok(IcFile { meta, map })
+    }
+
+    /// The file's header and metadata.
+    pub fn meta(&self) -> &IcMeta {
+        &self.meta
+    }
+
+    /// Consumes the file, returning its metadata.
+    pub fn into_meta(self) -> IcMeta {
+        self.meta
+    }
+
+    /// The path the file was opened from.
+    pub fn path(&self) -> &Path {
+        &self.meta.path
+    }
+
+    /// Byte offset of the page at index position `pp`.
+    pub fn page_offset(&self, pp: usize) -> u64 {
+        self.meta.layout.data_off + pp as u64 * u64::from(self.meta.header.page_size)
+    }
+
+    /// The bytes of the page at index position `pp`, CRC-checked.
+    pub fn page(&self, pp: usize) -> Result<&[u8]> {
+        let data = self.page_unverified(pp)?;
+        let actual = crc32fast::hash(data);
+        let stored = self.meta.page_crcs[pp];
+        if actual != stored {
+            return Err(Error::corrupt(
+                &self.meta.path,
+                self.page_offset(pp),
+                "page data",
+                format!(
+                    "page {} (index {pp}) has CRC {actual:#010x}, the page CRCs say {stored:#010x}",
+                    self.meta.pages[pp]
+                ),
+            ));
+        }
+        Ok(data)
+    }
+
+    /// The bytes of the page at index position `pp`, without the CRC check.
+    /// For tools that show corrupt data; restores use [`IcFile::page`].
+    pub fn page_unverified(&self, pp: usize) -> Result<&[u8]> {
+        if pp >= self.meta.pages.len() {
+            return Err(Error::Invalid(format!(
+                "{}: page position {pp} out of range (file carries {} pages)",
+                self.meta.path.display(),
+                self.meta.pages.len()
+            )));
+        }
+        let start = self.page_offset(pp) as usize;
+        let end = start + self.meta.header.page_size as usize;
+        Ok(&self.map[start..end])
+    }
+
+    /// Checks the padding and every page's CRC.
+    pub fn verify(&self) -> Result<()> {
+        self.verify_padding()?;
+        for pp in 0..self.meta.pages.len() {
+            self.page(pp)?;
+        }
+        Ok(())
+    }
+
+    /// Checks that the padding between metadata and data is zero.
+    pub fn verify_padding(&self) -> Result<()> {
+        let start = (self.meta.layout.meta_crc_off + 4) as usize;
+        let end = self.meta.layout.data_off as usize;
+        if let Some(i) = self.map[start..end].iter().position(|&b| b != 0) {
+            return Err(Error::corrupt(
+                &self.meta.path,
+                (start + i) as u64,
+                "padding",
+                format!("padding must be zero, found {:#04x}", self.map[start + i]),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Writes an IC file in one pass: pages are pushed in index order, with
+/// bounded memory whatever the file size.
+pub struct IcWriter {
+    out: AtomicFile,
+    header: IcHeader,
+    layout: IcLayout,
+    pages: Vec<u64>,
+    drops: Vec<DropRange>,
+    crcs: Vec<u32>,
+}
+
+impl IcWriter {
+    /// Starts writing `path` for the given header fields, page index and
+    /// drop ranges. The index and drops are checked against the format's
+    /// rules first, so rexctl never writes a file it would refuse to read.
+    pub fn create(
+        path: impl AsRef<Path>,
+        page_size: u32,
+        seq: u64,
+        full: bool,
+        time_ns: u64,
+        pages: Vec<u64>,
+        drops: Vec<DropRange>,
+    ) -> Result<IcWriter> {
+        let path = path.as_ref();
+        let header = IcHeader {
+            page_size,
+            seq,
+            full,
+            page_count: pages.len() as u64,
+            drop_count: drops.len() as u64,
+            time_ns,
+        };
+        if !page_size.is_power_of_two() || !(MIN_PAGE_SIZE..=MAX_PAGE_SIZE).contains(&page_size) {
+            return Err(Error::Invalid(format!(
+                "page size {page_size} is not a power of two in {MIN_PAGE_SIZE}..={MAX_PAGE_SIZE}"
+            )));
+        }
+        check_index(&pages, &drops)
+            .map_err(|e| Error::Invalid(format!("{}: refusing to write: {e}", path.display())))?;
+        let layout = header
+            .layout()
+            .ok_or_else(|| Error::Invalid("page count too large".into()))?;
+        let mut out = AtomicFile::create(path)?;
+        // Reserve header + metadata + padding; filled in by `finish`.
+        let zeros = vec![0u8; 64 * 1024];
+        let mut left = layout.data_off;
+        while left > 0 {
+            let n = left.min(zeros.len() as u64) as usize;
+            out.write_all(&zeros[..n])?;
+            left -= n as u64;
+        }
+        Ok(IcWriter {
+            out,
+            header,
+            layout,
+            crcs: Vec::with_capacity(pages.len()),
+            pages,
+            drops,
+        })
+    }
+
+    /// Appends the next page's bytes (must be exactly one page).
+    pub fn push_page(&mut self, data: &[u8]) -> Result<()> {
+        if data.len() != self.header.page_size as usize {
+            return Err(Error::Invalid(format!(
+                "page of {} bytes pushed into a file of {}-byte pages",
+                data.len(),
+                self.header.page_size
+            )));
+        }
+        if self.crcs.len() >= self.pages.len() {
+            return Err(Error::Invalid(format!(
+                "more pages pushed than the index holds ({})",
+                self.pages.len()
+            )));
+        }
+        self.crcs.push(crc32fast::hash(data));
+        self.out.write_all(data)
+    }
+
+    /// Writes header and metadata, then publishes the file durably.
+    pub fn finish(mut self) -> Result<()> {
+        if self.crcs.len() != self.pages.len() {
+            return Err(Error::Invalid(format!(
+                "{} pages pushed, the index holds {}",
+                self.crcs.len(),
+                self.pages.len()
+            )));
+        }
+        let meta = encode_meta(&self.pages, &self.drops, &self.crcs);
+        debug_assert_eq!(HEADER_LEN + meta.len() as u64, self.layout.meta_crc_off + 4);
+        let temp = self.out.temp_path().to_path_buf();
+        self.out.seek(SeekFrom::Start(0)).ctx(&temp, "seek")?;
+        self.out.write_all(&self.header.encode())?;
+        self.out.write_all(&meta)?;
+        self.out.commit()
+    }
+}
+
+/// Encodes the metadata block: index, drops, page CRCs and `meta_crc`.
+pub fn encode_meta(pages: &[u64], drops: &[DropRange], crcs: &[u32]) -> Vec<u8> {
+    let mut m = Vec::with_capacity(pages.len() * 12 + drops.len() * 16 + 4);
+    for p in pages {
+        m.extend_from_slice(&p.to_le_bytes());
+    }
+    for d in drops {
+        m.extend_from_slice(&d.first.to_le_bytes());
+        m.extend_from_slice(&d.count.to_le_bytes());
+    }
+    for c in crcs {
+        m.extend_from_slice(&c.to_le_bytes());
+    }
+    let crc = crc32fast::hash(&m);
+    m.extend_from_slice(&crc.to_le_bytes());
+    m
+}
+
+/// Checks an index and drop list against the format's rules.
+pub fn check_index(pages: &[u64], drops: &[DropRange]) -> std::result::Result<(), String> {
+    for w in pages.windows(2) {
+        if w[1] <= w[0] {
+            return Err(format!(
+                "page index not strictly ascending at page {}",
+                w[1]
+            ));
+        }
+    }
+    let mut cursor = 0;
+    let mut prev_end: Option<u64> = None;
+    for d in drops {
+        if d.count == 0 {
+            return Err(format!("drop range at page {} has count 0", d.first));
+        }
+        let end = d
+            .first
+            .checked_add(d.count)
+            .ok_or_else(|| format!("drop range at page {} overflows", d.first))?;
+        if let Some(pe) = prev_end
+            && d.first < pe
+        {
+            return Err(format!(
+                "drop range at page {} overlaps the previous one",
+                d.first
+            ));
+        }
+        while cursor < pages.len() && pages[cursor] < d.first {
+            cursor += 1;
+        }
+        if cursor < pages.len() && pages[cursor] < end {
+            return Err(format!(
+                "drop range {}..{end} contains carried page {}",
+                d.first, pages[cursor]
+            ));
+        }
+        prev_end = Some(end);
+    }
+    Ok(())
+}
+
+/// Writes a whole IC file from in-memory pages (`pages[i].1` is one page).
+pub fn write_ic(
+    path: impl AsRef<Path>,
+    page_size: u32,
+    seq: u64,
+    full: bool,
+    time_ns: u64,
+    pages: &[(u64, &[u8])],
+    drops: &[DropRange],
+) -> Result<()> {
+    let index = pages.iter().map(|p| p.0).collect();
+    let mut w = IcWriter::create(path, page_size, seq, full, time_ns, index, drops.to_vec())?;
+    for (_, data) in pages {
+        w.push_page(data)?;
+    }
+    w.finish()
+}
+
+/// The current time as Unix nanoseconds.
+pub fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}

@@ -1,0 +1,219 @@
+//! The CLI end to end: the real binary in temporary directories.
+
+use std::path::Path;
+
+use crate::util::{assert_clean_failure, ok, run};
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 temp path")
+}
+
+#[test]
+fn gen_is_deterministic_and_seeded() {
+    let d = tempfile::tempdir().unwrap();
+    let (a, b, c) = (d.path().join("a"), d.path().join("b"), d.path().join("c"));
+    for (dir, seed) in [(&a, "7"), (&b, "7"), (&c, "8")] {
+        ok(&[
+            "gen",
+            s(dir),
+            "--profile",
+            "churn",
+            "--seed",
+            seed,
+            "--pages",
+            "256",
+            "--count",
+            "5",
+        ]);
+    }
+    let files = |dir: &Path| {
+        let mut v: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        v.sort();
+        v.into_iter()
+            .map(|p| std::fs::read(p).unwrap())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(files(&a).len(), 6);
+    assert_eq!(files(&a), files(&b), "same seed, same bytes");
+    assert_ne!(files(&a), files(&c), "another seed, other bytes");
+}
+
+#[test]
+fn every_profile_generates_a_valid_chain_that_coalesces_to_the_truth() {
+    let profiles = ok(&["gen", "--list-profiles", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&profiles).unwrap();
+    let names: Vec<String> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap().to_string())
+        .collect();
+    assert!(names.len() >= 5, "{names:?}");
+    for name in names {
+        let d = tempfile::tempdir().unwrap();
+        let l1 = d.path().join("l1");
+        let truth = d.path().join("truth.rexic");
+        let out = d.path().join("coalesced.rexic");
+        ok(&[
+            "gen",
+            s(&l1),
+            "--profile",
+            &name,
+            "--pages",
+            "300",
+            "--count",
+            "6",
+            "--truth",
+            s(&truth),
+        ]);
+        ok(&["coalesce", s(&l1), "--out", s(&out)]);
+        ok(&["inspect", s(&out)]);
+        let diff = rexctl::image::compare_ic_files(&out, &truth).unwrap();
+        assert!(diff.is_equal(), "profile {name}: {diff}");
+    }
+}
+
+#[test]
+fn coalesce_json_carries_the_clist() {
+    let d = tempfile::tempdir().unwrap();
+    let l1 = d.path().join("l1");
+    ok(&["gen", s(&l1), "--pages", "200", "--count", "4"]);
+    let human = ok(&["coalesce", s(&l1)]);
+    assert!(human.contains("coalesced 5 files (seq 0..=4"), "{human}");
+    let v: serde_json::Value = serde_json::from_str(&ok(&["coalesce", s(&l1), "--json"])).unwrap();
+    let clist = v["clist"].as_array().unwrap();
+    assert_eq!(
+        clist.len() as u64,
+        v["stats"]["distinct_pages"].as_u64().unwrap()
+    );
+    assert_eq!(v["files"].as_array().unwrap().len(), 5);
+    let pages: Vec<u64> = clist.iter().map(|e| e["page"].as_u64().unwrap()).collect();
+    assert!(pages.windows(2).all(|w| w[0] < w[1]));
+    // --from coalesces a suffix; a missing start seq is an error.
+    let v: serde_json::Value =
+        serde_json::from_str(&ok(&["coalesce", s(&l1), "--from", "2", "--json"])).unwrap();
+    assert_eq!(v["first_seq"], 2);
+    assert_eq!(v["full"], false);
+    let out = run(&["coalesce", s(&l1), "--from", "9"]);
+    assert_clean_failure(&out, 1, &["no checkpoint to coalesce"]);
+}
+
+#[test]
+fn inspect_reports_human_and_json() {
+    let d = tempfile::tempdir().unwrap();
+    let l1 = d.path().join("l1");
+    ok(&["gen", s(&l1), "--pages", "64", "--count", "1"]);
+    let f0 = l1.join("ckpt-00000000.rexic");
+    let f1 = l1.join("ckpt-00000001.rexic");
+    let human = ok(&["inspect", s(&f0), s(&f1)]);
+    assert!(human.contains("seq 0, FULL, page size 4096"), "{human}");
+    assert!(human.contains("CRCs ok"), "{human}");
+    let v: serde_json::Value =
+        serde_json::from_str(&ok(&["inspect", "--json", "--index", s(&f0)])).unwrap();
+    assert_eq!(v[0]["ok"], true);
+    assert_eq!(v[0]["header"]["page_count"], 64);
+    assert_eq!(v[0]["pages"].as_array().unwrap().len(), 64);
+}
+
+#[test]
+fn inspect_checks_every_file_and_fails_on_a_bad_one() {
+    let d = tempfile::tempdir().unwrap();
+    let l1 = d.path().join("l1");
+    ok(&["gen", s(&l1), "--pages", "16", "--count", "1"]);
+    let good = l1.join("ckpt-00000000.rexic");
+    let bad = d.path().join("flipped.rexic");
+    let mut bytes = std::fs::read(&good).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x40;
+    std::fs::write(&bad, bytes).unwrap();
+    let out = run(&["inspect", s(&bad), s(&good)]);
+    let err = assert_clean_failure(&out, 3, &["flipped.rexic", "page data"]);
+    assert!(err.contains("offset "), "{err}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("ckpt-00000000.rexic: REX-IC v1"),
+        "the good file is still reported: {stdout}"
+    );
+    let missing = d.path().join("nope.rexic");
+    assert_clean_failure(&run(&["inspect", s(&missing)]), 1, &["nope.rexic", "open"]);
+}
+
+#[test]
+fn gen_refuses_a_directory_holding_checkpoints() {
+    let d = tempfile::tempdir().unwrap();
+    let l1 = d.path().join("l1");
+    ok(&["gen", s(&l1), "--pages", "16", "--count", "1"]);
+    assert_clean_failure(&run(&["gen", s(&l1)]), 1, &["already holds REX-IC files"]);
+    assert_clean_failure(
+        &run(&["gen", s(&d.path().join("x")), "--profile", "nope"]),
+        5,
+        &["unknown profile"],
+    );
+    assert_clean_failure(
+        &run(&["gen", s(&d.path().join("y")), "--page-size", "3000"]),
+        5,
+        &["power of two"],
+    );
+}
+
+#[test]
+fn a_gap_in_the_chain_is_an_error() {
+    let d = tempfile::tempdir().unwrap();
+    let l1 = d.path().join("l1");
+    ok(&["gen", s(&l1), "--pages", "16", "--count", "4"]);
+    std::fs::remove_file(l1.join("ckpt-00000002.rexic")).unwrap();
+    assert_clean_failure(
+        &run(&["coalesce", s(&l1)]),
+        3,
+        &["checkpoint seq 2 missing"],
+    );
+}
+
+#[test]
+fn bad_command_lines_exit_2() {
+    assert_eq!(run(&["no-such-command"]).status.code(), Some(2));
+    assert_eq!(run(&["coalesce"]).status.code(), Some(2));
+    let help = ok(&["--help"]);
+    assert!(help.contains("Exit status:"), "{help}");
+}
+
+#[test]
+fn demo_runs_the_main_job_end_to_end() {
+    let d = tempfile::tempdir().unwrap();
+    let work = d.path().join("work");
+    let out = ok(&["demo", "--dir", s(&work), "--profile", "small-inc"]);
+    assert!(out.contains("equals the ground truth"), "{out}");
+}
+
+/// The committed man pages are what the clap definitions generate.
+#[test]
+fn man_pages_are_up_to_date() {
+    let d = tempfile::tempdir().unwrap();
+    ok(&["man", "--out", s(d.path())]);
+    let committed = Path::new(env!("CARGO_MANIFEST_DIR")).join("man");
+    let mut generated: Vec<String> = Vec::new();
+    for e in std::fs::read_dir(d.path()).unwrap() {
+        let e = e.unwrap();
+        let name = e.file_name().to_string_lossy().into_owned();
+        let fresh = std::fs::read_to_string(e.path()).unwrap();
+        let old = std::fs::read_to_string(committed.join(&name)).unwrap_or_default();
+        assert!(
+            fresh == old,
+            "man/{name} is stale: run `cargo run -- man --out man`"
+        );
+        generated.push(name);
+    }
+    // No page left behind for a subcommand that no longer exists.
+    for e in std::fs::read_dir(&committed).unwrap() {
+        let name = e.unwrap().file_name().to_string_lossy().into_owned();
+        if name.starts_with("rexctl") {
+            assert!(
+                generated.contains(&name),
+                "man/{name} has no subcommand any more"
+            );
+        }
+    }
+}

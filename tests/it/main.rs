@@ -1,0 +1,8 @@
+//! The integration test suite, one binary (as ripgrep does): the real
+//! `rexctl` binary in temporary directories, the golden and corrupt fixtures,
+//! and property tests of the pipeline against naive models.
+
+mod cli;
+mod coalesce_props;
+mod fixtures;
+mod util;
