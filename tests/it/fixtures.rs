@@ -246,8 +246,10 @@ const CORRUPT: &[(&str, &str, u64, Stage)] = &[
     ("page-size-too-large", "page_size", 12, Meta),
     ("page-size-zero", "page_size", 12, Meta),
     ("absurd-page-count", "page_count", 32, Meta),
-    ("absurd-drop-count", "page_count", 32, Meta),
-    ("data-off-rounding-overflow", "page_count", 32, Meta),
+    // FORMAT.md §2.8 step 7: the error names `page_count` when it overflows
+    // on its own, `drop_count` (offset 40) otherwise.
+    ("absurd-drop-count", "drop_count", 40, Meta),
+    ("data-off-rounding-overflow", "drop_count", 40, Meta),
     ("file-len-overflow", "page_count", 32, Meta),
     ("huge-drop-count", "file length", 2048, Meta),
     ("truncated-metadata", "file length", 100, Meta),

@@ -1,0 +1,437 @@
+//! The chunked record container shared by RPS files and Pointer Files
+//! (docs/FORMAT.md §3.2).
+//!
+//! Both hold one array of fixed-size records (32-byte patterns, or 4-byte
+//! pointers). The payload is covered by one CRC-32 per chunk (1 MiB by
+//! default) rather than one per file, so that a page-aware restore of a few
+//! pages verifies only the chunks it touches, while a full restore verifies
+//! everything at memory speed. Chunks are verified lazily and remembered,
+//! so no byte is trusted before its chunk's CRC has been checked.
+//!
+//! The writer streams records to a temporary file with bounded memory and
+//! fills the header in last; the reader maps the file read-only after
+//! checking header, length and the chunk table.
+
+use std::fs::File;
+use std::io::{Seek, SeekFrom};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::durable::AtomicFile;
+use crate::error::{Error, IoContext, Result};
+
+/// Header length.
+pub const HEADER_LEN: u64 = 64;
+/// Version of the container layout.
+pub const VERSION: u32 = 1;
+/// Default chunk size.
+pub const DEFAULT_CHUNK: u32 = 1 << 20;
+
+/// Which kind of chunked file: its magic and what its records are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Reference Pattern Sequence: records are patterns.
+    Rps,
+    /// Pointer File: records are u32 pattern pointers, `aux` per page.
+    Pf,
+}
+
+impl Kind {
+    /// The 8-byte magic.
+    pub fn magic(self) -> [u8; 8] {
+        match self {
+            Kind::Rps => *b"REXRPS1\n",
+            Kind::Pf => *b"REXPF01\n",
+        }
+    }
+    /// Name used in messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Rps => "RPS file",
+            Kind::Pf => "Pointer File",
+        }
+    }
+}
+
+/// The decoded header of a chunked file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkedHeader {
+    /// What the file is.
+    pub kind: Kind,
+    /// Bytes per record (pattern size for RPS, 4 for PF).
+    pub record_size: u32,
+    /// The L2 generation that wrote the file.
+    pub generation: u64,
+    /// Index of the first record in the chain's address space (RPS: the
+    /// pointer of the first pattern; PF: 0).
+    pub first_record: u64,
+    /// Number of records.
+    pub record_count: u64,
+    /// Bytes per CRC chunk (a power of two, multiple of `record_size`).
+    pub chunk_size: u32,
+    /// Kind-specific: PF: pointers per page (alpha); RPS: 0.
+    pub aux: u32,
+}
+
+impl ChunkedHeader {
+    fn encode(&self) -> [u8; HEADER_LEN as usize] {
+        let mut b = [0u8; HEADER_LEN as usize];
+        b[0..8].copy_from_slice(&self.kind.magic());
+        b[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        b[12..16].copy_from_slice(&self.record_size.to_le_bytes());
+        b[16..24].copy_from_slice(&self.generation.to_le_bytes());
+        b[24..32].copy_from_slice(&self.first_record.to_le_bytes());
+        b[32..40].copy_from_slice(&self.record_count.to_le_bytes());
+        b[40..44].copy_from_slice(&self.chunk_size.to_le_bytes());
+        b[44..48].copy_from_slice(&self.aux.to_le_bytes());
+        let crc = crc32fast::hash(&b[0..56]);
+        b[56..60].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    fn decode(path: &Path, kind: Kind, b: &[u8; HEADER_LEN as usize]) -> Result<Self> {
+        let le32 = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4"));
+        let le64 = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8"));
+        if b[0..8] != kind.magic() {
+            return Err(Error::corrupt(
+                path,
+                0,
+                "magic",
+                format!(
+                    "expected {:?} ({}), found {:?}",
+                    String::from_utf8_lossy(&kind.magic()),
+                    kind.name(),
+                    String::from_utf8_lossy(&b[0..8])
+                ),
+            ));
+        }
+        let version = le32(8);
+        if version != VERSION {
+            return Err(Error::corrupt(
+                path,
+                8,
+                "version",
+                format!("unsupported version {version} (this rexctl reads version {VERSION})"),
+            ));
+        }
+        let (stored, actual) = (le32(56), crc32fast::hash(&b[0..56]));
+        if stored != actual {
+            return Err(Error::corrupt(
+                path,
+                56,
+                "header_crc",
+                format!("stored {stored:#010x}, computed {actual:#010x} over bytes 0..56"),
+            ));
+        }
+        for (off, name) in [(48usize, "reserved"), (52, "reserved"), (60, "reserved")] {
+            if le32(off) != 0 {
+                return Err(Error::corrupt(path, off as u64, name, "must be 0"));
+            }
+        }
+        let h = ChunkedHeader {
+            kind,
+            record_size: le32(12),
+            generation: le64(16),
+            first_record: le64(24),
+            record_count: le64(32),
+            chunk_size: le32(40),
+            aux: le32(44),
+        };
+        if h.record_size == 0 || !h.record_size.is_power_of_two() || h.record_size > 1 << 20 {
+            return Err(Error::corrupt(
+                path,
+                12,
+                "record_size",
+                format!("{} is not a power of two in 1..=1048576", h.record_size),
+            ));
+        }
+        if !h.chunk_size.is_power_of_two() || h.chunk_size < h.record_size || h.chunk_size > 1 << 30 {
+            return Err(Error::corrupt(
+                path,
+                40,
+                "chunk_size",
+                format!(
+                    "{} is not a power of two between the record size {} and 1 GiB",
+                    h.chunk_size, h.record_size
+                ),
+            ));
+        }
+        Ok(h)
+    }
+
+    /// (payload length, chunk count, file length), or `None` on overflow.
+    fn layout(&self) -> Option<(u64, u64, u64)> {
+        let payload = self.record_count.checked_mul(u64::from(self.record_size))?;
+        let chunks = payload.div_ceil(u64::from(self.chunk_size));
+        let len = HEADER_LEN
+            .checked_add(payload)?
+            .checked_add(chunks.checked_mul(4)?)?
+            .checked_add(4)?;
+        Some((payload, chunks, len))
+    }
+}
+
+/// A chunked file opened for reading: mapped, header and chunk table
+/// checked, chunks verified on first use.
+pub struct ChunkedFile {
+    path: PathBuf,
+    header: ChunkedHeader,
+    map: memmap2::Mmap,
+    payload_len: u64,
+    chunk_crcs: Vec<u32>,
+    verified: Vec<AtomicBool>,
+}
+
+impl std::fmt::Debug for ChunkedFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChunkedFile")
+            .field("path", &self.path)
+            .field("header", &self.header)
+            .finish()
+    }
+}
+
+impl ChunkedFile {
+    /// Opens `path`, expecting a file of `kind`.
+    pub fn open(path: impl AsRef<Path>, kind: Kind) -> Result<ChunkedFile> {
+        let path = path.as_ref();
+        let file = File::open(path).ctx(path, "open")?;
+        let actual = file.metadata().ctx(path, "stat")?.len();
+        if actual < HEADER_LEN {
+            return Err(Error::corrupt(
+                path,
+                actual,
+                "header",
+                format!("file is {actual} bytes, shorter than the {HEADER_LEN}-byte header"),
+            ));
+        }
+        let mut hb = [0u8; HEADER_LEN as usize];
+        file.read_exact_at(&mut hb, 0).ctx(path, "read header")?;
+        let header = ChunkedHeader::decode(path, kind, &hb)?;
+        let (payload_len, chunks, file_len) = header.layout().ok_or_else(|| {
+            Error::corrupt(path, 32, "record_count", format!("{} records overflow a 64-bit file size", header.record_count))
+        })?;
+        if actual != file_len {
+            return Err(Error::corrupt(
+                path,
+                actual.min(file_len),
+                "file length",
+                format!(
+                    "file is {actual} bytes, the header ({} records of {} bytes, chunks of {}) says {file_len}{}",
+                    header.record_count,
+                    header.record_size,
+                    header.chunk_size,
+                    if actual < file_len { " (truncated)" } else { " (trailing bytes)" }
+                ),
+            ));
+        }
+        let table_off = HEADER_LEN + payload_len;
+        let mut table = vec![0u8; (chunks * 4 + 4) as usize];
+        file.read_exact_at(&mut table, table_off).ctx(path, "read chunk table")?;
+        let n = chunks as usize * 4;
+        let (stored, actual_crc) = (
+            u32::from_le_bytes(table[n..n + 4].try_into().expect("4")),
+            crc32fast::hash(&table[..n]),
+        );
+        if stored != actual_crc {
+            return Err(Error::corrupt(
+                path,
+                table_off + n as u64,
+                "table_crc",
+                format!("stored {stored:#010x}, computed {actual_crc:#010x} over the chunk CRCs"),
+            ));
+        }
+        let chunk_crcs = table[..n]
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().expect("4")))
+            .collect::<Vec<_>>();
+        // SAFETY: the file is never modified in place once published: rexctl
+        // writes every L2 file under a temporary name and renames it, and
+        // deletes (unlinks) rather than rewrites, which keeps a mapped inode
+        // intact. The map is read-only; its length is checked against the
+        // validated layout before any byte is used, and every byte handed
+        // out lies in a chunk whose CRC was checked first.
+        let map = unsafe { memmap2::MmapOptions::new().map(&file) }.ctx(path, "mmap")?;
+        if map.len() as u64 != file_len {
+            return Err(Error::corrupt(path, map.len() as u64, "file length", "file changed while being opened"));
+        }
+        let verified = (0..chunk_crcs.len()).map(|_| AtomicBool::new(false)).collect();
+        Ok(ChunkedFile {
+            path: path.to_path_buf(),
+            header,
+            map,
+            payload_len,
+            chunk_crcs,
+            verified,
+        })
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The header.
+    pub fn header(&self) -> &ChunkedHeader {
+        &self.header
+    }
+
+    /// Number of records.
+    pub fn len(&self) -> u64 {
+        self.header.record_count
+    }
+
+    /// Whether the file holds no record.
+    pub fn is_empty(&self) -> bool {
+        self.header.record_count == 0
+    }
+
+    /// File length in bytes.
+    pub fn file_len(&self) -> u64 {
+        self.map.len() as u64
+    }
+
+    fn verify_chunk(&self, i: usize) -> Result<()> {
+        if self.verified[i].load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let cs = u64::from(self.header.chunk_size);
+        let start = i as u64 * cs;
+        let end = (start + cs).min(self.payload_len);
+        let data = &self.map[(HEADER_LEN + start) as usize..(HEADER_LEN + end) as usize];
+        let actual = crc32fast::hash(data);
+        if actual != self.chunk_crcs[i] {
+            return Err(Error::corrupt(
+                &self.path,
+                HEADER_LEN + start,
+                "chunk data",
+                format!(
+                    "chunk {i} (bytes {}..{}) has CRC {actual:#010x}, the chunk table says {:#010x}",
+                    HEADER_LEN + start,
+                    HEADER_LEN + end,
+                    self.chunk_crcs[i]
+                ),
+            ));
+        }
+        self.verified[i].store(true, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Verifies every chunk.
+    pub fn verify_all(&self) -> Result<()> {
+        (0..self.chunk_crcs.len()).try_for_each(|i| self.verify_chunk(i))
+    }
+
+    /// The payload bytes of records `first .. first + count` (file-local
+    /// indexes), CRC-checked. Errors if the range is out of bounds.
+    pub fn records(&self, first: u64, count: u64) -> Result<&[u8]> {
+        let rs = u64::from(self.header.record_size);
+        let end = first.checked_add(count).filter(|&e| e <= self.header.record_count);
+        let Some(end) = end else {
+            return Err(Error::corrupt(
+                &self.path,
+                HEADER_LEN,
+                "records",
+                format!(
+                    "records {first}..{} requested, the file holds {}",
+                    first.saturating_add(count),
+                    self.header.record_count
+                ),
+            ));
+        };
+        let (a, b) = (first * rs, end * rs);
+        if b > a {
+            let cs = u64::from(self.header.chunk_size);
+            for i in a / cs..=(b - 1) / cs {
+                self.verify_chunk(i as usize)?;
+            }
+        }
+        Ok(&self.map[(HEADER_LEN + a) as usize..(HEADER_LEN + b) as usize])
+    }
+
+    /// The whole payload, fully verified.
+    pub fn payload(&self) -> Result<&[u8]> {
+        self.records(0, self.header.record_count)
+    }
+}
+
+/// Streams records into a new chunked file.
+pub struct ChunkedWriter {
+    out: AtomicFile,
+    header: ChunkedHeader,
+    crcs: Vec<u32>,
+    hasher: crc32fast::Hasher,
+    in_chunk: u64,
+    bytes: u64,
+}
+
+impl ChunkedWriter {
+    /// Starts writing `path`. `record_count` in `header` is ignored (it is
+    /// counted).
+    pub fn create(path: impl AsRef<Path>, header: ChunkedHeader) -> Result<ChunkedWriter> {
+        if !header.chunk_size.is_power_of_two() || header.chunk_size < header.record_size {
+            return Err(Error::Invalid(format!(
+                "chunk size {} must be a power of two no smaller than the record size {}",
+                header.chunk_size, header.record_size
+            )));
+        }
+        let mut out = AtomicFile::create(path)?;
+        out.write_all(&[0u8; HEADER_LEN as usize])?;
+        Ok(ChunkedWriter {
+            out,
+            header,
+            crcs: Vec::new(),
+            hasher: crc32fast::Hasher::new(),
+            in_chunk: 0,
+            bytes: 0,
+        })
+    }
+
+    /// Appends whole records.
+    pub fn write(&mut self, mut data: &[u8]) -> Result<()> {
+        debug_assert_eq!(data.len() % self.header.record_size as usize, 0);
+        self.out.write_all(data)?;
+        self.bytes += data.len() as u64;
+        let cs = u64::from(self.header.chunk_size);
+        while !data.is_empty() {
+            let n = ((cs - self.in_chunk) as usize).min(data.len());
+            self.hasher.update(&data[..n]);
+            self.in_chunk += n as u64;
+            data = &data[n..];
+            if self.in_chunk == cs {
+                let h = std::mem::replace(&mut self.hasher, crc32fast::Hasher::new());
+                self.crcs.push(h.finalize());
+                self.in_chunk = 0;
+            }
+        }
+        Ok(())
+    }
+
+    /// Records written so far.
+    pub fn records(&self) -> u64 {
+        self.bytes / u64::from(self.header.record_size)
+    }
+
+    /// Writes the chunk table and header and publishes the file; returns its
+    /// length and the CRC-32 of the whole file (for the manifest).
+    pub fn finish(mut self) -> Result<(u64, u32)> {
+        if self.in_chunk > 0 {
+            let h = std::mem::replace(&mut self.hasher, crc32fast::Hasher::new());
+            self.crcs.push(h.finalize());
+        }
+        let mut table: Vec<u8> = self.crcs.iter().flat_map(|c| c.to_le_bytes()).collect();
+        let tcrc = crc32fast::hash(&table);
+        table.extend_from_slice(&tcrc.to_le_bytes());
+        self.out.write_all(&table)?;
+        self.header.record_count = self.records();
+        let hb = self.header.encode();
+        let temp = self.out.temp_path().to_path_buf();
+        self.out.seek(SeekFrom::Start(0)).ctx(&temp, "seek")?;
+        self.out.write_all(&hb)?;
+        self.out.seek(SeekFrom::End(0)).ctx(&temp, "seek")?;
+        let len = HEADER_LEN + self.bytes + table.len() as u64;
+        self.out.commit()?;
+        Ok((len, 0))
+    }
+}
