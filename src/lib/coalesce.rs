@@ -97,6 +97,21 @@ pub struct CList {
     pub stats: CoalesceStats,
 }
 
+impl PageLayer for CList {
+    fn layer_len(&self) -> usize {
+        self.entries.len()
+    }
+    fn layer_page(&self, i: usize) -> u64 {
+        self.entries[i].page
+    }
+    fn layer_drops(&self) -> &[DropRange] {
+        &self.drops
+    }
+    fn layer_full(&self) -> bool {
+        self.full
+    }
+}
+
 impl CList {
     /// Builds the C-List of `batch`, files in ascending seq order (one chain:
     /// the caller has checked contiguity). Reads nothing: the metadata is
@@ -119,9 +134,11 @@ impl CList {
                 )));
             }
         }
-        let start = batch.iter().rposition(|m| m.is_full()).unwrap_or(0);
+        let layers: Vec<&dyn PageLayer> = batch.iter().map(|m| m as &dyn PageLayer).collect();
+        let merged = merge_layers(&layers);
+        let start = merged.start;
         let live = &batch[start..];
-        let full = live[0].is_full();
+        let full = merged.full;
         // A FULL file may change the page size; the files it supersedes
         // do not matter, the rest must agree with it.
         let page_size = live[0].header.page_size;
@@ -147,54 +164,8 @@ impl CList {
             stats.drop_ranges_in += m.drops.len() as u64;
             stats.meta_bytes_read += m.bytes_read;
         }
-
-        let segments = drop_segments(live);
-        let mut seg = 0usize;
-
-        let mut heap: BinaryHeap<Reverse<(u64, u32)>> = live
-            .iter()
-            .enumerate()
-            .filter(|(_, m)| !m.pages.is_empty())
-            .map(|(i, m)| Reverse((m.pages[0], i as u32)))
-            .collect();
-        let mut cursor = vec![0usize; live.len()];
-        let upper = live.iter().map(|m| m.pages.len()).max().unwrap_or(0);
-        let mut entries = Vec::with_capacity(upper);
-
-        while let Some(Reverse((page, file))) = heap.pop() {
-            // All heads equal to `page` pop in ascending file order; the
-            // last one popped is the newest copy.
-            let mut winner = file;
-            advance(&mut heap, &mut cursor, live, file);
-            while let Some(&Reverse((p, f))) = heap.peek() {
-                if p != page {
-                    break;
-                }
-                heap.pop();
-                winner = f;
-                advance(&mut heap, &mut cursor, live, f);
-            }
-            while seg < segments.len() && segments[seg].end <= page {
-                seg += 1;
-            }
-            let dropped_later = seg < segments.len()
-                && segments[seg].first <= page
-                && segments[seg].newest > winner;
-            if !dropped_later {
-                entries.push(CListEntry {
-                    page,
-                    chk: winner + start as u32,
-                    pp: cursor[winner as usize] as u64 - 1,
-                });
-            }
-        }
-        entries.shrink_to_fit();
-
-        let drops = if full {
-            Vec::new()
-        } else {
-            subtract_pages(&segments, &entries)
-        };
+        let entries = merged.entries;
+        let drops = merged.drops;
         stats.distinct_pages = entries.len() as u64;
         stats.pages_skipped = stats.pages_carried - stats.distinct_pages;
         stats.pages_dropped = drops.iter().map(|d| d.count).sum();
@@ -244,6 +215,109 @@ impl CList {
     }
 }
 
+/// Anything that, like an IC file, says which pages it carries (ascending),
+/// which it drops, and whether it holds every live page. IC files and the
+/// P-Table deltas of L2 generations are both layers, so one merge serves the
+/// coalescer, the live P-Table of a chain and the L1 + L2 restore.
+pub trait PageLayer {
+    /// Number of carried pages.
+    fn layer_len(&self) -> usize;
+    /// The `i`-th carried page; strictly ascending in `i`.
+    fn layer_page(&self, i: usize) -> u64;
+    /// Dropped ranges, ascending, disjoint from the carried pages.
+    fn layer_drops(&self) -> &[DropRange];
+    /// Whether the layer holds every live page (supersedes older layers).
+    fn layer_full(&self) -> bool;
+}
+
+impl PageLayer for IcMeta {
+    fn layer_len(&self) -> usize {
+        self.pages.len()
+    }
+    fn layer_page(&self, i: usize) -> u64 {
+        self.pages[i]
+    }
+    fn layer_drops(&self) -> &[DropRange] {
+        &self.drops
+    }
+    fn layer_full(&self) -> bool {
+        self.is_full()
+    }
+}
+
+/// The result of merging layers: the newest copy of every live page.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Merged {
+    /// Index of the newest FULL layer (0 when none): layers before it are
+    /// superseded.
+    pub start: usize,
+    /// Whether layer `start` is FULL.
+    pub full: bool,
+    /// One entry per live page, ascending; `chk` indexes the given layers.
+    pub entries: Vec<CListEntry>,
+    /// Effective drops, disjoint from `entries`; empty when `full`.
+    pub drops: Vec<DropRange>,
+}
+
+/// Merges `layers` (oldest first): for each live page, the layer holding
+/// its newest copy and the page's position there. See the module doc.
+pub fn merge_layers(layers: &[&dyn PageLayer]) -> Merged {
+    let start = layers.iter().rposition(|m| m.layer_full()).unwrap_or(0);
+    let live = &layers[start..];
+    let full = live.first().is_some_and(|l| l.layer_full());
+    let segments = drop_segments(live);
+    let mut seg = 0usize;
+
+    let mut heap: BinaryHeap<Reverse<(u64, u32)>> = live
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| m.layer_len() > 0)
+        .map(|(i, m)| Reverse((m.layer_page(0), i as u32)))
+        .collect();
+    let mut cursor = vec![0usize; live.len()];
+    let upper = live.iter().map(|m| m.layer_len()).max().unwrap_or(0);
+    let mut entries = Vec::with_capacity(upper);
+
+    while let Some(Reverse((page, file))) = heap.pop() {
+        // All heads equal to `page` pop in ascending layer order; the last
+        // one popped holds the newest copy.
+        let mut winner = file;
+        advance(&mut heap, &mut cursor, live, file);
+        while let Some(&Reverse((p, f))) = heap.peek() {
+            if p != page {
+                break;
+            }
+            heap.pop();
+            winner = f;
+            advance(&mut heap, &mut cursor, live, f);
+        }
+        while seg < segments.len() && segments[seg].end <= page {
+            seg += 1;
+        }
+        let dropped_later =
+            seg < segments.len() && segments[seg].first <= page && segments[seg].newest > winner;
+        if !dropped_later {
+            entries.push(CListEntry {
+                page,
+                chk: winner + start as u32,
+                pp: cursor[winner as usize] as u64 - 1,
+            });
+        }
+    }
+    entries.shrink_to_fit();
+    let drops = if full {
+        Vec::new()
+    } else {
+        subtract_pages(&segments, &entries)
+    };
+    Merged {
+        start,
+        full,
+        entries,
+        drops,
+    }
+}
+
 /// Opens (memory-maps) the files of `batch` that `entries` reference.
 pub fn open_referenced(batch: &[IcMeta], entries: &[CListEntry]) -> Result<Vec<Option<IcFile>>> {
     let mut used = vec![false; batch.len()];
@@ -266,13 +340,13 @@ pub fn open_referenced(batch: &[IcMeta], entries: &[CListEntry]) -> Result<Vec<O
 fn advance(
     heap: &mut BinaryHeap<Reverse<(u64, u32)>>,
     cursor: &mut [usize],
-    live: &[IcMeta],
+    live: &[&dyn PageLayer],
     f: u32,
 ) {
     let i = f as usize;
     cursor[i] += 1;
-    if let Some(&p) = live[i].pages.get(cursor[i]) {
-        heap.push(Reverse((p, f)));
+    if cursor[i] < live[i].layer_len() {
+        heap.push(Reverse((live[i].layer_page(cursor[i]), f)));
     }
 }
 
@@ -286,10 +360,10 @@ struct Segment {
 
 /// Flattens the drop ranges of `files` into disjoint ascending segments,
 /// each tagged with the newest file (index into `files`) dropping it.
-fn drop_segments(files: &[IcMeta]) -> Vec<Segment> {
+fn drop_segments(files: &[&dyn PageLayer]) -> Vec<Segment> {
     let mut events: Vec<(u64, bool, u32)> = Vec::new(); // (page, is_end, file)
     for (i, m) in files.iter().enumerate() {
-        for d in &m.drops {
+        for d in m.layer_drops() {
             events.push((d.first, false, i as u32));
             events.push((d.end(), true, i as u32));
         }

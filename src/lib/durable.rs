@@ -121,6 +121,14 @@ impl AtomicFile {
         w.write_all(buf).ctx(&self.temp, "write")
     }
 
+    /// Sets the file's length (flushing buffered bytes first); growing it
+    /// leaves a hole, which reads as zeros.
+    pub fn set_len(&mut self, len: u64) -> Result<()> {
+        let w = self.writer.as_mut().expect("writer present until commit");
+        w.flush().ctx(&self.temp, "write")?;
+        w.get_ref().set_len(len).ctx(&self.temp, "set length")
+    }
+
     /// Flushes, fsyncs, renames to the target name and fsyncs the directory.
     pub fn commit(mut self) -> Result<()> {
         let w = self.writer.take().expect("writer present until commit");

@@ -55,6 +55,11 @@ pub enum Error {
     #[error("{0}")]
     Invalid(String),
 
+    /// A generation would need more than 2^32 pattern pointers; the caller
+    /// must take a complete coalescence instead.
+    #[error("pattern space full: {0}")]
+    PatternSpaceFull(String),
+
     /// Another rexctl process holds the job's lock.
     #[error("{path}: busy: {holder}")]
     Busy {
@@ -87,7 +92,7 @@ impl Error {
     /// The process exit code the CLI uses for this error.
     pub fn exit_code(&self) -> i32 {
         match self {
-            Error::Io { .. } => exit::FAILURE,
+            Error::Io { .. } | Error::PatternSpaceFull(_) => exit::FAILURE,
             Error::Corrupt { .. } | Error::Chain { .. } => exit::DATA,
             Error::Invalid(_) => exit::CONFIG,
             Error::Busy { .. } => exit::BUSY,

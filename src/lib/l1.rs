@@ -44,21 +44,74 @@ pub fn list_ic_files(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(out)
 }
 
+/// Reads the header and metadata of every IC file in `dir` (never page
+/// data), sorted by seq.
+pub fn read_all(dir: &Path) -> Result<Vec<IcMeta>> {
+    let mut metas = list_ic_files(dir)?
+        .into_iter()
+        .map(IcMeta::read)
+        .collect::<Result<Vec<_>>>()?;
+    metas.sort_by_key(|m| m.seq());
+    Ok(metas)
+}
+
 impl L1Dir {
     /// Reads the header and metadata of every IC file in `dir` (never page
-    /// data) and checks that they form a chain.
+    /// data) and checks that they form a chain starting at a FULL file.
     pub fn scan(dir: impl AsRef<Path>) -> Result<L1Dir> {
         let dir = dir.as_ref();
-        let mut metas = list_ic_files(dir)?
-            .into_iter()
-            .map(IcMeta::read)
-            .collect::<Result<Vec<_>>>()?;
-        metas.sort_by_key(|m| m.seq());
-        let (orphans, files) = order_chain(dir, metas)?;
+        let (orphans, files) = order_chain(dir, read_all(dir)?)?;
         Ok(L1Dir {
             path: dir.to_path_buf(),
             files,
             orphans,
+        })
+    }
+
+    /// Reads the IC files of `dir` when an L2 generation already covers
+    /// every seq up to `covered` (when `Some`): files up to it go to
+    /// `orphans` (they are replaced by the generation), and the rest must
+    /// continue at `covered + 1` (or restart at a FULL file) without a gap.
+    pub fn scan_after(dir: impl AsRef<Path>, covered: Option<u64>) -> Result<L1Dir> {
+        let dir = dir.as_ref();
+        let Some(last) = covered else {
+            return Self::scan(dir);
+        };
+        let mut files = read_all(dir)?;
+        for w in files.windows(2) {
+            if w[0].seq() == w[1].seq() {
+                return Err(Error::chain(
+                    dir,
+                    format!(
+                        "checkpoint seq {} appears twice: {} and {}",
+                        w[0].seq(),
+                        w[0].path.display(),
+                        w[1].path.display()
+                    ),
+                ));
+            }
+        }
+        let split = files.partition_point(|m| m.seq() <= last);
+        let pending = files.split_off(split);
+        if let Some(first) = pending.first()
+            && first.seq() != last + 1
+            && !first.is_full()
+        {
+            return Err(Error::chain(
+                dir,
+                format!(
+                    "checkpoint seq {} missing: the L2 chain covers up to seq {last}, the next L1 checkpoint is {} (seq {})",
+                    last + 1,
+                    first.path.display(),
+                    first.seq()
+                ),
+            ));
+        }
+        check_contiguous(dir, &pending)?;
+        Ok(L1Dir {
+            path: dir.to_path_buf(),
+            files: pending,
+            orphans: files,
         })
     }
 

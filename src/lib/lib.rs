@@ -13,12 +13,20 @@
 //! Incremental Checkpoint Files for Restore-Express Multi-Level
 //! Checkpointing", IEEE TPDS 2018.
 
+pub mod chain;
 pub mod coalesce;
+pub mod dedup;
+pub mod dedup_table;
 pub mod durable;
 pub mod error;
 pub mod format;
 pub mod image;
 pub mod l1;
+pub mod push;
+pub mod restore;
+pub mod status;
+pub mod lock;
+pub mod store;
 pub mod workload;
 
 pub use error::{Error, Result};

@@ -34,6 +34,11 @@ enum Command {
     Gen(cmd::generate::Args),
     Coalesce(cmd::coalesce::Args),
     Inspect(cmd::inspect::Args),
+    #[command(name = "push-l2")]
+    PushL2(cmd::push::Args),
+    Restore(cmd::restore::Args),
+    Verify(cmd::verify::Args),
+    Status(cmd::status::Args),
     Demo(cmd::demo::Args),
     #[command(hide = true)]
     Man(cmd::man::Args),
@@ -45,6 +50,10 @@ fn main() -> ExitCode {
         Command::Gen(a) => cmd::generate::run(a),
         Command::Coalesce(a) => cmd::coalesce::run(a),
         Command::Inspect(a) => cmd::inspect::run(a),
+        Command::PushL2(a) => cmd::push::run(a),
+        Command::Restore(a) => cmd::restore::run(a),
+        Command::Verify(a) => cmd::verify::run(a),
+        Command::Status(a) => cmd::status::run(a),
         Command::Demo(a) => cmd::demo::run(a),
         Command::Man(a) => cmd::man::run(a),
     };

@@ -362,6 +362,7 @@ pub struct ChunkedWriter {
     header: ChunkedHeader,
     crcs: Vec<u32>,
     hasher: crc32fast::Hasher,
+    file_hasher: crc32fast::Hasher,
     in_chunk: u64,
     bytes: u64,
 }
@@ -383,6 +384,7 @@ impl ChunkedWriter {
             header,
             crcs: Vec::new(),
             hasher: crc32fast::Hasher::new(),
+            file_hasher: crc32fast::Hasher::new(),
             in_chunk: 0,
             bytes: 0,
         })
@@ -392,6 +394,7 @@ impl ChunkedWriter {
     pub fn write(&mut self, mut data: &[u8]) -> Result<()> {
         debug_assert_eq!(data.len() % self.header.record_size as usize, 0);
         self.out.write_all(data)?;
+        self.file_hasher.update(data);
         self.bytes += data.len() as u64;
         let cs = u64::from(self.header.chunk_size);
         while !data.is_empty() {
@@ -424,14 +427,18 @@ impl ChunkedWriter {
         let tcrc = crc32fast::hash(&table);
         table.extend_from_slice(&tcrc.to_le_bytes());
         self.out.write_all(&table)?;
+        self.file_hasher.update(&table);
         self.header.record_count = self.records();
         let hb = self.header.encode();
+        let mut whole = crc32fast::Hasher::new();
+        whole.update(&hb);
+        whole.combine(&self.file_hasher);
         let temp = self.out.temp_path().to_path_buf();
         self.out.seek(SeekFrom::Start(0)).ctx(&temp, "seek")?;
         self.out.write_all(&hb)?;
         self.out.seek(SeekFrom::End(0)).ctx(&temp, "seek")?;
         let len = HEADER_LEN + self.bytes + table.len() as u64;
         self.out.commit()?;
-        Ok((len, 0))
+        Ok((len, whole.finalize()))
     }
 }

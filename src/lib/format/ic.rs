@@ -64,7 +64,7 @@ impl DropRange {
 }
 
 /// The fixed 64-byte header, decoded.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct IcHeader {
     /// Page size in bytes: a power of two, 512 ..= 1 MiB.
     pub page_size: u32,
@@ -305,7 +305,7 @@ impl IcMeta {
         let mut meta = vec![0u8; meta_len];
         file.read_exact_at(&mut meta, HEADER_LEN)
             .ctx(path, "read metadata")?;
-        let parsed = parse_meta(path, &header, &layout, &meta)?;
+        let parsed = parse_meta(path, header.page_count, header.drop_count, &meta)?;
         Ok(IcMeta {
             path: path.to_path_buf(),
             header,
@@ -343,10 +343,25 @@ impl IcMeta {
     }
 }
 
-type ParsedMeta = (Vec<u64>, Vec<DropRange>, Vec<u32>);
+/// A parsed metadata block: page index, drop ranges, page CRCs.
+pub(crate) type ParsedMeta = (Vec<u64>, Vec<DropRange>, Vec<u32>);
 
-/// Parses and checks the metadata block `meta` (bytes 64 .. meta_crc_off+4).
-fn parse_meta(path: &Path, h: &IcHeader, l: &IcLayout, meta: &[u8]) -> Result<ParsedMeta> {
+/// Parses and checks a metadata block `meta` (file bytes 64 ..
+/// meta_crc_off + 4) of `pc` pages and `dc` drop ranges: `meta_crc`, index
+/// order, drop ranges. Shared with the P-Table file, which carries the same
+/// block. The caller has checked that `meta` has the right length.
+pub(crate) fn parse_meta(path: &Path, pc: u64, dc: u64, meta: &[u8]) -> Result<ParsedMeta> {
+    let l = IcHeader {
+        page_size: MIN_PAGE_SIZE,
+        seq: 0,
+        full: false,
+        page_count: pc,
+        drop_count: dc,
+        time_ns: 0,
+    }
+    .layout()
+    .expect("the caller checked the block fits in the file");
+    let h = IcHeader { page_count: pc, drop_count: dc, ..Default::default() };
     let rel = |abs: u64| (abs - HEADER_LEN) as usize;
     let stored = le32(meta, rel(l.meta_crc_off));
     let actual = crc32fast::hash(&meta[..rel(l.meta_crc_off)]);
@@ -543,6 +558,18 @@ impl IcFile {
         Ok(&self.map[start..end])
     }
 
+    /// `len` raw bytes at file offset `off` within the page data, if in
+    /// bounds. For re-reading bytes already CRC-checked through
+    /// [`IcFile::page`] (the deduplication unit's pattern resolver).
+    pub fn raw(&self, off: u64, len: usize) -> Option<&[u8]> {
+        let start = usize::try_from(off).ok()?;
+        let end = start.checked_add(len)?;
+        if (off < self.meta.layout.data_off) || end > self.map.len() {
+            return None;
+        }
+        Some(&self.map[start..end])
+    }
+
     /// Checks the padding and every page's CRC.
     pub fn verify(&self) -> Result<()> {
         self.verify_padding()?;
@@ -646,6 +673,17 @@ impl IcWriter {
             )));
         }
         self.crcs.push(crc32fast::hash(data));
+        self.out.write_all(data)
+    }
+
+    /// Appends the next page whose CRC-32 the caller has just computed or
+    /// checked (`crc == crc32fast::hash(data)`), saving a second pass.
+    pub fn push_page_with_crc(&mut self, data: &[u8], crc: u32) -> Result<()> {
+        debug_assert_eq!(crc, crc32fast::hash(data));
+        if data.len() != self.header.page_size as usize || self.crcs.len() >= self.pages.len() {
+            return self.push_page(data);
+        }
+        self.crcs.push(crc);
         self.out.write_all(data)
     }
 

@@ -5,3 +5,7 @@ pub mod demo;
 pub mod generate;
 pub mod inspect;
 pub mod man;
+pub mod push;
+pub mod restore;
+pub mod status;
+pub mod verify;

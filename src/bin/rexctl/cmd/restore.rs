@@ -1,0 +1,93 @@
+//! `rexctl restore`: rebuild the memory image from L2, or from L1 plus L2.
+
+use std::path::PathBuf;
+
+use rexctl::push::Job;
+use rexctl::restore::{RestoreOptions, parse_page_ranges, restore_l1_l2, restore_l2};
+use rexctl::store::DirStore;
+
+use crate::ui;
+
+/// Restore the memory image byte for byte.
+///
+/// With `--l2` alone (after losing the node), from the newest valid L2
+/// generation. With `--l1` too (after a transient fault), pages written since
+/// the last L2 checkpoint come from L1's IC files and the rest from L1's copy
+/// of the chain, falling back to L2 per file. The output is a FULL REX-IC
+/// file, or a flat image with `--raw`; it is written under a temporary name
+/// and appears only when complete and verified.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The L2 directory.
+    #[arg(long)]
+    l2: PathBuf,
+    /// The L1 directory (transient-failure restore).
+    #[arg(long)]
+    l1: Option<PathBuf>,
+    /// Output file.
+    #[arg(long)]
+    out: PathBuf,
+    /// Write a flat image (page p at offset (p - first) x page size; gaps
+    /// read as zeros) instead of a REX-IC file.
+    #[arg(long)]
+    raw: bool,
+    /// Restore only these pages: inclusive ranges like `0x5000-0x50ff,42`
+    /// (the output then carries only them and is not FULL).
+    #[arg(long)]
+    pages: Option<String>,
+    /// Restore this generation instead of the newest.
+    #[arg(long)]
+    generation: Option<u64>,
+    /// If the generation is corrupt, restore the newest older valid one
+    /// (says so on standard error).
+    #[arg(long)]
+    fallback: bool,
+    /// Print a JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(a: Args) -> anyhow::Result<i32> {
+    let opts = RestoreOptions {
+        generation: a.generation,
+        fallback: a.fallback,
+        pages: a.pages.as_deref().map(parse_page_ranges).transpose()?,
+        raw: a.raw,
+    };
+    let l2 = DirStore::open(&a.l2)?;
+    let report = match &a.l1 {
+        Some(l1) => restore_l1_l2(&Job::open(l1, Box::new(l2))?, &opts, &a.out)?,
+        None => restore_l2(&l2, &opts, &a.out)?,
+    };
+    if let Some(why) = &report.fell_back {
+        eprintln!("rexctl: WARNING: FALLBACK: {why}");
+    }
+    for note in &report.l2_fallbacks {
+        eprintln!("rexctl: warning: {note}");
+    }
+    if a.json {
+        ui::print_json(&report)?;
+    } else {
+        let secs = report.seconds.max(1e-9);
+        println!(
+            "restored {} pages ({}) of seq {}{}{} to {} in {:.3}s ({:.0} MB/s){}",
+            report.pages,
+            ui::bytes(report.bytes),
+            report.seq,
+            report.generation.map(|g| format!(" from generation {g}")).unwrap_or_default(),
+            if report.pages_from_l1_ics > 0 {
+                format!(" ({} pages from L1 checkpoints)", report.pages_from_l1_ics)
+            } else {
+                String::new()
+            },
+            a.out.display(),
+            report.seconds,
+            report.bytes as f64 / secs / 1e6,
+            report
+                .raw_first_page
+                .map(|p| format!("; raw image starts at page {p:#x}"))
+                .unwrap_or_default()
+        );
+    }
+    Ok(0)
+}

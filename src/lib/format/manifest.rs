@@ -1,0 +1,242 @@
+//! The generation manifest (docs/FORMAT.md §3.4): the file whose presence
+//! makes a generation exist.
+//!
+//! A manifest is JSON, because people read it when a restore goes wrong,
+//! framed for integrity: the line `REXMAN1`, the JSON object, and a last line
+//! `crc32 XXXXXXXX` holding the CRC-32 of every byte before that line. It is
+//! written last, after every file it names is durable, so a generation
+//! without a valid manifest does not exist; and a manifest is only trusted
+//! once every file it names has the size and CRC it records.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::format::ptable::check_sizes;
+
+/// First line of every manifest.
+pub const MAGIC_LINE: &str = "REXMAN1";
+/// Manifest format version (the `format` field).
+pub const FORMAT: u32 = 1;
+
+/// Whether a generation starts a chain (full RPS) or extends one (ΔRPS).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GenKind {
+    /// A full RPS: complete coalescence, the base of a chain.
+    Full,
+    /// A ΔRPS on top of its parent.
+    Delta,
+}
+
+/// The role of a file in a generation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// The RPS (full or Δ).
+    Rps,
+    /// The Pointer File.
+    Pf,
+    /// The P-Table delta.
+    Ptable,
+}
+
+/// One file of a generation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileEntry {
+    /// What the file is.
+    pub role: Role,
+    /// Object name within the chain directory.
+    pub name: String,
+    /// Size in bytes.
+    pub bytes: u64,
+    /// CRC-32 of the whole file.
+    pub crc32: u32,
+}
+
+/// Time spent in each stage of the push, in seconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Timings {
+    /// Scanning L1 and building the C-List.
+    pub coalesce_s: f64,
+    /// Deduplication (reading pages, DeD-Table, writing RPS/PF/P-Table to L1).
+    pub dedup_s: f64,
+    /// Uploading the data files to L2.
+    pub upload_s: f64,
+}
+
+/// A generation's manifest.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Manifest format version.
+    pub format: u32,
+    /// Generation number (increasing, never reused within a job).
+    pub generation: u64,
+    /// The generation this one extends (`None` for a chain base).
+    pub parent: Option<u64>,
+    /// The chain's base generation (itself for a full one).
+    pub chain_base: u64,
+    /// Full or Δ.
+    pub kind: GenKind,
+    /// Page size in bytes.
+    pub page_size: u32,
+    /// Pattern size in bytes.
+    pub pattern_size: u32,
+    /// First L1 seq coalesced into this generation.
+    pub first_seq: u64,
+    /// Last L1 seq coalesced: the generation restores the state at this seq.
+    pub last_seq: u64,
+    /// Capture time of checkpoint `last_seq` (Unix nanoseconds), carried
+    /// into restored images.
+    pub time_ns: u64,
+    /// Pointer of this generation's first pattern in the chain's space.
+    pub pattern_base: u64,
+    /// Patterns in this generation's RPS.
+    pub patterns: u64,
+    /// Live pages after this generation.
+    pub live_pages: u64,
+    /// Pages written by this generation (its C-List).
+    pub dirty_pages: u64,
+    /// Pages dropped by this generation.
+    pub dropped_pages: u64,
+    /// The data files.
+    pub files: Vec<FileEntry>,
+    /// Bytes of the IC files this generation replaces (what plain IC would
+    /// have shipped).
+    pub bytes_in: u64,
+    /// Bytes of the data files (what rexctl shipped).
+    pub bytes_out: u64,
+    /// `bytes_in / bytes_out`.
+    pub compression_ratio: f64,
+    /// Stage times.
+    pub timings: Timings,
+    /// Creation time, Unix nanoseconds.
+    pub created_ns: u64,
+    /// The rexctl version that wrote it.
+    pub writer: String,
+}
+
+impl Manifest {
+    /// Pointers per page.
+    pub fn alpha(&self) -> u64 {
+        u64::from(self.page_size / self.pattern_size)
+    }
+
+    /// Patterns addressable after this generation (the chain's pattern
+    /// space so far).
+    pub fn pattern_end(&self) -> u64 {
+        self.pattern_base + self.patterns
+    }
+
+    /// The entry of the file with `role`.
+    pub fn file(&self, role: Role) -> Option<&FileEntry> {
+        self.files.iter().find(|f| f.role == role)
+    }
+
+    /// Encodes the manifest with its frame.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut s = format!("{MAGIC_LINE}\n");
+        s.push_str(&serde_json::to_string_pretty(self).expect("manifest serializes"));
+        s.push('\n');
+        let crc = crc32fast::hash(s.as_bytes());
+        s.push_str(&format!("crc32 {crc:08x}\n"));
+        s.into_bytes()
+    }
+
+    /// Decodes and checks manifest bytes read from `path`.
+    pub fn decode(path: &Path, b: &[u8]) -> Result<Manifest> {
+        let magic = format!("{MAGIC_LINE}\n");
+        if !b.starts_with(magic.as_bytes()) {
+            return Err(Error::corrupt(path, 0, "magic", format!("expected the line {MAGIC_LINE:?} (a rexctl manifest)")));
+        }
+        let body_end = b[..b.len().saturating_sub(1)]
+            .iter()
+            .rposition(|&c| c == b'\n')
+            .map(|i| i + 1)
+            .filter(|&i| i >= magic.len())
+            .ok_or_else(|| Error::corrupt(path, b.len() as u64, "crc32", "missing the final `crc32` line"))?;
+        let line = std::str::from_utf8(&b[body_end..]).unwrap_or("");
+        let stored = line
+            .strip_prefix("crc32 ")
+            .and_then(|h| h.strip_suffix('\n'))
+            .filter(|h| h.len() == 8)
+            .and_then(|h| u32::from_str_radix(h, 16).ok())
+            .ok_or_else(|| Error::corrupt(path, body_end as u64, "crc32", format!("malformed last line {line:?} (truncated?)")))?;
+        let actual = crc32fast::hash(&b[..body_end]);
+        if stored != actual {
+            return Err(Error::corrupt(
+                path,
+                body_end as u64,
+                "crc32",
+                format!("stored {stored:08x}, computed {actual:08x} over the manifest"),
+            ));
+        }
+        let m: Manifest = serde_json::from_slice(&b[magic.len()..body_end]).map_err(|e| {
+            Error::corrupt(path, magic.len() as u64 + e.column() as u64, "json", e.to_string())
+        })?;
+        m.check(path)?;
+        Ok(m)
+    }
+
+    /// Checks the manifest's internal consistency.
+    pub fn check(&self, path: &Path) -> Result<()> {
+        let bad = |field: &'static str, why: String| Err(Error::corrupt(path, 0, field, why));
+        if self.format != FORMAT {
+            return bad("format", format!("unsupported manifest format {} (this rexctl reads {FORMAT})", self.format));
+        }
+        if let Err((_, field, why)) = check_sizes(self.page_size, self.pattern_size) {
+            return bad(field, why);
+        }
+        match (self.kind, self.parent) {
+            (GenKind::Full, None) if self.chain_base == self.generation && self.pattern_base == 0 => {}
+            (GenKind::Delta, Some(p)) if p < self.generation && self.chain_base <= p => {}
+            _ => {
+                return bad(
+                    "kind",
+                    format!(
+                        "inconsistent lineage: kind {:?}, parent {:?}, chain_base {}, generation {}, pattern_base {}",
+                        self.kind, self.parent, self.chain_base, self.generation, self.pattern_base
+                    ),
+                );
+            }
+        }
+        if self.pattern_end() > 1 << 32 {
+            return bad("patterns", format!("pattern space ends at {}, beyond 2^32", self.pattern_end()));
+        }
+        if self.first_seq > self.last_seq {
+            return bad("first_seq", format!("first_seq {} > last_seq {}", self.first_seq, self.last_seq));
+        }
+        for role in [Role::Rps, Role::Pf, Role::Ptable] {
+            if self.files.iter().filter(|f| f.role == role).count() != 1 {
+                return bad("files", format!("needs exactly one {role:?} file"));
+            }
+        }
+        for f in &self.files {
+            if f.name.contains('/') || f.name.starts_with('.') || f.name.is_empty() {
+                return bad("files", format!("file name {:?} is not a plain name", f.name));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Object name of a generation's file with the given extension.
+pub fn object_name(generation: u64, ext: &str) -> String {
+    format!("g{generation:08}.{ext}")
+}
+
+/// Object name of a generation's manifest.
+pub fn manifest_name(generation: u64) -> String {
+    object_name(generation, "manifest")
+}
+
+/// Parses a manifest object name back to its generation.
+pub fn parse_manifest_name(name: &str) -> Option<u64> {
+    let g = name.strip_prefix('g')?.strip_suffix(".manifest")?;
+    if g.len() >= 8 && g.bytes().all(|c| c.is_ascii_digit()) {
+        g.parse().ok()
+    } else {
+        None
+    }
+}

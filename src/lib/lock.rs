@@ -1,0 +1,103 @@
+//! The job lock: one rexctl at a time pushes from an L1 directory.
+//!
+//! The lock is a `flock(2)` on `L1/.rex.lock`, taken without waiting. The
+//! kernel releases it when its holder dies, however it dies, so a lock left
+//! by a crashed process is never stale: the next taker simply gets it. The
+//! file's contents (pid, host, start time, command) only say who holds it,
+//! for the "busy" message; they are rewritten by each holder.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, IoContext, Result};
+
+/// Name of the lock file inside the L1 directory.
+pub const LOCK_NAME: &str = ".rex.lock";
+
+/// A held job lock; released on drop (or by the kernel at exit).
+#[derive(Debug)]
+pub struct JobLock {
+    file: File,
+    path: PathBuf,
+}
+
+impl JobLock {
+    /// Takes the lock of the L1 directory `l1` without waiting, or returns
+    /// [`Error::Busy`] naming the holder.
+    pub fn acquire(l1: &Path, what: &str) -> Result<JobLock> {
+        let path = l1.join(LOCK_NAME);
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .ctx(&path, "open lock file")?;
+        // SAFETY: `flock` is called on a file descriptor owned by `file`,
+        // which outlives the call; it has no memory-safety preconditions.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc != 0 {
+            let err = std::io::Error::last_os_error();
+            if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                let mut holder = String::new();
+                let _ = file.read_to_string(&mut holder);
+                let holder = holder.trim();
+                return Err(Error::Busy {
+                    path,
+                    holder: if holder.is_empty() {
+                        "held by another process".into()
+                    } else {
+                        format!("held by {holder}")
+                    },
+                });
+            }
+            return Err(Error::io(&path, "flock", err));
+        }
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        let info = format!(
+            "pid {} on {} since {} ({what})\n",
+            std::process::id(),
+            host.trim(),
+            humantime::format_rfc3339_seconds(std::time::SystemTime::now())
+        );
+        file.set_len(0).ctx(&path, "truncate lock file")?;
+        file.seek(SeekFrom::Start(0)).ctx(&path, "seek lock file")?;
+        file.write_all(info.as_bytes()).ctx(&path, "write lock file")?;
+        Ok(JobLock { file, path })
+    }
+
+    /// The lock file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for JobLock {
+    fn drop(&mut self) {
+        let _ = self.file.set_len(0);
+        // SAFETY: as in `acquire`; unlocking a descriptor we own.
+        unsafe { libc::flock(self.file.as_raw_fd(), libc::LOCK_UN) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn second_taker_is_told_who_holds_it() {
+        let d = tempfile::tempdir().unwrap();
+        let a = JobLock::acquire(d.path(), "push-l2").unwrap();
+        match JobLock::acquire(d.path(), "flush") {
+            Err(Error::Busy { holder, .. }) => {
+                assert!(holder.contains(&format!("pid {}", std::process::id())), "{holder}");
+                assert!(holder.contains("push-l2"), "{holder}");
+            }
+            other => panic!("expected Busy, got {other:?}"),
+        }
+        drop(a);
+        JobLock::acquire(d.path(), "flush").unwrap();
+    }
+}
