@@ -15,10 +15,13 @@
 
 pub mod chain;
 pub mod coalesce;
+pub mod config;
+pub mod controller;
 pub mod dedup;
 pub mod dedup_table;
 pub mod durable;
 pub mod error;
+pub mod flush;
 pub mod format;
 pub mod image;
 pub mod l1;

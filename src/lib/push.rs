@@ -45,7 +45,7 @@ use crate::store::{DirStore, Store};
 pub const L1_CHAIN_DIR: &str = "rex";
 
 /// The hash functions of the DeD-Table.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum HashChoice {
     /// CRC-32 indexes the table, as in the paper (and XXH3 gives the tag).

@@ -363,6 +363,21 @@ fn write_image(
     Ok(())
 }
 
+/// Rebuilds every live page of `chain` in page order into memory, calling
+/// `sink(page, bytes)` for each, exactly as a full restore does but without
+/// writing an output file (the decode stage alone). Returns the page count.
+pub fn decode_image(chain: &OpenChain, mut sink: impl FnMut(u64, &[u8])) -> Result<u64> {
+    chain.verify_all()?;
+    let mut buf = vec![0u8; chain.manifest().page_size as usize];
+    let mut n = 0;
+    for lp in chain.live_pages() {
+        chain.read_page(lp, &mut buf)?;
+        sink(lp.page, &buf);
+        n += 1;
+    }
+    Ok(n)
+}
+
 /// The result of verifying one generation.
 #[derive(Clone, Debug, Serialize)]
 pub struct GenerationCheck {

@@ -2,7 +2,10 @@
 //! `rexctl` binary in temporary directories, the golden and corrupt fixtures,
 //! and property tests of the pipeline against naive models.
 
+mod chain_props;
 mod cli;
 mod coalesce_props;
 mod fixtures;
+mod flush;
+mod l2_faults;
 mod util;

@@ -39,12 +39,21 @@ enum Command {
     Restore(cmd::restore::Args),
     Verify(cmd::verify::Args),
     Status(cmd::status::Args),
+    Flush(cmd::flush::Args),
+    Plan(cmd::plan::Args),
     Demo(cmd::demo::Args),
     #[command(hide = true)]
     Man(cmd::man::Args),
 }
 
 fn main() -> ExitCode {
+    // SAFETY: restoring the default action of SIGPIPE before any thread is
+    // started has no memory-safety preconditions. Rust ignores SIGPIPE, which
+    // turns `rexctl status | head` into a panic on the next print; with the
+    // default action the process ends quietly, as Unix tools do.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Gen(a) => cmd::generate::run(a),
@@ -54,6 +63,8 @@ fn main() -> ExitCode {
         Command::Restore(a) => cmd::restore::run(a),
         Command::Verify(a) => cmd::verify::run(a),
         Command::Status(a) => cmd::status::run(a),
+        Command::Flush(a) => cmd::flush::run(a),
+        Command::Plan(a) => cmd::plan::run(a),
         Command::Demo(a) => cmd::demo::run(a),
         Command::Man(a) => cmd::man::run(a),
     };

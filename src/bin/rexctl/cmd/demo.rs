@@ -1,21 +1,23 @@
 //! `rexctl demo`: the main job end to end on a generated workload, with
 //! local directories, checked against the ground truth.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use rexctl::coalesce::CList;
-use rexctl::format::ic::IcFile;
-use rexctl::image::compare_ic_files;
-use rexctl::l1::L1Dir;
-use rexctl::workload;
+use rexctl::image::{ImageDiff, compare_ic_files};
+use rexctl::push::{Job, PushOptions, push_l2};
+use rexctl::restore::{RestoreOptions, restore_l1_l2, restore_l2, verify};
+use rexctl::store::DirStore;
+use rexctl::workload::{self, Workload};
 
 use crate::ui;
 
 /// Run the whole pipeline on a generated workload and check the result:
-/// generate an L1 chain, coalesce it, verify the coalesced file, and compare
-/// it with the generator's ground truth, byte for byte.
+/// take checkpoints into a local L1 directory, push them to a local L2
+/// directory in batches (coalesce, deduplicate), restore from L2 alone and
+/// from L1 plus L2, and compare both images with the generator's ground
+/// truth, byte for byte. Exits 6 on any mismatch.
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Work directory (default: a fresh temporary directory, removed
@@ -28,6 +30,9 @@ pub struct Args {
     /// Generator seed.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Checkpoints per L2 push.
+    #[arg(long, default_value_t = 4)]
+    batch: u64,
     /// Keep the temporary work directory.
     #[arg(long)]
     keep: bool,
@@ -55,57 +60,108 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     result
 }
 
-fn demo(a: &Args, dir: &std::path::Path) -> anyhow::Result<i32> {
+fn demo(a: &Args, dir: &Path) -> anyhow::Result<i32> {
     let l1 = dir.join("l1");
-    let truth = dir.join("truth.rexic");
-    let coalesced = dir.join("coalesced.rexic");
-
-    let t = Instant::now();
+    let l2 = dir.join("l2");
+    std::fs::create_dir_all(&l1).with_context(|| format!("{}: create directory", l1.display()))?;
     let profile = workload::profile(&a.profile)?;
-    let g = workload::generate(&l1, profile, a.seed, Some(&truth), |_| {})?;
+    let (n, batch) = (profile.checkpoints, a.batch.max(1));
     println!(
-        "1. gen       {} checkpoints of profile {} (seed {}): {} in {} [{:.2?}]",
-        g.files.len(),
-        g.profile,
-        g.seed,
-        ui::bytes(g.bytes),
-        l1.display(),
-        t.elapsed()
+        "rexctl demo: profile {} (seed {}), {} pages of {} bytes, 1 FULL + {n} incremental checkpoints, L2 push every {batch}",
+        profile.name, a.seed, profile.pages, profile.page_size
     );
-
-    let t = Instant::now();
-    let chain = L1Dir::scan(&l1)?;
-    let clist = CList::build(&chain.files)?;
-    let s = clist.stats;
-    println!(
-        "2. coalesce  {} page copies -> {} distinct pages ({} skipped), read {} of headers and indexes [{:.2?}]",
-        s.pages_carried,
-        s.distinct_pages,
-        ui::pct(s.skipped_share()),
-        ui::bytes(s.meta_bytes_read),
-        t.elapsed()
-    );
-    let t = Instant::now();
-    clist.write_ic(&chain.files, &coalesced)?;
-    let f = IcFile::open(&coalesced)?;
-    f.verify()?;
-    println!(
-        "3. inspect   {}: seq {}, {}, {} pages, CRCs ok [{:.2?}]",
-        coalesced.display(),
-        f.meta().seq(),
-        if f.meta().is_full() {
-            "FULL"
-        } else {
-            "incremental"
-        },
-        f.meta().page_count(),
-        t.elapsed()
-    );
-    let diff = compare_ic_files(&coalesced, &truth)?;
-    if !diff.is_equal() {
-        println!("4. compare   MISMATCH with the ground truth: {diff}");
-        return Ok(rexctl::error::exit::MISMATCH);
+    let mut w = Workload::new(profile, a.seed)?;
+    let job = Job::open(&l1, Box::new(DirStore::create(&l2)?))?;
+    let opts = PushOptions::default();
+    let mut step = 1;
+    let mut pushed_truth = None;
+    let mut pending = 0;
+    for seq in 0..=n {
+        w.checkpoint(&l1)?;
+        pending += 1;
+        // Push full batches; the last checkpoint stays pending in L1.
+        if pending == batch && seq < n {
+            let t = Instant::now();
+            let r = push_l2(&job, &opts)?;
+            let m = r.manifest.as_ref().expect("a batch was pending");
+            println!(
+                "{step:>2}. push-l2   seq {}..={} -> generation {} ({}): {} in -> {} out, ratio {:.2} [{:.2?}]",
+                m.first_seq,
+                m.last_seq,
+                m.generation,
+                if m.parent.is_none() { "full RPS" } else { "ΔRPS" },
+                ui::bytes(m.bytes_in),
+                ui::bytes(m.bytes_out),
+                m.compression_ratio,
+                t.elapsed()
+            );
+            step += 1;
+            pending = 0;
+            let truth = dir.join(format!("truth-seq{}.rexic", m.last_seq));
+            w.write_image(&truth)?;
+            pushed_truth = Some(truth);
+        }
     }
-    println!("4. compare   coalesced image equals the ground truth, byte for byte: {diff}");
-    Ok(0)
+    let final_truth = dir.join("truth-final.rexic");
+    w.write_image(&final_truth)?;
+    println!(
+        "{step:>2}. pending   {pending} checkpoint{} stay{} in L1 (written since the last L2 checkpoint)",
+        if pending == 1 { "" } else { "s" },
+        if pending == 1 { "s" } else { "" }
+    );
+    step += 1;
+
+    let mut ok = true;
+    let restored = dir.join("restored-l2.rexic");
+    let t = Instant::now();
+    let r = restore_l2(job.l2.as_ref(), &RestoreOptions::default(), &restored)?;
+    let truth = pushed_truth.expect("at least one push");
+    let diff = compare_ic_files(&restored, &truth)?;
+    ok &= diff.is_equal();
+    println!(
+        "{step:>2}. restore   from L2 alone (lost node): generation {} = seq {}, {} pages [{:.2?}]: {}",
+        r.generation.unwrap_or(0),
+        r.seq,
+        r.pages,
+        t.elapsed(),
+        verdict(&diff)
+    );
+    step += 1;
+    let restored = dir.join("restored-l1l2.rexic");
+    let t = Instant::now();
+    let r = restore_l1_l2(&job, &RestoreOptions::default(), &restored)?;
+    let diff = compare_ic_files(&restored, &final_truth)?;
+    ok &= diff.is_equal();
+    println!(
+        "{step:>2}. restore   from L1 + L2 (transient fault): seq {}, {} pages, {} from L1 checkpoints [{:.2?}]: {}",
+        r.seq,
+        r.pages,
+        r.pages_from_l1_ics,
+        t.elapsed(),
+        verdict(&diff)
+    );
+    step += 1;
+    let v = verify(job.l2.as_ref(), Some(&job))?;
+    ok &= v.ok();
+    println!(
+        "{step:>2}. verify    {} generations, {} pages rebuilt and checked: {}",
+        v.generations.len(),
+        v.pages_checked,
+        if v.ok() { "ok" } else { "FAILED" }
+    );
+    if ok {
+        println!("every restore equals the ground truth, byte for byte");
+        Ok(0)
+    } else {
+        println!("MISMATCH: a restore differs from the ground truth");
+        Ok(rexctl::error::exit::MISMATCH)
+    }
+}
+
+fn verdict(d: &ImageDiff) -> String {
+    if d.is_equal() {
+        "equals the ground truth".into()
+    } else {
+        format!("DIFFERS from the ground truth: {d}")
+    }
 }

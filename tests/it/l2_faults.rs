@@ -1,0 +1,1238 @@
+//! L2 fault tolerance, end to end against the real binary:
+//!
+//! * crashes (`REX_FAILPOINT=N`: the process aborts, as `kill -9` would, at
+//!   its N-th durable file operation) at every point of a `push-l2`: a Δ
+//!   push, the first (full) push, and a `--full` push that prunes old
+//!   chains; after each crash both restores give the old or the new state
+//!   (L1 + L2 always the new one), and the next push recovers;
+//! * corrupt, truncated and missing L2 files (RPS, PF, P-Table, manifest)
+//!   of each generation of a chain, and of L1's copy of the chain;
+//! * forced DeD-Table hash collisions through the library pipeline;
+//! * concurrent `push-l2` processes on one job.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use rexctl::chain::{ChainIndex, OpenChain};
+use rexctl::coalesce::CList;
+use rexctl::dedup::{DedupJob, deduplicate};
+use rexctl::dedup_table::{Crc32Hasher, PatternHash, PatternHasher};
+use rexctl::format::ic::IcMeta;
+use rexctl::format::manifest::{FORMAT, GenKind, Manifest, Timings, manifest_name};
+use rexctl::image::compare_ic_files;
+use rexctl::l1::{L1Dir, list_ic_files};
+use rexctl::restore::{RestoreOptions, restore_l2};
+use rexctl::store::{DirStore, Store};
+use rexctl::workload::{Workload, profile};
+
+use crate::util::rexctl;
+
+// ---------------------------------------------------------------------------
+// Helpers
+// ---------------------------------------------------------------------------
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 temp path")
+}
+
+/// Runs `rexctl args...`, with `REX_FAILPOINT=n` when given (and never
+/// inherited otherwise).
+fn rex(args: &[&str], failpoint: Option<u64>) -> Output {
+    let mut c: Command = rexctl();
+    c.args(args).env_remove("REX_FAILPOINT");
+    if let Some(n) = failpoint {
+        c.env("REX_FAILPOINT", n.to_string());
+    }
+    c.output().expect("run rexctl")
+}
+
+fn show(args: &[&str], out: &Output) -> String {
+    format!(
+        "rexctl {args:?}: status {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Runs `rexctl` without failpoint and asserts success; returns stderr.
+fn rex_ok(args: &[&str]) -> String {
+    let out = rex(args, None);
+    assert!(out.status.success(), "{}", show(args, &out));
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A small workload: `pages` pages of the `name` profile.
+fn workload(name: &str, pages: u64, seed: u64) -> Workload {
+    let mut p = profile(name).unwrap();
+    p.pages = pages;
+    Workload::new(p, seed).unwrap()
+}
+
+/// Takes checkpoints into `l1` until seq `last` is written, then writes the
+/// true image at `last` into `truth/seq-<last>.rexic` and returns its path.
+fn take_until(w: &mut Workload, l1: &Path, last: u64, truth: &Path) -> PathBuf {
+    std::fs::create_dir_all(l1).unwrap();
+    std::fs::create_dir_all(truth).unwrap();
+    while w.next_seq() <= last {
+        w.checkpoint(l1).unwrap();
+    }
+    let p = truth.join(format!("seq-{last}.rexic"));
+    w.write_image(&p).unwrap();
+    p
+}
+
+/// Recursive copy (files and directories only).
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let t = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &t);
+        } else {
+            std::fs::copy(e.path(), &t).unwrap();
+        }
+    }
+}
+
+fn names_in(dir: &Path) -> Vec<String> {
+    match std::fs::read_dir(dir) {
+        Ok(rd) => {
+            let mut v: Vec<String> = rd
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            v.sort();
+            v
+        }
+        Err(_) => Vec::new(),
+    }
+}
+
+fn same_image(a: &Path, b: &Path) -> bool {
+    compare_ic_files(a, b).unwrap().is_equal()
+}
+
+/// Asserts `got` is exactly the image `want`.
+fn assert_image(got: &Path, want: &Path, ctx: &str) {
+    let d = compare_ic_files(got, want).unwrap();
+    assert!(
+        d.is_equal(),
+        "{ctx}: restored image differs from {}: {d}",
+        want.display()
+    );
+}
+
+/// A restore into a fresh, empty directory `outdir`; returns the output and
+/// the path of the image (which exists only on success).
+fn restore(l2: &Path, l1: Option<&Path>, extra: &[&str], outdir: &Path) -> (Output, PathBuf) {
+    std::fs::create_dir_all(outdir).unwrap();
+    assert!(
+        names_in(outdir).is_empty(),
+        "{} not empty",
+        outdir.display()
+    );
+    let out_file = outdir.join("image.rexic");
+    let mut args: Vec<&str> = vec!["restore", "--l2", s(l2)];
+    if let Some(l1) = l1 {
+        args.extend(["--l1", s(l1)]);
+    }
+    args.extend(["--out", s(&out_file)]);
+    args.extend_from_slice(extra);
+    let out = rex(&args, None);
+    if out.status.success() {
+        assert!(out_file.is_file(), "{}", show(&args, &out));
+    } else {
+        assert!(
+            !stderr(&out).contains("panicked"),
+            "panic: {}",
+            show(&args, &out)
+        );
+        assert!(
+            names_in(outdir).is_empty(),
+            "a failed restore left files behind: {:?}\n{}",
+            names_in(outdir),
+            show(&args, &out)
+        );
+    }
+    (out, out_file)
+}
+
+/// A restore that must succeed and produce exactly `want`; returns stderr.
+fn restore_exact(
+    l2: &Path,
+    l1: Option<&Path>,
+    extra: &[&str],
+    outdir: &Path,
+    want: &Path,
+    ctx: &str,
+) -> String {
+    let (out, img) = restore(l2, l1, extra, outdir);
+    assert!(
+        out.status.success(),
+        "{ctx}: restore failed\n{}",
+        show(
+            &["restore", "--l2", s(l2), "--l1", l1.map(s).unwrap_or("-")],
+            &out
+        )
+    );
+    assert_image(&img, want, ctx);
+    stderr(&out)
+}
+
+/// The newest valid L2 generation's last seq.
+fn l2_last_seq(l2: &Path) -> Option<u64> {
+    let store = DirStore::open(l2).unwrap();
+    ChainIndex::load(&store)
+        .unwrap()
+        .newest()
+        .map(|m| m.last_seq)
+}
+
+/// After a successful push: no temporary file anywhere, no IC file covered
+/// by the newest generation left in L1, and no generation file without a
+/// valid manifest in L1's chain copy or in L2.
+fn assert_clean(l1: &Path, l2: &Path, ctx: &str) {
+    for dir in [l1.to_path_buf(), l1.join("rex"), l2.to_path_buf()] {
+        for n in names_in(&dir) {
+            assert!(
+                !rexctl::durable::is_temp_name(&n),
+                "{ctx}: temporary file {n} left in {}",
+                dir.display()
+            );
+        }
+    }
+    let covered = l2_last_seq(l2).expect("L2 holds a generation");
+    for p in list_ic_files(l1).unwrap() {
+        let seq = IcMeta::read(&p).unwrap().seq();
+        assert!(
+            seq > covered,
+            "{ctx}: {} (seq {seq}) is covered by the newest generation (up to seq {covered}) but still in L1",
+            p.display()
+        );
+    }
+    for dir in [l1.join("rex"), l2.to_path_buf()] {
+        let store = DirStore::open(&dir).unwrap();
+        let idx = ChainIndex::load(&store).unwrap();
+        assert!(
+            idx.invalid.is_empty(),
+            "{ctx}: invalid manifests in {}: {:?}",
+            dir.display(),
+            idx.invalid
+        );
+        for n in names_in(&dir) {
+            if let Some(g) = rexctl::push::generation_of(&n) {
+                assert!(
+                    idx.manifests.contains_key(&g),
+                    "{ctx}: {n} in {} belongs to no generation (no manifest for generation {g}); files: {:?}",
+                    dir.display(),
+                    names_in(&dir)
+                );
+            }
+        }
+    }
+}
+
+/// Runs one case, turning a failed assertion into an entry of `failures`
+/// (so one run reports every failing case, not just the first).
+fn case(failures: &mut Vec<String>, f: impl FnOnce()) {
+    if let Err(e) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        let msg = e
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "panic".into());
+        failures.push(msg);
+    }
+}
+
+fn assert_no_failures(failures: &[String], total: usize) {
+    assert!(
+        failures.is_empty(),
+        "{} of {total} cases failed:\n\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
+}
+
+/// Number of distinct chains (chain bases) with a valid manifest in `dir`.
+fn chains_in(dir: &Path) -> usize {
+    let store = DirStore::open(dir).unwrap();
+    let idx = ChainIndex::load(&store).unwrap();
+    idx.manifests
+        .values()
+        .map(|m| m.chain_base)
+        .collect::<BTreeSet<_>>()
+        .len()
+}
+
+// ---------------------------------------------------------------------------
+// 1. Crashes during push-l2
+// ---------------------------------------------------------------------------
+
+/// One crash scenario: the job in `template/{l1,l2}`, the push to crash, the
+/// state before (`old`, `None` when L2 holds nothing yet) and after (`new`).
+struct CrashCase {
+    name: &'static str,
+    template: PathBuf,
+    /// Extra `push-l2` arguments of the crashing push (and of the retry).
+    push_args: Vec<&'static str>,
+    old: Option<PathBuf>,
+    new: PathBuf,
+    /// Chains L2 may hold after the retry (retention).
+    max_l2_chains: usize,
+}
+
+fn push_args<'a>(l1: &'a Path, l2: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut v = vec!["push-l2", "--l1", s(l1), "--l2", s(l2)];
+    v.extend_from_slice(extra);
+    v
+}
+
+/// The state after a successful push: both restores give `new`, verify
+/// passes, L1 and L2 hold no leftovers, retention holds.
+fn check_pushed(case: &CrashCase, l1: &Path, l2: &Path, work: &Path, ctx: &str) {
+    restore_exact(
+        l2,
+        None,
+        &[],
+        &work.join("final-l2"),
+        &case.new,
+        &format!("{ctx}: restore --l2"),
+    );
+    restore_exact(
+        l2,
+        Some(l1),
+        &[],
+        &work.join("final-l1l2"),
+        &case.new,
+        &format!("{ctx}: restore --l1 --l2"),
+    );
+    rex_ok(&["verify", "--l2", s(l2), "--l1", s(l1)]);
+    assert_clean(l1, l2, ctx);
+    let chains = chains_in(l2);
+    assert!(
+        chains <= case.max_l2_chains,
+        "{ctx}: L2 holds {chains} chains, retention allows {}",
+        case.max_l2_chains
+    );
+}
+
+fn run_crash_case(case: &CrashCase) {
+    let mut seen_old = 0;
+    let mut seen_new = 0;
+    let mut seen_none = 0;
+    let mut n = 1u64;
+    loop {
+        assert!(n < 1000, "{}: push-l2 never finished", case.name);
+        let work = tempfile::tempdir().unwrap();
+        let (l1, l2) = (work.path().join("l1"), work.path().join("l2"));
+        copy_tree(&case.template.join("l1"), &l1);
+        copy_tree(&case.template.join("l2"), &l2);
+        let ctx = format!("{}: REX_FAILPOINT={n}", case.name);
+
+        let args = push_args(&l1, &l2, &case.push_args);
+        let out = rex(&args, Some(n));
+        if out.status.success() {
+            // The push finished before its N-th durable operation.
+            assert!(
+                n > 10,
+                "{ctx}: a push takes more than {n} durable operations"
+            );
+            check_pushed(case, &l1, &l2, work.path(), &ctx);
+            break;
+        }
+        let err = stderr(&out);
+        assert!(
+            err.contains(&format!("REX_FAILPOINT={n}: aborting")),
+            "{ctx}: the push failed otherwise than at its failpoint\n{}",
+            show(&args, &out)
+        );
+
+        // The crashed state: L2 alone gives the old or the new state ...
+        let (r, img) = restore(&l2, None, &[], &work.path().join("crash-l2"));
+        if r.status.success() {
+            if same_image(&img, &case.new) {
+                seen_new += 1;
+            } else if case.old.as_ref().is_some_and(|o| same_image(&img, o)) {
+                seen_old += 1;
+            } else {
+                panic!(
+                    "{ctx}: restore --l2 after the crash gives neither the old nor the new state\n{}",
+                    show(&["restore"], &r)
+                );
+            }
+        } else {
+            assert!(
+                case.old.is_none(),
+                "{ctx}: restore --l2 after the crash failed\n{}",
+                show(&["restore"], &r)
+            );
+            // Nothing committed yet: a clean "no generation" error.
+            assert_eq!(
+                r.status.code(),
+                Some(3),
+                "{ctx}\n{}",
+                show(&["restore"], &r)
+            );
+            assert!(
+                stderr(&r).contains("no valid generation"),
+                "{ctx}\n{}",
+                show(&["restore"], &r)
+            );
+            seen_none += 1;
+        }
+        // ... and L1 + L2 always the new one (L1 keeps the IC files until the
+        // generation is durable in both places).
+        restore_exact(
+            &l2,
+            Some(&l1),
+            &[],
+            &work.path().join("crash-l1l2"),
+            &case.new,
+            &format!("{ctx}: restore --l1 --l2 after the crash"),
+        );
+
+        // The next push recovers.
+        let out = rex(&args, None);
+        assert!(
+            out.status.success(),
+            "{ctx}: push after the crash\n{}",
+            show(&args, &out)
+        );
+        check_pushed(case, &l1, &l2, work.path(), &format!("{ctx}, then a push"));
+        n += 1;
+    }
+    // The crash points span the commit point.
+    assert!(
+        seen_new > 0,
+        "{}: no crash after the commit point",
+        case.name
+    );
+    match case.old {
+        Some(_) => assert!(
+            seen_old > 0,
+            "{}: no crash before the commit point",
+            case.name
+        ),
+        None => assert!(
+            seen_none > 0,
+            "{}: no crash before the commit point",
+            case.name
+        ),
+    }
+    eprintln!(
+        "{}: {} crash points (old state {seen_old}, new state {seen_new}, nothing {seen_none})",
+        case.name,
+        n - 1
+    );
+}
+
+/// Crash during a Δ push: generation 1 (seq 0..=2) is pushed, seq 3..=5
+/// are pending.
+#[test]
+fn crash_during_delta_push_recovers() {
+    let d = tempfile::tempdir().unwrap();
+    let t = d.path().join("template");
+    let (l1, l2, truth) = (t.join("l1"), t.join("l2"), d.path().join("truth"));
+    let mut w = workload("balanced", 64, 11);
+    let old = take_until(&mut w, &l1, 2, &truth);
+    rex_ok(&push_args(&l1, &l2, &[]));
+    let new = take_until(&mut w, &l1, 5, &truth);
+    run_crash_case(&CrashCase {
+        name: "delta push",
+        template: t,
+        push_args: vec![],
+        old: Some(old),
+        new,
+        max_l2_chains: 2,
+    });
+}
+
+/// Crash during the first push (a complete coalescence of seq 0..=3): L2
+/// holds nothing before.
+#[test]
+fn crash_during_first_push_recovers() {
+    let d = tempfile::tempdir().unwrap();
+    let t = d.path().join("template");
+    let (l1, truth) = (t.join("l1"), d.path().join("truth"));
+    std::fs::create_dir_all(t.join("l2")).unwrap();
+    let mut w = workload("churn", 64, 12);
+    let new = take_until(&mut w, &l1, 3, &truth);
+    run_crash_case(&CrashCase {
+        name: "first push",
+        template: t,
+        push_args: vec![],
+        old: None,
+        new,
+        max_l2_chains: 2,
+    });
+}
+
+/// Crash during `push-l2 --full` with retention pruning: L2 holds chain A
+/// (generations 1, 2) and chain B (generation 3); the crashing push starts
+/// chain C, which prunes chain A from L2 and chain B from L1.
+#[test]
+fn crash_during_full_push_with_pruning_recovers() {
+    let d = tempfile::tempdir().unwrap();
+    let t = d.path().join("template");
+    let (l1, l2, truth) = (t.join("l1"), t.join("l2"), d.path().join("truth"));
+    let mut w = workload("balanced", 64, 13);
+    take_until(&mut w, &l1, 1, &truth);
+    rex_ok(&push_args(&l1, &l2, &[]));
+    take_until(&mut w, &l1, 2, &truth);
+    rex_ok(&push_args(&l1, &l2, &[]));
+    let old = take_until(&mut w, &l1, 3, &truth);
+    rex_ok(&push_args(&l1, &l2, &["--full"]));
+    assert_eq!(chains_in(&l2), 2);
+    let new = take_until(&mut w, &l1, 5, &truth);
+    run_crash_case(&CrashCase {
+        name: "full push with pruning",
+        template: t,
+        push_args: vec!["--full"],
+        old: Some(old),
+        new,
+        max_l2_chains: 2,
+    });
+}
+
+/// The retry after a crash in a `--full` push is a plain `push-l2` (the
+/// operator's next scheduled push): recovery alone must leave a chain that
+/// verifies, whatever step of the pruning the crash interrupted.
+#[test]
+fn crash_during_full_push_then_plain_push_verifies() {
+    let d = tempfile::tempdir().unwrap();
+    let t = d.path().join("template");
+    let (l1, l2, truth) = (t.join("l1"), t.join("l2"), d.path().join("truth"));
+    let mut w = workload("balanced", 64, 14);
+    take_until(&mut w, &l1, 1, &truth);
+    rex_ok(&push_args(&l1, &l2, &[]));
+    take_until(&mut w, &l1, 2, &truth);
+    rex_ok(&push_args(&l1, &l2, &[]));
+    take_until(&mut w, &l1, 3, &truth);
+    rex_ok(&push_args(&l1, &l2, &["--full"]));
+    let new = take_until(&mut w, &l1, 5, &truth);
+    let mut failures = Vec::new();
+    let mut n = 1u64;
+    loop {
+        assert!(n < 1000);
+        let work = tempfile::tempdir().unwrap();
+        let (l1, l2) = (work.path().join("l1"), work.path().join("l2"));
+        copy_tree(&t.join("l1"), &l1);
+        copy_tree(&t.join("l2"), &l2);
+        let out = rex(&push_args(&l1, &l2, &["--full"]), Some(n));
+        if out.status.success() {
+            break;
+        }
+        rex_ok(&push_args(&l1, &l2, &[]));
+        restore_exact(
+            &l2,
+            Some(&l1),
+            &[],
+            &work.path().join("o1"),
+            &new,
+            &format!("REX_FAILPOINT={n}"),
+        );
+        restore_exact(
+            &l2,
+            None,
+            &[],
+            &work.path().join("o2"),
+            &new,
+            &format!("REX_FAILPOINT={n}"),
+        );
+        let v = rex(&["verify", "--l2", s(&l2), "--l1", s(&l1)], None);
+        if !v.status.success() {
+            failures.push(format!(
+                "REX_FAILPOINT={n}: verify after a plain push exits {:?}: {}",
+                v.status.code(),
+                stderr(&v).trim()
+            ));
+        }
+        n += 1;
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} crash points leave a chain that does not verify after recovery:\n{}",
+        failures.len(),
+        n - 1,
+        failures.join("\n")
+    );
+}
+
+// ---------------------------------------------------------------------------
+// 2. Corrupt files
+// ---------------------------------------------------------------------------
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Defect {
+    Flip,
+    Truncate,
+    Delete,
+}
+
+const DEFECTS: [Defect; 3] = [Defect::Flip, Defect::Truncate, Defect::Delete];
+const KINDS: [&str; 4] = ["rps", "pf", "ptab", "manifest"];
+
+fn damage(path: &Path, defect: Defect) {
+    assert!(path.is_file(), "{} missing", path.display());
+    match defect {
+        Defect::Flip => {
+            let mut b = std::fs::read(path).unwrap();
+            let mid = b.len() / 2;
+            b[mid] ^= 0xff;
+            std::fs::write(path, b).unwrap();
+        }
+        Defect::Truncate => {
+            let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+            let len = f.metadata().unwrap().len();
+            f.set_len(len - 3).unwrap();
+        }
+        Defect::Delete => std::fs::remove_file(path).unwrap(),
+    }
+}
+
+/// A 3-generation chain: generation 1 (full, seq 0..=1), 2 (Δ, seq 2..=3),
+/// 3 (Δ, seq 4..=5); seq 6..=7 pending in L1. `images[seq]` for 1, 3, 5, 7.
+struct Chain3 {
+    _dir: tempfile::TempDir,
+    template: PathBuf,
+    images: std::collections::BTreeMap<u64, PathBuf>,
+}
+
+fn chain3(seed: u64) -> Chain3 {
+    let d = tempfile::tempdir().unwrap();
+    let t = d.path().join("template");
+    let (l1, l2, truth) = (t.join("l1"), t.join("l2"), d.path().join("truth"));
+    let mut w = workload("balanced", 64, seed);
+    let mut images = std::collections::BTreeMap::new();
+    for last in [1, 3, 5] {
+        images.insert(last, take_until(&mut w, &l1, last, &truth));
+        rex_ok(&push_args(&l1, &l2, &[]));
+    }
+    images.insert(7, take_until(&mut w, &l1, 7, &truth));
+    let store = DirStore::open(&l2).unwrap();
+    let idx = ChainIndex::load(&store).unwrap();
+    let gens: Vec<(u64, u64, GenKind)> = idx
+        .manifests
+        .values()
+        .map(|m| (m.generation, m.last_seq, m.kind))
+        .collect();
+    assert_eq!(
+        gens,
+        vec![
+            (1, 1, GenKind::Full),
+            (2, 3, GenKind::Delta),
+            (3, 5, GenKind::Delta)
+        ]
+    );
+    Chain3 {
+        template: t,
+        images,
+        _dir: d,
+    }
+}
+
+fn gen_file(dir: &Path, g: u64, kind: &str) -> PathBuf {
+    dir.join(format!("g{g:08}.{kind}"))
+}
+
+/// Asserts a failed command exited with a data (3) or, for a missing file,
+/// I/O (1) error, without panicking, naming the file or the generation.
+fn assert_names(out: &Output, g: u64, kind: &str, defect: Defect, ctx: &str) {
+    let err = stderr(out);
+    let code = out.status.code();
+    let codes: &[i32] = if defect == Defect::Delete {
+        &[1, 3]
+    } else {
+        &[3]
+    };
+    assert!(
+        code.is_some_and(|c| codes.contains(&c)),
+        "{ctx}: exit {code:?}, expected {codes:?}\n{err}"
+    );
+    assert!(!err.contains("panicked"), "{ctx}: panic\n{err}");
+    let file = format!("g{g:08}.{kind}");
+    let generation = format!("generation {g}");
+    assert!(
+        err.contains(&file) || err.contains(&generation),
+        "{ctx}: stderr names neither {file} nor {generation}:\n{err}"
+    );
+}
+
+/// Every kind of L2 file of every generation of a 3-generation chain, with
+/// every defect: restore --l2 fails naming it (or, with --fallback,
+/// restores the newest older generation whose lineage is intact, loudly);
+/// verify --l2 exits 3 naming it.
+#[test]
+fn corrupt_l2_files_fail_cleanly_or_fall_back() {
+    let c = chain3(21);
+    // Generation -> the seq it restores.
+    let seq_of = |g: u64| [0, 1, 3, 5][g as usize];
+    let mut failures = Vec::new();
+    let mut total = 0;
+    for g in [3u64, 2, 1] {
+        for kind in KINDS {
+            for defect in DEFECTS {
+                total += 1;
+                let ctx = format!("generation {g} {kind} {defect:?}");
+                let work = tempfile::tempdir().unwrap();
+                let l2 = work.path().join("l2");
+                copy_tree(&c.template.join("l2"), &l2);
+                damage(&gen_file(&l2, g, kind), defect);
+
+                if g == 3 && kind == "manifest" && defect == Defect::Delete {
+                    // A generation exists through its manifest: without it,
+                    // generation 3 was never committed (the state a crash
+                    // before the L2 manifest leaves), and generation 2 is
+                    // the newest, restored and verified as such.
+                    case(&mut failures, || {
+                        restore_exact(&l2, None, &[], &work.path().join("a"), &c.images[&3], &ctx);
+                        rex_ok(&["verify", "--l2", s(&l2)]);
+                    });
+                    continue;
+                }
+
+                case(&mut failures, || {
+                    let (out, _) = restore(&l2, None, &[], &work.path().join("plain"));
+                    assert!(!out.status.success(), "{ctx}: restore --l2 succeeded");
+                    assert_names(&out, g, kind, defect, &format!("{ctx}: restore --l2"));
+                });
+
+                case(&mut failures, || {
+                    let v = rex(&["verify", "--l2", s(&l2)], None);
+                    assert_eq!(
+                        v.status.code(),
+                        Some(3),
+                        "{ctx}: verify --l2\n{}",
+                        show(&["verify"], &v)
+                    );
+                    assert_names(&v, g, kind, Defect::Flip, &format!("{ctx}: verify --l2"));
+                });
+
+                case(&mut failures, || {
+                    let (out, img) =
+                        restore(&l2, None, &["--fallback"], &work.path().join("fallback"));
+                    if g == 1 {
+                        // The chain's base is gone: no older generation to use.
+                        assert!(!out.status.success(), "{ctx}: restore --fallback succeeded");
+                        assert_names(
+                            &out,
+                            g,
+                            kind,
+                            defect,
+                            &format!("{ctx}: restore --l2 --fallback"),
+                        );
+                    } else {
+                        assert!(
+                            out.status.success(),
+                            "{ctx}: restore --l2 --fallback does not fall back to generation {}\n{}",
+                            g - 1,
+                            show(&["restore"], &out)
+                        );
+                        assert_image(
+                            &img,
+                            &c.images[&seq_of(g - 1)],
+                            &format!("{ctx}: restore --fallback"),
+                        );
+                        let err = stderr(&out);
+                        assert!(err.contains("FALLBACK"), "{ctx}: no loud warning:\n{err}");
+                        assert!(
+                            err.contains(&format!("generation {}", g - 1)),
+                            "{ctx}: {err}"
+                        );
+                    }
+                });
+
+                // The generations before the damage still restore exactly.
+                case(&mut failures, || {
+                    for older in 1..g {
+                        restore_exact(
+                            &l2,
+                            None,
+                            &["--generation", &older.to_string()],
+                            &work.path().join(format!("older-{older}")),
+                            &c.images[&seq_of(older)],
+                            &format!("{ctx}: restore --generation {older}"),
+                        );
+                    }
+                });
+            }
+        }
+    }
+    assert_no_failures(&failures, total);
+}
+
+/// A damaged chain base falls back to an older chain when L2 keeps one.
+#[test]
+fn corrupt_chain_base_falls_back_to_an_older_chain() {
+    let d = tempfile::tempdir().unwrap();
+    let t = d.path().join("template");
+    let (l1, l2, truth) = (t.join("l1"), t.join("l2"), d.path().join("truth"));
+    let mut w = workload("balanced", 64, 22);
+    take_until(&mut w, &l1, 1, &truth);
+    rex_ok(&push_args(&l1, &l2, &[]));
+    let seq3 = take_until(&mut w, &l1, 3, &truth);
+    rex_ok(&push_args(&l1, &l2, &[]));
+    take_until(&mut w, &l1, 5, &truth);
+    rex_ok(&push_args(&l1, &l2, &["--full"]));
+    let seq7 = take_until(&mut w, &l1, 7, &truth);
+    rex_ok(&push_args(&l1, &l2, &[]));
+    assert_eq!(chains_in(&l2), 2);
+    let mut failures = Vec::new();
+    let mut total = 0;
+    for kind in KINDS {
+        for defect in DEFECTS {
+            total += 1;
+            let ctx = format!("chain base (generation 3) {kind} {defect:?}");
+            let work = tempfile::tempdir().unwrap();
+            let (l1, l2) = (work.path().join("l1"), work.path().join("l2"));
+            copy_tree(&t.join("l1"), &l1);
+            copy_tree(&t.join("l2"), &l2);
+            damage(&gen_file(&l2, 3, kind), defect);
+            case(&mut failures, || {
+                let (out, _) = restore(&l2, None, &[], &work.path().join("plain"));
+                assert!(!out.status.success(), "{ctx}: restore --l2 succeeded");
+                assert_names(&out, 3, kind, defect, &ctx);
+            });
+            case(&mut failures, || {
+                let err = restore_exact(
+                    &l2,
+                    None,
+                    &["--fallback"],
+                    &work.path().join("fb"),
+                    &seq3,
+                    &format!("{ctx}: restore --l2 --fallback"),
+                );
+                assert!(err.contains("FALLBACK"), "{ctx}: no loud warning:\n{err}");
+            });
+            // L1's own copy of chain B is intact: L1 + L2 is still exact for
+            // damaged data files (read from L1). A damaged L2 manifest breaks
+            // the lineage L1 + L2 restores follow: exact, or a clean error.
+            case(&mut failures, || {
+                let (out, img) = restore(&l2, Some(&l1), &[], &work.path().join("l1l2"));
+                if kind != "manifest" || out.status.success() {
+                    assert!(
+                        out.status.success(),
+                        "{ctx}: restore --l1 --l2\n{}",
+                        show(&["restore"], &out)
+                    );
+                    assert_image(&img, &seq7, &format!("{ctx}: restore --l1 --l2"));
+                } else {
+                    assert_names(
+                        &out,
+                        3,
+                        kind,
+                        Defect::Flip,
+                        &format!("{ctx}: restore --l1 --l2"),
+                    );
+                }
+            });
+        }
+    }
+    assert_no_failures(&failures, total);
+}
+
+/// Damage in L1's copy of the chain: restore --l1 --l2 reads that file's
+/// generation from L2 (with a warning) and stays exact; verify --l1 --l2
+/// reports the L1 problem.
+#[test]
+fn corrupt_l1_chain_copy_falls_back_to_l2() {
+    let c = chain3(23);
+    let mut failures = Vec::new();
+    let mut total = 0;
+    for g in [3u64, 1] {
+        for kind in KINDS {
+            for defect in DEFECTS {
+                total += 1;
+                let ctx = format!("L1 copy of generation {g} {kind} {defect:?}");
+                let work = tempfile::tempdir().unwrap();
+                let (l1, l2) = (work.path().join("l1"), work.path().join("l2"));
+                copy_tree(&c.template.join("l1"), &l1);
+                copy_tree(&c.template.join("l2"), &l2);
+                damage(&gen_file(&l1.join("rex"), g, kind), defect);
+
+                case(&mut failures, || {
+                    let err = restore_exact(
+                        &l2,
+                        Some(&l1),
+                        &[],
+                        &work.path().join("a"),
+                        &c.images[&7],
+                        &format!("{ctx}: restore --l1 --l2"),
+                    );
+                    assert!(
+                        err.contains("warning") && err.contains(&format!("generation {g}")),
+                        "{ctx}: no warning naming generation {g}:\n{err}"
+                    );
+                });
+                case(&mut failures, || {
+                    // L2 alone is untouched.
+                    restore_exact(&l2, None, &[], &work.path().join("b"), &c.images[&5], &ctx);
+                    rex_ok(&["verify", "--l2", s(&l2)]);
+                });
+                case(&mut failures, || {
+                    let v = rex(&["verify", "--l2", s(&l2), "--l1", s(&l1)], None);
+                    assert_eq!(
+                        v.status.code(),
+                        Some(3),
+                        "{ctx}: verify --l1 --l2 does not report the L1 problem\n{}",
+                        show(&["verify"], &v)
+                    );
+                    let all = format!("{}{}", String::from_utf8_lossy(&v.stdout), stderr(&v));
+                    assert!(
+                        all.contains(&format!("g{g:08}.{kind}"))
+                            || all.contains(&format!("L1 generation {g}"))
+                            || (all.contains(&format!("generation {g}")) && all.contains("l1/rex")),
+                        "{ctx}: verify does not name the L1 file:\n{all}"
+                    );
+                });
+            }
+        }
+    }
+    assert_no_failures(&failures, total);
+}
+
+/// After damage in L1's copy, the next push still works (it can read the
+/// chain from L2) and leaves a job that verifies in both places.
+#[test]
+fn push_after_l1_copy_damage_succeeds_and_heals() {
+    let c = chain3(24);
+    let mut failures = Vec::new();
+    for kind in KINDS {
+        for defect in DEFECTS {
+            let ctx = format!("L1 copy of generation 3 {kind} {defect:?}");
+            let work = tempfile::tempdir().unwrap();
+            let (l1, l2) = (work.path().join("l1"), work.path().join("l2"));
+            copy_tree(&c.template.join("l1"), &l1);
+            copy_tree(&c.template.join("l2"), &l2);
+            damage(&gen_file(&l1.join("rex"), 3, kind), defect);
+            let args = push_args(&l1, &l2, &[]);
+            let out = rex(&args, None);
+            if !out.status.success() {
+                failures.push(format!(
+                    "{ctx}: push-l2 exits {:?}: {}",
+                    out.status.code(),
+                    stderr(&out).trim()
+                ));
+                continue;
+            }
+            restore_exact(&l2, None, &[], &work.path().join("a"), &c.images[&7], &ctx);
+            restore_exact(
+                &l2,
+                Some(&l1),
+                &[],
+                &work.path().join("b"),
+                &c.images[&7],
+                &ctx,
+            );
+            let v = rex(&["verify", "--l2", s(&l2), "--l1", s(&l1)], None);
+            if !v.status.success() {
+                failures.push(format!(
+                    "{ctx}: verify after the push exits {:?}: {}",
+                    v.status.code(),
+                    stderr(&v).trim()
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// L2 lost its newest manifest (generation 3) after the push deleted the IC
+/// files it covers: L1 still holds generation 3, so a transient restore
+/// must still give the newest state rather than silently an older one.
+#[test]
+fn l1_l2_restore_uses_l1_generation_when_l2_lost_its_newest_manifest() {
+    let c = chain3(25);
+    let work = tempfile::tempdir().unwrap();
+    let (l1, l2) = (work.path().join("l1"), work.path().join("l2"));
+    copy_tree(&c.template.join("l1"), &l1);
+    copy_tree(&c.template.join("l2"), &l2);
+    std::fs::remove_file(l2.join(manifest_name(3))).unwrap();
+    let (out, img) = restore(&l2, Some(&l1), &[], &work.path().join("a"));
+    if out.status.success() {
+        assert_image(
+            &img,
+            &c.images[&7],
+            "restore --l1 --l2 with L2's newest manifest lost",
+        );
+    } else {
+        // Failing loudly is acceptable; a silently older image is not.
+        assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
+    }
+}
+
+// ---------------------------------------------------------------------------
+// 3. Forced hash collisions in the DeD-Table
+// ---------------------------------------------------------------------------
+
+/// One push through the library (as `push_locked` does it), with the
+/// DeD-Table hasher `hasher`: the pending batch of `l1` (IC files after the
+/// newest generation of `l2`) becomes the next generation, written straight
+/// into `l2` with its manifest.
+fn lib_push<H: PatternHasher>(l1: &Path, l2: &DirStore, hasher: H) -> Manifest {
+    let index = ChainIndex::load(l2).unwrap();
+    let newest = index.newest().cloned();
+    let l1d = L1Dir::scan_after(l1, newest.as_ref().map(|m| m.last_seq)).unwrap();
+    let batch = &l1d.files;
+    let clist = CList::build(batch).unwrap();
+    let chain = newest
+        .as_ref()
+        .map(|m| OpenChain::open(l2, &index, m.generation).unwrap());
+    let full = chain.is_none() || clist.full;
+    let generation = newest.as_ref().map_or(1, |m| m.generation + 1);
+    let job = DedupJob {
+        generation,
+        page_size: clist.page_size,
+        pattern_size: 32,
+        batch,
+        clist: &clist,
+        chain: chain.as_ref(),
+        full,
+        dir: l2.root(),
+    };
+    let out = deduplicate(&job, hasher).unwrap();
+    let (parent, chain_base) = match (&chain, full) {
+        (Some(ch), false) => (Some(ch.manifest().generation), ch.manifest().chain_base),
+        _ => (None, generation),
+    };
+    let bytes_in: u64 = batch.iter().map(|m| m.layout.file_len).sum();
+    let bytes_out: u64 = out.files.iter().map(|f| f.bytes).sum();
+    let m = Manifest {
+        format: FORMAT,
+        generation,
+        parent,
+        chain_base,
+        kind: if full { GenKind::Full } else { GenKind::Delta },
+        page_size: clist.page_size,
+        pattern_size: 32,
+        first_seq: clist.first_seq,
+        last_seq: clist.last_seq,
+        time_ns: batch.last().unwrap().header.time_ns,
+        pattern_base: out.pattern_base,
+        patterns: out.patterns,
+        live_pages: out.live_pages,
+        dirty_pages: out.dirty_pages,
+        dropped_pages: out.dropped_pages,
+        files: out.files.clone(),
+        bytes_in,
+        bytes_out,
+        compression_ratio: bytes_in as f64 / bytes_out.max(1) as f64,
+        timings: Timings::default(),
+        created_ns: 0,
+        writer: "l2_faults test".into(),
+    };
+    m.check(&l2.root().join(manifest_name(generation))).unwrap();
+    l2.put_bytes(&manifest_name(generation), &m.encode())
+        .unwrap();
+    m
+}
+
+/// Pushes seq 0..=2 (full) and 3..=5 (Δ) of a workload through the library
+/// with `make()`'s hasher, checks exact restores of both generations, and
+/// that the generations are byte for byte those of the real hasher (a hash
+/// function changes speed, never the result).
+fn collision_round<H: PatternHasher>(pages: u64, seed: u64, make: impl Fn() -> H) {
+    let d = tempfile::tempdir().unwrap();
+    let (l1, truth) = (d.path().join("l1"), d.path().join("truth"));
+    let (l2, l2_ref) = (d.path().join("l2"), d.path().join("l2-ref"));
+    let store = DirStore::create(&l2).unwrap();
+    let store_ref = DirStore::create(&l2_ref).unwrap();
+    let mut w = workload("balanced", pages, seed);
+    let img2 = take_until(&mut w, &l1, 2, &truth);
+    let m1 = lib_push(&l1, &store, make());
+    let r1 = lib_push(&l1, &store_ref, Crc32Hasher);
+    let img5 = take_until(&mut w, &l1, 5, &truth);
+    let m2 = lib_push(&l1, &store, make());
+    let r2 = lib_push(&l1, &store_ref, Crc32Hasher);
+    assert_eq!(m2.kind, GenKind::Delta);
+    for (m, r) in [(&m1, &r1), (&m2, &r2)] {
+        assert_eq!(
+            m.patterns, r.patterns,
+            "generation {}: patterns",
+            m.generation
+        );
+        assert_eq!(
+            m.files, r.files,
+            "generation {}: files (sizes and CRCs)",
+            m.generation
+        );
+    }
+    // Some patterns were shared, so the collisions were exercised on hits.
+    assert!(m1.patterns < m1.dirty_pages * 128, "{m1:?}");
+    assert!(m2.patterns < m2.dirty_pages * 128, "{m2:?}");
+
+    let out = d.path().join("out-5.rexic");
+    let rep = restore_l2(&store, &RestoreOptions::default(), &out).unwrap();
+    assert_eq!(rep.generation, Some(2));
+    assert_image(&out, &img5, "restore of generation 2");
+    let out = d.path().join("out-2.rexic");
+    let opts = RestoreOptions {
+        generation: Some(1),
+        ..Default::default()
+    };
+    restore_l2(&store, &opts, &out).unwrap();
+    assert_image(&out, &img2, "restore of generation 1");
+    // The CLI agrees the chain is sound.
+    rex_ok(&["verify", "--l2", s(&l2)]);
+}
+
+#[test]
+fn constant_hash_collisions_restore_exactly() {
+    collision_round(24, 31, || |_: &[u8]| PatternHash { h1: 7, h2: 9 });
+}
+
+#[test]
+fn first_byte_hash_restores_exactly() {
+    // h1 from the first byte only: most patterns share a few buckets.
+    collision_round(64, 32, || {
+        |p: &[u8]| PatternHash {
+            h1: u32::from(p[0]),
+            h2: u32::from(p[0]).wrapping_mul(0x9e37_79b9) ^ 1,
+        }
+    });
+}
+
+#[test]
+fn half_colliding_hash_restores_exactly() {
+    // Patterns with an even first byte all collide; the others hash well.
+    collision_round(64, 33, || {
+        |p: &[u8]| {
+            if p[0] & 1 == 0 {
+                PatternHash { h1: 7, h2: 9 }
+            } else {
+                Crc32Hasher.hash(p)
+            }
+        }
+    });
+}
+
+// ---------------------------------------------------------------------------
+// 4. Concurrent pushes
+// ---------------------------------------------------------------------------
+
+/// Two `push-l2` at once on one job: one pushes and the other is told the
+/// job is busy (exit 4, naming the holder), or they run one after the other
+/// (the second finds nothing to push). Never a corrupt chain.
+#[test]
+fn concurrent_pushes_never_corrupt() {
+    let mut outcomes = BTreeSet::new();
+    for round in 0..6u64 {
+        let d = tempfile::tempdir().unwrap();
+        let (l1, l2, truth) = (
+            d.path().join("l1"),
+            d.path().join("l2"),
+            d.path().join("truth"),
+        );
+        let mut w = workload("balanced", 256, 40 + round);
+        // Round 0.. 2: the first push; then a Δ push.
+        if round >= 3 {
+            take_until(&mut w, &l1, 2, &truth);
+            rex_ok(&push_args(&l1, &l2, &[]));
+        }
+        let want = take_until(&mut w, &l1, if round >= 3 { 6 } else { 4 }, &truth);
+        let args = push_args(&l1, &l2, &[]);
+        let spawn = || {
+            let mut c = rexctl();
+            c.args(&args).env_remove("REX_FAILPOINT");
+            c.stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped());
+            c.spawn().unwrap()
+        };
+        let (a, b) = (spawn(), spawn());
+        let (oa, ob) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+        let mut codes = [oa.status.code(), ob.status.code()];
+        codes.sort();
+        match codes {
+            [Some(0), Some(0)] => {
+                // One after the other: exactly one of them pushed.
+                let pushed = [&oa, &ob]
+                    .iter()
+                    .filter(|o| String::from_utf8_lossy(&o.stdout).contains("pushed generation"))
+                    .count();
+                assert_eq!(pushed, 1, "{}\n{}", show(&args, &oa), show(&args, &ob));
+                outcomes.insert("sequential");
+            }
+            [Some(0), Some(4)] => {
+                let busy = if oa.status.code() == Some(4) {
+                    &oa
+                } else {
+                    &ob
+                };
+                let err = stderr(busy);
+                assert!(err.contains("busy") && err.contains("held by pid"), "{err}");
+                assert!(!err.contains("panicked"), "{err}");
+                outcomes.insert("busy");
+            }
+            _ => panic!(
+                "unexpected outcome\n{}\n{}",
+                show(&args, &oa),
+                show(&args, &ob)
+            ),
+        }
+        rex_ok(&["verify", "--l2", s(&l2), "--l1", s(&l1)]);
+        restore_exact(
+            &l2,
+            None,
+            &[],
+            &d.path().join("a"),
+            &want,
+            "after concurrent pushes",
+        );
+        restore_exact(
+            &l2,
+            Some(&l1),
+            &[],
+            &d.path().join("b"),
+            &want,
+            "after concurrent pushes",
+        );
+        assert_clean(&l1, &l2, "after concurrent pushes");
+    }
+    eprintln!("concurrent push outcomes: {outcomes:?}");
+}
+
+/// While another process holds the job lock, push-l2 exits 4 naming the
+/// holder and changes nothing; once released, the push goes through.
+#[test]
+fn push_while_locked_is_busy_and_harmless() {
+    let d = tempfile::tempdir().unwrap();
+    let (l1, l2, truth) = (
+        d.path().join("l1"),
+        d.path().join("l2"),
+        d.path().join("truth"),
+    );
+    let mut w = workload("balanced", 64, 50);
+    let seq2 = take_until(&mut w, &l1, 2, &truth);
+    rex_ok(&push_args(&l1, &l2, &[]));
+    let seq4 = take_until(&mut w, &l1, 4, &truth);
+    let before_l2 = names_in(&l2);
+    let before_l1 = names_in(&l1);
+    {
+        let _lock = rexctl::lock::JobLock::acquire(&l1, "l2_faults test").unwrap();
+        let out = rex(&push_args(&l1, &l2, &[]), None);
+        crate::util::assert_clean_failure(
+            &out,
+            4,
+            &[
+                "busy",
+                &format!("pid {}", std::process::id()),
+                "l2_faults test",
+            ],
+        );
+        assert_eq!(names_in(&l2), before_l2, "a busy push changed L2");
+        assert_eq!(names_in(&l1), before_l1, "a busy push changed L1");
+        // Restores do not need the lock.
+        restore_exact(&l2, None, &[], &d.path().join("a"), &seq2, "locked");
+        restore_exact(&l2, Some(&l1), &[], &d.path().join("b"), &seq4, "locked");
+    }
+    rex_ok(&push_args(&l1, &l2, &[]));
+    restore_exact(&l2, None, &[], &d.path().join("c"), &seq4, "after the lock");
+    assert_clean(&l1, &l2, "after the lock");
+}
