@@ -945,10 +945,10 @@ fn push_after_l1_copy_damage_succeeds_and_heals() {
 }
 
 /// L2 lost its newest manifest (generation 3) after the push deleted the IC
-/// files it covers: L1 still holds generation 3, so a transient restore
-/// must still give the newest state rather than silently an older one.
+/// files it covers: a transient restore gives the newest state or fails
+/// loudly, never silently an older one.
 #[test]
-fn l1_l2_restore_uses_l1_generation_when_l2_lost_its_newest_manifest() {
+fn l1_l2_restore_after_l2_lost_its_newest_manifest_is_never_silently_stale() {
     let c = chain3(25);
     let work = tempfile::tempdir().unwrap();
     let (l1, l2) = (work.path().join("l1"), work.path().join("l2"));

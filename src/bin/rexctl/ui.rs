@@ -42,3 +42,17 @@ pub fn time(ns: u64) -> String {
 pub fn pct(x: f64) -> String {
     format!("{:.1} %", x * 100.0)
 }
+
+/// A spinner with a message for work of unknown length, ticking on its own;
+/// hidden unless standard error is a terminal. Clear it with
+/// `finish_and_clear` before printing the result.
+pub fn spinner(what: &str) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let pb = ProgressBar::new_spinner();
+    pb.set_style(ProgressStyle::with_template("{spinner} {msg} {elapsed}").expect("valid template"));
+    pb.set_message(what.to_string());
+    pb.enable_steady_tick(std::time::Duration::from_millis(120));
+    pb
+}

@@ -36,7 +36,10 @@ pub struct Args {
 pub fn run(a: Args) -> anyhow::Result<i32> {
     let cfg = a.cfg.load()?;
     let job = Job::open(&cfg.l1, Box::new(DirStore::create(&cfg.l2)?))?;
-    let report = flush(&job, &cfg, a.dry_run)?;
+    let pb = ui::spinner("flush");
+    let report = flush(&job, &cfg, a.dry_run);
+    pb.finish_and_clear();
+    let report = report?;
     if a.json {
         ui::print_json(&report)?;
     } else {

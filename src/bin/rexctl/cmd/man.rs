@@ -75,7 +75,14 @@ fn write_page(
             let (code, text) = line.split_once(' ').unwrap_or((line, ""));
             writeln!(buf, ".TP\n{code}\n{}", escape(text.trim()))?;
         }
-        writeln!(buf, ".SH ENVIRONMENT\n.TP\nREX_FAILPOINT=N")?;
+        writeln!(buf, ".SH ENVIRONMENT")?;
+        writeln!(buf, ".TP\nREX_L1, REX_L2, REX_CONFIG, REX_MTBF, ...")?;
+        writeln!(
+            buf,
+            "{}",
+            escape("Configuration of flush and plan; see rex.toml(5) for every variable and the precedence.")
+        )?;
+        writeln!(buf, ".TP\nREX_FAILPOINT=N")?;
         writeln!(
             buf,
             "{}",
@@ -94,7 +101,9 @@ fn write_page(
             see.push(format!("\\fB{}\\fR(1)", escape(n)));
         }
     }
-    see.push("\\fBrex-ic\\fR(5)".into());
+    see.push("\\fBrex\\-ic\\fR(5)".into());
+    see.push("\\fBrex\\-l2\\fR(5)".into());
+    see.push("\\fBrex.toml\\fR(5)".into());
     writeln!(buf, "{}", see.join(", "))?;
     if cmd.get_version().is_some() {
         man.render_version_section(&mut buf)?;

@@ -50,7 +50,10 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         keep_chains_l1: 1,
         hash: a.hash,
     };
-    let report = push_l2(&job, &opts)?;
+    let pb = ui::spinner("coalescing, deduplicating and pushing");
+    let report = push_l2(&job, &opts);
+    pb.finish_and_clear();
+    let report = report?;
     if a.json {
         ui::print_json(&report)?;
     } else {

@@ -55,10 +55,13 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         raw: a.raw,
     };
     let l2 = DirStore::open(&a.l2)?;
+    let pb = ui::spinner("restoring");
     let report = match &a.l1 {
-        Some(l1) => restore_l1_l2(&Job::open(l1, Box::new(l2))?, &opts, &a.out)?,
-        None => restore_l2(&l2, &opts, &a.out)?,
+        Some(l1) => Job::open(l1, Box::new(l2)).and_then(|job| restore_l1_l2(&job, &opts, &a.out)),
+        None => restore_l2(&l2, &opts, &a.out),
     };
+    pb.finish_and_clear();
+    let report = report?;
     if let Some(why) = &report.fell_back {
         eprintln!("rexctl: WARNING: FALLBACK: {why}");
     }

@@ -32,7 +32,10 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         .as_ref()
         .map(|l1| Job::open(l1, Box::new(l2.clone())))
         .transpose()?;
-    let r = verify(&l2, job.as_ref())?;
+    let pb = ui::spinner("verifying");
+    let r = verify(&l2, job.as_ref());
+    pb.finish_and_clear();
+    let r = r?;
     if a.json {
         ui::print_json(&r)?;
     } else {
