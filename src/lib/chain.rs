@@ -356,7 +356,7 @@ impl OpenChain {
             let g = &self.gens[self.bases[i - 1].1];
             let local = p - g.manifest.pattern_base;
             if local < g.manifest.patterns {
-                return g.rps.records(local, 1);
+                return g.rps.record(local);
             }
         }
         Err(Error::chain(
@@ -387,6 +387,120 @@ impl OpenChain {
                     lp.page, g.manifest.generation
                 ),
             ));
+        }
+        Ok(())
+    }
+}
+
+/// A whole chain, verified once, for rebuilding many pages at memory speed
+/// (a full restore): every RPS and PF chunk is CRC-checked when the decoder
+/// is made, so a page is rebuilt from plain slices: one bounds check per
+/// pointer against a cached pattern segment, a fixed-size copy per pattern,
+/// and the page CRC. Errors name the same files and offsets as
+/// [`OpenChain::read_page`].
+pub struct PageDecoder<'a> {
+    chain: &'a OpenChain,
+    /// `(first pointer, pattern count, payload)` of each generation with
+    /// patterns, ascending.
+    segs: Vec<(u64, u64, &'a [u8])>,
+    /// Each generation's verified Pointer File payload.
+    pfs: Vec<&'a [u8]>,
+    ps: usize,
+    alpha: usize,
+}
+
+impl OpenChain {
+    /// Verifies every chunk of every RPS and PF (as [`verify_all`]) and
+    /// returns a decoder over the verified payloads.
+    ///
+    /// [`verify_all`]: OpenChain::verify_all
+    pub fn decoder(&self) -> Result<PageDecoder<'_>> {
+        let mut segs = Vec::with_capacity(self.bases.len());
+        for &(base, i) in &self.bases {
+            let g = &self.gens[i];
+            segs.push((base, g.manifest.patterns, g.rps.payload()?));
+        }
+        let pfs = self.gens.iter().map(|g| g.pf.payload()).collect::<Result<Vec<_>>>()?;
+        Ok(PageDecoder {
+            chain: self,
+            segs,
+            pfs,
+            ps: self.manifest().pattern_size as usize,
+            alpha: self.alpha(),
+        })
+    }
+}
+
+impl PageDecoder<'_> {
+    /// Page size.
+    pub fn page_size(&self) -> usize {
+        self.ps * self.alpha
+    }
+
+    /// Rebuilds live page `lp` into `out` (one page), checks it against the
+    /// CRC its P-Table delta recorded, and returns that CRC.
+    pub fn read_page(&self, lp: LivePage, out: &mut [u8]) -> Result<u32> {
+        let g = &self.chain.gens[lp.layer as usize];
+        let span = self.alpha * 4;
+        let ptrs = usize::try_from(lp.pos)
+            .ok()
+            .and_then(|pos| pos.checked_mul(span))
+            .and_then(|a| self.pfs[lp.layer as usize].get(a..a.checked_add(span)?));
+        let (Some(ptrs), true) = (ptrs, out.len() == self.page_size()) else {
+            // Out of range: let the checked path report it.
+            self.chain.read_page(lp, out)?;
+            return Ok(g.ptable.page_crcs[lp.pos as usize]);
+        };
+        let ok = match self.ps {
+            32 => self.copy::<32>(ptrs, out),
+            16 => self.copy::<16>(ptrs, out),
+            64 => self.copy::<64>(ptrs, out),
+            128 => self.copy::<128>(ptrs, out),
+            _ => self.copy_any(ptrs, out),
+        };
+        let want = g.ptable.page_crcs[lp.pos as usize];
+        if ok.is_err() || crc32fast::hash(out) != want {
+            // A bad pointer or CRC: the checked path names the culprit.
+            self.chain.read_page(lp, out)?;
+        }
+        Ok(want)
+    }
+
+    /// The segment holding pointer `p`.
+    #[cold]
+    fn seg(&self, p: u64) -> Option<(u64, u64, &[u8])> {
+        let i = self.segs.partition_point(|&(b, _, _)| b <= p);
+        let s = *self.segs.get(i.checked_sub(1)?)?;
+        (p - s.0 < s.1).then_some(s)
+    }
+
+    /// Copies the patterns `ptrs` (little-endian u32s) into `out`, `N`
+    /// bytes each; on a pointer outside the pattern space, returns it.
+    #[inline(always)]
+    fn copy<const N: usize>(&self, ptrs: &[u8], out: &mut [u8]) -> std::result::Result<(), u32> {
+        let (mut lo, mut n, mut data) = self.segs.first().copied().unwrap_or((0, 0, &[]));
+        for (dst, p) in out.chunks_exact_mut(N).zip(ptrs.chunks_exact(4)) {
+            let ptr = u32::from_le_bytes(p.try_into().expect("4 bytes"));
+            let p = u64::from(ptr);
+            if p.wrapping_sub(lo) >= n {
+                (lo, n, data) = self.seg(p).ok_or(ptr)?;
+            }
+            // `p - lo < n` and the payload holds `n` records of `N` bytes.
+            let at = (p - lo) as usize * N;
+            let src: &[u8; N] = data[at..at + N].try_into().expect("N bytes");
+            let dst: &mut [u8; N] = dst.try_into().expect("N bytes");
+            *dst = *src;
+        }
+        Ok(())
+    }
+
+    fn copy_any(&self, ptrs: &[u8], out: &mut [u8]) -> std::result::Result<(), u32> {
+        let ps = self.ps;
+        for (dst, p) in out.chunks_exact_mut(ps).zip(ptrs.chunks_exact(4)) {
+            let ptr = u32::from_le_bytes(p.try_into().expect("4 bytes"));
+            let (lo, _, data) = self.seg(u64::from(ptr)).ok_or(ptr)?;
+            let at = (u64::from(ptr) - lo) as usize * ps;
+            dst.copy_from_slice(&data[at..at + ps]);
         }
         Ok(())
     }

@@ -35,15 +35,29 @@ impl JobLock {
             .truncate(false)
             .open(&path)
             .ctx(&path, "open lock file")?;
-        // SAFETY: `flock` is called on a file descriptor owned by `file`,
-        // which outlives the call; it has no memory-safety preconditions.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        if rc != 0 {
+        // A holder writes its name just after taking the lock and clears it
+        // just before releasing it; in those instants the name is empty.
+        // Rather than report an anonymous holder, look again (and try the
+        // lock again) for up to 200 ms.
+        let mut tries = 0;
+        loop {
+            // SAFETY: `flock` is called on a file descriptor owned by
+            // `file`, which outlives the call; it has no memory-safety
+            // preconditions.
+            let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+            if rc == 0 {
+                break;
+            }
             let err = std::io::Error::last_os_error();
-            if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
-                let mut holder = String::new();
-                let _ = file.read_to_string(&mut holder);
-                let holder = holder.trim();
+            if err.raw_os_error() != Some(libc::EWOULDBLOCK) {
+                return Err(Error::io(&path, "flock", err));
+            }
+            let mut holder = String::new();
+            let _ = file.seek(SeekFrom::Start(0));
+            let _ = file.read_to_string(&mut holder);
+            let holder = holder.trim();
+            tries += 1;
+            if !holder.is_empty() || tries >= 40 {
                 return Err(Error::Busy {
                     path,
                     holder: if holder.is_empty() {
@@ -53,7 +67,7 @@ impl JobLock {
                     },
                 });
             }
-            return Err(Error::io(&path, "flock", err));
+            std::thread::sleep(std::time::Duration::from_millis(5));
         }
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
         let info = format!(

@@ -169,17 +169,29 @@ pub fn push_locked(job: &Job, opts: &PushOptions, forced_reason: Option<String>)
     };
     let coalesce_s = t0.elapsed().as_secs_f64();
 
-    let chain = match &rec.newest {
-        Some(m) => Some(open_chain(job, &rec, m.generation)?),
+    let mut chain = match &rec.newest {
+        Some(m) => Some(open_chain(job, &rec, m.generation, &mut report)?),
         None => None,
     };
+    if let (Some(ch), Some(c)) = (&chain, &clist)
+        && !c.full
+        && c.page_size != ch.manifest().page_size
+    {
+        return Err(Error::chain(
+            &job.l1,
+            format!(
+                "the pending checkpoints (seq {}..={}) have {}-byte pages, the L2 chain {}-byte pages: only a FULL checkpoint may change the page size",
+                c.first_seq,
+                c.last_seq,
+                c.page_size,
+                ch.manifest().page_size
+            ),
+        ));
+    }
     if full_reason.is_none() {
         full_reason = match (&chain, &clist) {
             (None, _) => Some("first generation".into()),
             (_, Some(c)) if c.full => Some("the batch holds a FULL checkpoint".into()),
-            (Some(ch), Some(c)) if c.page_size != ch.manifest().page_size => {
-                Some("the page size changed".into())
-            }
             _ => None,
         };
     }
@@ -195,14 +207,14 @@ pub fn push_locked(job: &Job, opts: &PushOptions, forced_reason: Option<String>)
     } else {
         clist_ref.page_size
     };
-    let run = |full: bool| -> Result<DedupOutput> {
+    let run = |full: bool, chain: Option<&OpenChain>| -> Result<DedupOutput> {
         let dj = DedupJob {
             generation,
             page_size,
             pattern_size,
             batch,
             clist: clist_ref,
-            chain: chain.as_ref(),
+            chain,
             full,
             dir: job.l1_chain.root(),
         };
@@ -211,11 +223,23 @@ pub fn push_locked(job: &Job, opts: &PushOptions, forced_reason: Option<String>)
             HashChoice::Xxh3 => deduplicate(&dj, Xxh3Hasher),
         }
     };
-    let out = match run(full_reason.is_some()) {
+    let mut attempt = run(full_reason.is_some(), chain.as_ref());
+    // A chunk of L1's chain copy that fails its CRC only shows while the
+    // Deduplication Unit reads it: heal L1 from L2 and run again.
+    if let (Err(Error::Corrupt { path, .. }), Some(newest)) = (&attempt, &rec.newest)
+        && path.starts_with(job.l1_chain.root())
+    {
+        let why = attempt.as_ref().err().map(ToString::to_string).unwrap_or_default();
+        remove_generation_files(&job.l1_chain, generation)?;
+        heal_l1(job, &rec, newest.generation, &mut report, &why)?;
+        chain = Some(OpenChain::open(job.l2.as_ref(), &rec.l2_index, newest.generation)?);
+        attempt = run(full_reason.is_some(), chain.as_ref());
+    }
+    let out = match attempt {
         Err(Error::PatternSpaceFull(why)) if full_reason.is_none() => {
             remove_generation_files(&job.l1_chain, generation)?;
             full_reason = Some(format!("pattern space full ({why})"));
-            run(true)?
+            run(true, chain.as_ref())?
         }
         other => other?,
     };
@@ -325,16 +349,48 @@ fn empty_clist(chain: Option<&OpenChain>, clist: Option<&CList>) -> CList {
     }
 }
 
-/// Opens generation `g`'s chain from L1's copy, falling back to L2.
-fn open_chain(job: &Job, rec: &Recovered, g: u64) -> Result<OpenChain> {
+/// Opens generation `g`'s chain from L1's copy; when that copy cannot be
+/// opened, heals it from L2 and opens L2's.
+fn open_chain(job: &Job, rec: &Recovered, g: u64, report: &mut PushReport) -> Result<OpenChain> {
     match OpenChain::open(&job.l1_chain, &rec.l1_index, g) {
         Ok(c) => Ok(c),
-        Err(_) => OpenChain::open(job.l2.as_ref(), &rec.l2_index, g),
+        Err(e) => {
+            heal_l1(job, rec, g, report, &e.to_string())?;
+            OpenChain::open(job.l2.as_ref(), &rec.l2_index, g)
+        }
     }
 }
 
-/// The generation number after every one seen in either place (files of
-/// crashed pushes included), so numbers are never reused.
+/// Replaces L1's copy of generation `g`'s lineage with L2's (after L1's
+/// turned out damaged), so later pushes and transient restores use L1 again.
+fn heal_l1(job: &Job, rec: &Recovered, g: u64, report: &mut PushReport, why: &str) -> Result<()> {
+    for m in rec.l2_index.lineage(g, job.l2.as_ref())? {
+        for f in &m.files {
+            let src = job.l2.open_local(&f.name)?;
+            let (bytes, crc) = job.l1_chain.put_file(&f.name, &src)?;
+            if (bytes, crc) != (f.bytes, f.crc32) {
+                return Err(Error::corrupt(
+                    &src,
+                    0,
+                    "file",
+                    format!(
+                        "L2 copy has {bytes} bytes with CRC {crc:08x}, the manifest of generation {} says {} bytes with CRC {:08x}",
+                        m.generation, f.bytes, f.crc32
+                    ),
+                ));
+            }
+        }
+        job.l1_chain.put_bytes(&manifest_name(m.generation), &m.encode())?;
+    }
+    report
+        .recovered
+        .push(format!("L1's copy of the chain was damaged ({why}); copied generation {g}'s lineage back from L2"));
+    Ok(())
+}
+
+/// The generation number after every one seen in either place, so the
+/// number of a committed generation is never reused (an interrupted push's
+/// number may be, once recovery has deleted its files).
 fn next_generation(job: &Job, rec: &Recovered) -> Result<u64> {
     let mut max = rec.newest.as_ref().map(|m| m.generation).unwrap_or(0);
     for s in [&job.l1_chain as &dyn Store, job.l2.as_ref()] {
@@ -347,16 +403,7 @@ fn next_generation(job: &Job, rec: &Recovered) -> Result<u64> {
     Ok(max + 1)
 }
 
-/// The generation number in an object name `gNNNNNNNN.ext`.
-pub fn generation_of(name: &str) -> Option<u64> {
-    let rest = name.strip_prefix('g')?;
-    let (num, _) = rest.split_once('.')?;
-    if num.len() >= 8 && num.bytes().all(|c| c.is_ascii_digit()) {
-        num.parse().ok()
-    } else {
-        None
-    }
-}
+pub use crate::format::manifest::generation_of;
 
 fn remove_generation_files(store: &dyn Store, g: u64) -> Result<()> {
     for o in store.list()? {
@@ -401,7 +448,9 @@ pub fn recover(job: &Job, opts: &PushOptions, report: &mut PushReport) -> Result
                     .push(format!("uploaded generation {} to {}", m.generation, job.l2.describe()));
                 l2_index.manifests.insert(m.generation, m);
             }
-            Err(e) => {
+            // Only a damaged L1 copy is dropped; an unreachable L2 is an
+            // error to report (the next run tries again).
+            Err(e @ Error::Corrupt { .. }) => {
                 // L1's copy is damaged; its IC files are still in L1 (they are
                 // deleted only after L2 has the generation): forget it.
                 job.l1_chain.delete(&manifest_name(m.generation))?;
@@ -412,6 +461,7 @@ pub fn recover(job: &Job, opts: &PushOptions, report: &mut PushReport) -> Result
                     m.generation
                 ));
             }
+            Err(e) => return Err(e),
         }
     }
 
@@ -433,7 +483,18 @@ pub fn recover(job: &Job, opts: &PushOptions, report: &mut PushReport) -> Result
             if !in_l1 {
                 for f in &m.files {
                     let src = job.l2.open_local(&f.name)?;
-                    job.l1_chain.put_file(&f.name, &src)?;
+                    let (bytes, crc) = job.l1_chain.put_file(&f.name, &src)?;
+                    if (bytes, crc) != (f.bytes, f.crc32) {
+                        return Err(Error::corrupt(
+                            &src,
+                            0,
+                            "file",
+                            format!(
+                                "{bytes} bytes with CRC {crc:08x}, the manifest of generation {} says {} bytes with CRC {:08x}",
+                                m.generation, f.bytes, f.crc32
+                            ),
+                        ));
+                    }
                 }
                 job.l1_chain.put_bytes(&manifest_name(m.generation), &m.encode())?;
                 l1_index.manifests.insert(m.generation, m.clone());
@@ -444,18 +505,26 @@ pub fn recover(job: &Job, opts: &PushOptions, report: &mut PushReport) -> Result
         }
     }
 
-    // Files of generations newer than the newest manifest: a crashed push.
-    let newest_gen = newest.as_ref().map(|m| m.generation).unwrap_or(0);
-    for (store, index) in [(&job.l1_chain as &dyn Store, &l1_index), (job.l2.as_ref(), &l2_index)] {
-        for o in store.list()? {
+    // Data files of generations that have no manifest at all: left by a
+    // crashed push (newer than the newest manifest) or a crashed prune
+    // (older). Files whose manifest exists but is invalid are kept for
+    // inspection (`verify` reports them).
+    for store in [&job.l1_chain as &dyn Store, job.l2.as_ref()] {
+        let objects = store.list()?;
+        let with_manifest: std::collections::BTreeSet<u64> = objects
+            .iter()
+            .filter_map(|o| crate::format::manifest::parse_manifest_name(&o.name))
+            .collect();
+        for o in &objects {
             if let Some(g) = generation_of(&o.name)
-                && g > newest_gen
-                && !index.manifests.contains_key(&g)
+                && !with_manifest.contains(&g)
             {
                 store.delete(&o.name)?;
-                report
-                    .recovered
-                    .push(format!("deleted {} left by an interrupted push in {}", o.name, store.describe()));
+                report.recovered.push(format!(
+                    "deleted {} (no manifest: left by an interrupted push or prune) in {}",
+                    o.name,
+                    store.describe()
+                ));
             }
         }
     }
@@ -470,7 +539,21 @@ pub fn recover(job: &Job, opts: &PushOptions, report: &mut PushReport) -> Result
             }
         }
     }
-    let _ = opts;
+    // Finish a prune a crash interrupted (a no-op otherwise): the newest
+    // chain is whole in both places at this point.
+    if let Some(n) = &newest
+        && l2_index.lineage(n.generation, job.l2.as_ref()).is_ok()
+    {
+        let mut pruned = PushReport::default();
+        prune(job, opts, &mut pruned)?;
+        for (level, gens) in [("L1", &pruned.pruned_l1), ("L2", &pruned.pruned_l2)] {
+            if !gens.is_empty() {
+                report.recovered.push(format!("finished pruning generations {gens:?} from {level}"));
+            }
+        }
+        l1_index = ChainIndex::load(&job.l1_chain)?;
+        l2_index = ChainIndex::load(job.l2.as_ref())?;
+    }
     Ok(Recovered {
         newest,
         l2_index,
@@ -514,7 +597,10 @@ fn prune(job: &Job, opts: &PushOptions, report: &mut PushReport) -> Result<()> {
         }
         let cutoff = bases[bases.len() - keep];
         let doomed: Vec<u64> = index.manifests.keys().copied().filter(|&g| g < cutoff).collect();
-        for &g in &doomed {
+        // Newest first: a crash part way leaves each old chain a shorter
+        // but whole prefix (every manifest still has its parent), which the
+        // next recovery finishes pruning.
+        for &g in doomed.iter().rev() {
             store.delete(&manifest_name(g))?;
         }
         for o in store.list()? {

@@ -250,12 +250,17 @@ fn write_image(
     layers.extend(pending.iter().map(|m| m as &dyn PageLayer));
     let merged = merge_layers(&layers);
     let mut entries = merged.entries;
-    if let Some(r) = &opts.pages {
-        entries.retain(|e| in_ranges(r, e.page));
-    } else if let Some(c) = chain {
-        // A full restore reads everything: verify whole files once, up front.
-        c.verify_all()?;
-    }
+    // A full restore reads everything: verify whole files once, up front,
+    // then rebuild pages from the verified payloads. A `--pages` restore
+    // verifies only the chunks it touches.
+    let decoder = match (&opts.pages, chain) {
+        (Some(r), _) => {
+            entries.retain(|e| in_ranges(r, e.page));
+            None
+        }
+        (None, Some(c)) => Some(c.decoder()?),
+        (None, None) => None,
+    };
     let ng = gens.len() as u32;
     let ics: Vec<Option<IcFile>> = {
         let mut used = vec![false; pending.len()];
@@ -304,6 +309,9 @@ fn write_image(
                 layer: e.chk,
                 pos: e.pp,
             };
+            if let Some(d) = &decoder {
+                return d.read_page(lp, buf);
+            }
             c.read_page(lp, buf)?;
             Ok(c.gens[e.chk as usize].ptable.page_crcs[e.pp as usize])
         } else {
@@ -367,11 +375,11 @@ fn write_image(
 /// `sink(page, bytes)` for each, exactly as a full restore does but without
 /// writing an output file (the decode stage alone). Returns the page count.
 pub fn decode_image(chain: &OpenChain, mut sink: impl FnMut(u64, &[u8])) -> Result<u64> {
-    chain.verify_all()?;
-    let mut buf = vec![0u8; chain.manifest().page_size as usize];
+    let decoder = chain.decoder()?;
+    let mut buf = vec![0u8; decoder.page_size()];
     let mut n = 0;
     for lp in chain.live_pages() {
-        chain.read_page(lp, &mut buf)?;
+        decoder.read_page(lp, &mut buf)?;
         sink(lp.page, &buf);
         n += 1;
     }

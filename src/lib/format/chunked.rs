@@ -179,6 +179,10 @@ pub struct ChunkedFile {
     header: ChunkedHeader,
     map: memmap2::Mmap,
     payload_len: u64,
+    /// `log2(chunk_size)` (the header checks it is a power of two).
+    chunk_shift: u32,
+    /// `log2(record_size)` (likewise).
+    record_shift: u32,
     chunk_crcs: Vec<u32>,
     verified: Vec<AtomicBool>,
 }
@@ -262,6 +266,8 @@ impl ChunkedFile {
             header,
             map,
             payload_len,
+            chunk_shift: header.chunk_size.trailing_zeros(),
+            record_shift: header.record_size.trailing_zeros(),
             chunk_crcs,
             verified,
         })
@@ -292,10 +298,17 @@ impl ChunkedFile {
         self.map.len() as u64
     }
 
+    #[inline]
     fn verify_chunk(&self, i: usize) -> Result<()> {
         if self.verified[i].load(Ordering::Relaxed) {
             return Ok(());
         }
+        self.verify_chunk_slow(i)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn verify_chunk_slow(&self, i: usize) -> Result<()> {
         let cs = u64::from(self.header.chunk_size);
         let start = i as u64 * cs;
         let end = (start + cs).min(self.payload_len);
@@ -342,12 +355,26 @@ impl ChunkedFile {
         };
         let (a, b) = (first * rs, end * rs);
         if b > a {
-            let cs = u64::from(self.header.chunk_size);
-            for i in a / cs..=(b - 1) / cs {
+            for i in a >> self.chunk_shift..=(b - 1) >> self.chunk_shift {
                 self.verify_chunk(i as usize)?;
             }
         }
         Ok(&self.map[(HEADER_LEN + a) as usize..(HEADER_LEN + b) as usize])
+    }
+
+    /// The payload bytes of record `i` (file-local index), CRC-checked:
+    /// [`records`](Self::records)`(i, 1)` for the hot paths that read one
+    /// pattern at a time. A record never straddles a chunk (both sizes are
+    /// powers of two and the chunk is no smaller).
+    #[inline]
+    pub fn record(&self, i: u64) -> Result<&[u8]> {
+        if i >= self.header.record_count {
+            return self.records(i, 1);
+        }
+        let a = i << self.record_shift;
+        self.verify_chunk((a >> self.chunk_shift) as usize)?;
+        let start = (HEADER_LEN + a) as usize;
+        Ok(&self.map[start..start + (1usize << self.record_shift)])
     }
 
     /// The whole payload, fully verified.
@@ -391,10 +418,13 @@ impl ChunkedWriter {
     }
 
     /// Appends whole records.
+    ///
+    /// Each byte is CRC'd once: the chunk CRC, and the whole-file CRC is
+    /// obtained by combining the chunk CRCs (`crc32fast::Hasher::combine`,
+    /// O(log n) per chunk) rather than by a second pass over the data.
     pub fn write(&mut self, mut data: &[u8]) -> Result<()> {
         debug_assert_eq!(data.len() % self.header.record_size as usize, 0);
         self.out.write_all(data)?;
-        self.file_hasher.update(data);
         self.bytes += data.len() as u64;
         let cs = u64::from(self.header.chunk_size);
         while !data.is_empty() {
@@ -403,12 +433,19 @@ impl ChunkedWriter {
             self.in_chunk += n as u64;
             data = &data[n..];
             if self.in_chunk == cs {
-                let h = std::mem::replace(&mut self.hasher, crc32fast::Hasher::new());
-                self.crcs.push(h.finalize());
-                self.in_chunk = 0;
+                self.end_chunk();
             }
         }
         Ok(())
+    }
+
+    /// Closes the current chunk: records its CRC and folds it into the
+    /// whole-file CRC.
+    fn end_chunk(&mut self) {
+        let h = std::mem::replace(&mut self.hasher, crc32fast::Hasher::new());
+        self.file_hasher.combine(&h);
+        self.crcs.push(h.finalize());
+        self.in_chunk = 0;
     }
 
     /// Records written so far.
@@ -420,8 +457,7 @@ impl ChunkedWriter {
     /// length and the CRC-32 of the whole file (for the manifest).
     pub fn finish(mut self) -> Result<(u64, u32)> {
         if self.in_chunk > 0 {
-            let h = std::mem::replace(&mut self.hasher, crc32fast::Hasher::new());
-            self.crcs.push(h.finalize());
+            self.end_chunk();
         }
         let mut table: Vec<u8> = self.crcs.iter().flat_map(|c| c.to_le_bytes()).collect();
         let tcrc = crc32fast::hash(&table);

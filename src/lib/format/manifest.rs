@@ -5,8 +5,11 @@
 //! framed for integrity: the line `REXMAN1`, the JSON object, and a last line
 //! `crc32 XXXXXXXX` holding the CRC-32 of every byte before that line. It is
 //! written last, after every file it names is durable, so a generation
-//! without a valid manifest does not exist; and a manifest is only trusted
-//! once every file it names has the size and CRC it records.
+//! without a valid manifest does not exist. Each file it names is checked
+//! against the recorded size whenever it is opened, against the recorded
+//! whole-file CRC-32 whenever it is copied (upload, copy back to L1) and by
+//! `verify`; restores rely on the files' own chunk CRCs and on each rebuilt
+//! page's CRC.
 
 use std::path::Path;
 
@@ -201,8 +204,17 @@ impl Manifest {
                 );
             }
         }
-        if self.pattern_end() > 1 << 32 {
-            return bad("patterns", format!("pattern space ends at {}, beyond 2^32", self.pattern_end()));
+        if self.pattern_base.checked_add(self.patterns).is_none_or(|end| end > 1 << 32) {
+            return bad(
+                "patterns",
+                format!(
+                    "pattern space {} + {} patterns ends beyond 2^32",
+                    self.pattern_base, self.patterns
+                ),
+            );
+        }
+        if self.dirty_pages.checked_mul(self.alpha()).is_none() {
+            return bad("dirty_pages", format!("{} pages overflow the pointer count", self.dirty_pages));
         }
         if self.first_seq > self.last_seq {
             return bad("first_seq", format!("first_seq {} > last_seq {}", self.first_seq, self.last_seq));
@@ -231,12 +243,18 @@ pub fn manifest_name(generation: u64) -> String {
     object_name(generation, "manifest")
 }
 
-/// Parses a manifest object name back to its generation.
+/// Parses a manifest object name back to its generation; only the
+/// canonical spelling ([`manifest_name`]) is accepted.
 pub fn parse_manifest_name(name: &str) -> Option<u64> {
     let g = name.strip_prefix('g')?.strip_suffix(".manifest")?;
-    if g.len() >= 8 && g.bytes().all(|c| c.is_ascii_digit()) {
-        g.parse().ok()
-    } else {
-        None
-    }
+    let g: u64 = g.parse().ok()?;
+    (manifest_name(g) == name).then_some(g)
+}
+
+/// The generation of a generation file name `gNNNNNNNN.<ext>` (canonical
+/// spelling only), for any extension.
+pub fn generation_of(name: &str) -> Option<u64> {
+    let (stem, ext) = name.split_once('.')?;
+    let g: u64 = stem.strip_prefix('g')?.parse().ok()?;
+    (object_name(g, ext) == name).then_some(g)
 }

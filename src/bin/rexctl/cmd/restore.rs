@@ -13,7 +13,8 @@ use crate::ui;
 /// With `--l2` alone (after losing the node), from the newest valid L2
 /// generation. With `--l1` too (after a transient fault), pages written since
 /// the last L2 checkpoint come from L1's IC files and the rest from L1's copy
-/// of the chain, falling back to L2 per file. The output is a FULL REX-IC
+/// of the chain, each generation falling back to L2 when its L1 copy is
+/// missing or damaged. The output is a FULL REX-IC
 /// file, or a flat image with `--raw`; it is written under a temporary name
 /// and appears only when complete and verified.
 #[derive(clap::Args, Debug)]
