@@ -14,8 +14,8 @@
 //!   each DeD-Table hash; throughput is the batch's C-List bytes. Beside
 //!   them, `memcpy` of as many bytes.
 //! * `restore-<profile>`: the newest generation's image rebuilt into memory
-//!   (`decode`: open the chain, verify it, rebuild every live page into one
-//!   buffer), restored to a REX-IC file on tmpfs (`restore-tmpfs`: what
+//!   (`decode`: open the chain, verify it, rebuild every live page in place
+//!   into one buffer, as `rexctl restore` does minus the output file), restored to a REX-IC file on tmpfs (`restore-tmpfs`: what
 //!   `rexctl restore --l2` does, fsync included but free there) and on the
 //!   ext4 disk (`restore-disk`: the fsync is real); beside them, `memcpy` of
 //!   the image and `ic-apply`, the restore a user without REX would do:
@@ -23,12 +23,17 @@
 //!   CRC and applying drops and pages to a `BTreeMap`. Throughput is the
 //!   image's bytes for all of them.
 //!
-//! Run: `cargo bench --bench pipeline` (`-- dedup-balanced` to filter). At
-//! the end it prints a table of MB/s and ratios to the baselines, read back
-//! from criterion's estimates of this run.
+//! Beside them, `write-tmpfs` and `write-disk` write the image's bytes to a
+//! new file (fsync on disk) and rename it: the output I/O alone.
+//!
+//! Run: `cargo bench --bench pipeline` (`-- dedup-balanced` to filter the
+//! benches, `REX_BENCH_PROFILES=balanced` to skip the other setups). At the
+//! end it prints a table of MB/s and ratios to the baselines, read back from
+//! criterion's estimates of this run.
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
@@ -40,7 +45,7 @@ use rexctl::dedup::{DedupJob, deduplicate};
 use rexctl::dedup_table::{Crc32Hasher, Xxh3Hasher};
 use rexctl::format::ic::{IcFile, IcMeta};
 use rexctl::push::{Job, PushOptions, push_l2};
-use rexctl::restore::{RestoreOptions, decode_image, restore_l2};
+use rexctl::restore::{RestoreOptions, restore_l2};
 use rexctl::store::DirStore;
 use rexctl::workload::{Workload, profile};
 
@@ -140,7 +145,7 @@ fn metas(paths: &[PathBuf]) -> Vec<IcMeta> {
 fn dedup_group(c: &mut Criterion, name: &str, fx: &Fixture) {
     let group = format!("dedup-{name}");
     let mut g = c.benchmark_group(&group);
-    g.sample_size(10).warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(4));
+    g.sample_size(10).warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(2));
     let store = DirStore::open(&fx.l2).unwrap();
     let index = ChainIndex::load(&store).unwrap();
     let g1 = *index.manifests.keys().next().unwrap();
@@ -219,7 +224,7 @@ fn ic_apply(paths: &[PathBuf]) -> BTreeMap<u64, Vec<u8>> {
 fn restore_group(c: &mut Criterion, name: &str, fx: &Fixture) {
     let group = format!("restore-{name}");
     let mut g = c.benchmark_group(&group);
-    g.sample_size(10).warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(4));
+    g.sample_size(10).warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(2));
     let bytes = fx.image_bytes;
     let store = DirStore::open(&fx.l2).unwrap();
     let mut image = vec![0u8; bytes as usize];
@@ -227,12 +232,15 @@ fn restore_group(c: &mut Criterion, name: &str, fx: &Fixture) {
         let index = ChainIndex::load(&store).unwrap();
         let newest = index.newest().unwrap().generation;
         let chain = OpenChain::open(&store, &index, newest).unwrap();
+        // What a full restore does, minus the output file: verify the
+        // chain, then rebuild each live page in place.
+        let decoder = chain.decoder().unwrap();
+        let ps = decoder.page_size();
         let mut at = 0;
-        decode_image(&chain, |_, page| {
-            image[at..at + page.len()].copy_from_slice(page);
-            at += page.len();
-        })
-        .unwrap();
+        for lp in chain.live_pages() {
+            decoder.read_page(lp, &mut image[at..at + ps]).unwrap();
+            at += ps;
+        }
         at
     };
     assert_eq!(decode(&mut image) as u64, bytes, "the chain restores the generator's image");
@@ -246,6 +254,25 @@ fn restore_group(c: &mut Criterion, name: &str, fx: &Fixture) {
         });
     }
     memcpy_bench(&mut g, &group, bytes);
+    // The output's I/O alone: the image's bytes written to a new file and
+    // renamed over the previous one, as the restore publishes its output.
+    let src = vec![7u8; bytes as usize];
+    for (id, dir, sync) in [("write-tmpfs", &fx.out, false), ("write-disk", &fx.disk_out, true)] {
+        let (tmp, out) = (dir.join("w.tmp"), dir.join("w.out"));
+        register(&mut g, &group, id, bytes);
+        g.bench_function(id, |b| {
+            b.iter(|| {
+                let mut f = std::fs::File::create(&tmp).unwrap();
+                for c in src.chunks(1 << 20) {
+                    f.write_all(c).unwrap();
+                }
+                if sync {
+                    f.sync_all().unwrap();
+                }
+                std::fs::rename(&tmp, &out).unwrap();
+            })
+        });
+    }
     let applied = ic_apply(&fx.ics);
     assert_eq!(applied.len() as u64 * 4096, bytes);
     drop(applied);
@@ -291,7 +318,12 @@ fn summary(since: SystemTime) {
 fn main() {
     let since = SystemTime::now();
     let mut c = Criterion::default().configure_from_args();
+    // REX_BENCH_PROFILES=balanced,small-inc limits the (slow) setups.
+    let only = std::env::var("REX_BENCH_PROFILES").ok();
     for name in PROFILES {
+        if only.as_ref().is_some_and(|o| !o.split(',').any(|p| p == name)) {
+            continue;
+        }
         let fx = fixture(name);
         dedup_group(&mut c, name, &fx);
         restore_group(&mut c, name, &fx);

@@ -350,6 +350,27 @@ impl OpenChain {
     /// The bytes of pattern `ptr`, CRC-checked and bounds-checked.
     #[inline]
     pub fn pattern(&self, ptr: u32) -> Result<&[u8]> {
+        match self.pattern_if_verified(ptr) {
+            Some(b) => Ok(b),
+            None => self.pattern_checked(ptr),
+        }
+    }
+
+    /// The bytes of pattern `ptr` if it lies in the pattern space and its
+    /// chunk has already been verified; else `None` (then
+    /// [`pattern`](Self::pattern) verifies the chunk or reports the
+    /// problem). A chain has a handful of generations: a reverse linear scan
+    /// finds the pointer's one.
+    #[inline]
+    pub fn pattern_if_verified(&self, ptr: u32) -> Option<&[u8]> {
+        let p = u64::from(ptr);
+        let &(b, i) = self.bases.iter().rev().find(|&&(b, _)| b <= p)?;
+        self.gens[i].rps.record_if_verified(p - b)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn pattern_checked(&self, ptr: u32) -> Result<&[u8]> {
         let p = u64::from(ptr);
         let i = self.bases.partition_point(|&(b, _)| b <= p);
         if i > 0 {
@@ -466,12 +487,17 @@ impl PageDecoder<'_> {
         Ok(want)
     }
 
-    /// The segment holding pointer `p`.
-    #[cold]
+    /// The segment holding pointer `p`. A chain has a handful of
+    /// generations, so a linear scan beats a binary search.
+    #[inline]
     fn seg(&self, p: u64) -> Option<(u64, u64, &[u8])> {
-        let i = self.segs.partition_point(|&(b, _, _)| b <= p);
-        let s = *self.segs.get(i.checked_sub(1)?)?;
-        (p - s.0 < s.1).then_some(s)
+        self.seg_index(p).map(|i| self.segs[i])
+    }
+
+    #[inline]
+    fn seg_index(&self, p: u64) -> Option<usize> {
+        let i = self.segs.iter().rposition(|s| s.0 <= p)?;
+        (p - self.segs[i].0 < self.segs[i].1).then_some(i)
     }
 
     /// Copies the patterns `ptrs` (little-endian u32s) into `out`, `N`

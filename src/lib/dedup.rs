@@ -32,10 +32,10 @@ use serde::Serialize;
 
 use crate::chain::{LivePage, OpenChain};
 use crate::coalesce::{CList, CListEntry, PageLayer, merge_layers};
-use crate::dedup_table::{DedupTable, PatternHasher};
+use crate::dedup_table::{DedupTable, PatternHash, PatternHasher};
 use crate::error::{Error, Result};
 use crate::format::chunked::{ChunkedHeader, ChunkedWriter, DEFAULT_CHUNK, Kind};
-use crate::format::ic::{DropRange, IcFile, IcMeta};
+use crate::format::ic::{DropRange, IcMeta};
 use crate::format::manifest::{FileEntry, Role, object_name};
 use crate::format::ptable::{PTableDelta, check_sizes};
 
@@ -85,11 +85,51 @@ fn space_full(generation: u64, needed: u64) -> Error {
 
 /// Where the bytes of a page being deduplicated come from.
 enum PageSource<'a> {
-    /// An IC file's page.
+    /// An IC file's page (CRC-checked), at `offset` in file `file`.
     Ic { file: u32, data: &'a [u8], offset: u64, crc: u32 },
-    /// A page rebuilt from the old chain into a buffer; `ptrs` are its old
-    /// pointers (new patterns are found again through them).
-    Old { ptrs: &'a [u8], crc: u32 },
+    /// A page rebuilt (and CRC-checked) from the old chain into `data`;
+    /// `ptrs` are its old pointers, through which its new patterns are found
+    /// again.
+    Old { data: &'a [u8], ptrs: &'a [u8], crc: u32 },
+}
+
+/// How the `i`-th pattern of a page is resolved (see [`Unit::page`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Way {
+    /// Probe the DeD-Table with the hash computed for it.
+    Probe,
+    /// The all-zero pattern, whose pointer is already known.
+    Zero,
+    /// (New contents only) equal to the previous version's pattern at the
+    /// same position: takes the pointer that pattern's insertion returned.
+    Same,
+}
+
+/// Whether `p` is all zero bytes (`p.len()` is a multiple of 8: pattern
+/// sizes are powers of two from 16).
+#[inline(always)]
+fn is_zero(p: &[u8]) -> bool {
+    p.chunks_exact(8)
+        .fold(0u64, |a, w| a | u64::from_ne_bytes(w.try_into().expect("8 bytes")))
+        == 0
+}
+
+/// Pattern equality for the usual sizes as fixed-size arrays (inlined
+/// compares rather than a `bcmp` call).
+#[inline(always)]
+fn same(a: &[u8], b: &[u8]) -> bool {
+    #[inline(always)]
+    fn fixed<const N: usize>(a: &[u8], b: &[u8]) -> Option<bool> {
+        Some(<&[u8; N]>::try_from(a).ok()? == <&[u8; N]>::try_from(b).ok()?)
+    }
+    match a.len() {
+        32 => fixed::<32>(a, b),
+        16 => fixed::<16>(a, b),
+        64 => fixed::<64>(a, b),
+        128 => fixed::<128>(a, b),
+        _ => None,
+    }
+    .unwrap_or_else(|| a == b)
 }
 
 /// Shared state of one deduplication run.
@@ -101,7 +141,7 @@ struct Unit<'a, H: PatternHasher> {
     next: u64,
     /// Source location of every new pattern (see module doc).
     locs: Vec<u64>,
-    ic: &'a [Option<IcFile>],
+    ic: Vec<IcData<'a>>,
     /// The chain whose patterns are reachable: the previous generation's
     /// for a Δ, the old chain (as a page source) for a complete coalescence.
     chain: Option<&'a OpenChain>,
@@ -112,8 +152,33 @@ struct Unit<'a, H: PatternHasher> {
     rps_buf: Vec<u8>,
     pf: ChunkedWriter,
     pf_buf: Vec<u8>,
-    ptrs: Vec<u32>,
     out: DedupOutput,
+    /// The pointer the DeD-Table maps the all-zero pattern to, once known.
+    /// Entries are never replaced, so it stays valid for the whole batch.
+    zero_ptr: Option<u32>,
+    /// What pass 1 learned about the page being committed and the next one
+    /// (see [`Unit::prepare`]).
+    scratch: [Scratch<'a>; 2],
+    /// What each previous-version insertion of the page returned.
+    prev_res: Vec<u32>,
+}
+
+/// Pass 1's findings about one page (`alpha` entries each): how each new
+/// pattern is resolved and its hashes; the same for the previous version's
+/// patterns, with their bytes and pointers.
+#[derive(Default)]
+struct Scratch<'a> {
+    new: Vec<(Way, PatternHash)>,
+    prev: Vec<Prev<'a>>,
+}
+
+/// A previous-version pattern of the page: its bytes, pointer, and how it
+/// is inserted.
+struct Prev<'a> {
+    pat: &'a [u8],
+    ptr: u32,
+    way: Way,
+    h: PatternHash,
 }
 
 /// Resolves a pointer to its bytes for the DeD-Table's hit confirmation.
@@ -125,7 +190,7 @@ fn resolve<'a>(
     base: u64,
     ps: usize,
     locs: &[u64],
-    ic: &'a [Option<IcFile>],
+    ic: &[IcData<'a>],
     chain: Option<&'a OpenChain>,
     chain_shared: bool,
 ) -> &'a [u8] {
@@ -138,11 +203,11 @@ fn resolve<'a>(
             return chain.and_then(|c| c.pattern(loc as u32).ok()).unwrap_or(&[]);
         }
         let (file, off) = ((loc >> 48) as usize, loc & ((1 << 48) - 1));
-        return ic
-            .get(file)
-            .and_then(Option::as_ref)
-            .and_then(|f| f.raw(off, ps))
-            .unwrap_or(&[]);
+        let Some(&(data_off, data)) = ic.get(file) else {
+            return &[];
+        };
+        let at = off.wrapping_sub(data_off) as usize;
+        return at.checked_add(ps).and_then(|end| data.get(at..end)).unwrap_or(&[]);
     }
     if chain_shared {
         return chain.and_then(|c| c.pattern(p as u32).ok()).unwrap_or(&[]);
@@ -150,59 +215,167 @@ fn resolve<'a>(
     &[]
 }
 
+/// An IC file's page data and its offset in the file (empty for files the
+/// batch does not reference), for [`resolve`].
+type IcData<'a> = (u64, &'a [u8]);
+
 impl<'a, H: PatternHasher> Unit<'a, H> {
-    fn page(&mut self, page: u64, src: PageSource<'_>, prev: Option<LivePage>, ptab: &mut PTableDelta) -> Result<()> {
-        let ps = self.pattern_size;
-        // Insert the previous version's patterns under their pointers.
-        if let (Some(lp), Some(chain)) = (prev, self.chain)
-            && self.chain_shared
-        {
-            let old = chain.pointers(lp)?;
-            for p in old.chunks_exact(4) {
+    /// Pass 1 of a page (into `scratch[slot]`): reads the previous
+    /// version's patterns (Δ only) and classifies every pattern, hashing
+    /// and prefetching the DeD-Table bucket of those that need a probe.
+    ///
+    /// It changes no table state, so [`deduplicate`] runs it one page ahead:
+    /// page k+1 is prepared before page k is committed, and the buckets it
+    /// prefetches have a whole page's work to arrive.
+    ///
+    /// Two kinds of pattern skip the table, with the answer the table would
+    /// give: the all-zero pattern once its pointer is known, and a new
+    /// pattern equal to the previous version's pattern at the same position
+    /// (a surviving pattern), which takes the pointer that pattern's
+    /// insertion returns. Entries are never replaced within a batch (and
+    /// `zero_ptr`, once known, never changes), so both shortcuts return
+    /// exactly what a probe would: the output is the same, byte for byte, as
+    /// probing every pattern in order.
+    fn prepare(&mut self, slot: usize, data: &[u8], prev: Option<LivePage>) -> Result<()> {
+        match self.pattern_size {
+            16 => self.prepare_n::<16>(slot, data, prev),
+            32 => self.prepare_n::<32>(slot, data, prev),
+            64 => self.prepare_n::<64>(slot, data, prev),
+            128 => self.prepare_n::<128>(slot, data, prev),
+            _ => self.prepare_n::<0>(slot, data, prev),
+        }
+    }
+
+    /// [`prepare`](Self::prepare) for patterns of `N` bytes (0: any size),
+    /// so that the usual sizes get fixed-size compares and copies.
+    #[inline(always)]
+    fn prepare_n<const N: usize>(&mut self, slot: usize, data: &[u8], prev: Option<LivePage>) -> Result<()> {
+        let ps = if N > 0 { N } else { self.pattern_size };
+        let sc = &mut self.scratch[slot];
+        sc.prev.clear();
+        let prev_chain = match (prev, self.chain) {
+            (Some(lp), Some(chain)) if self.chain_shared => Some((lp, chain)),
+            _ => None,
+        };
+        if let Some((lp, chain)) = prev_chain {
+            for p in chain.pointers(lp)?.chunks_exact(4) {
                 let ptr = u32::from_le_bytes(p.try_into().expect("4"));
                 let pat = chain.pattern(ptr)?;
-                let (base, locs, ic) = (self.base, &self.locs, self.ic);
-                let shared = self.chain_shared;
-                self.table
-                    .get_or_insert(pat, ptr, |q| resolve(q, base, ps, locs, ic, Some(chain), shared));
-                self.out.prev_inserted += 1;
+                let (way, h) = match self.zero_ptr {
+                    Some(_) if is_zero(pat) => (Way::Zero, PatternHash::default()),
+                    _ => {
+                        let h = self.table.hash(pat);
+                        self.table.prefetch(h);
+                        (Way::Probe, h)
+                    }
+                };
+                sc.prev.push(Prev { pat, ptr, way, h });
             }
         }
-        let (data, crc): (&[u8], u32) = match &src {
-            PageSource::Ic { data, crc, .. } => (data, *crc),
-            PageSource::Old { crc, .. } => (&[], *crc),
+        sc.new.clear();
+        let alpha = data.len() / ps;
+        let has_prev = sc.prev.len() == alpha;
+        for (i, pat) in data.chunks_exact(ps).enumerate() {
+            let (way, h) = if has_prev && same(pat, sc.prev[i].pat) {
+                (Way::Same, PatternHash::default())
+            } else if self.zero_ptr.is_some() && is_zero(pat) {
+                (Way::Zero, PatternHash::default())
+            } else {
+                let h = self.table.hash(pat);
+                self.table.prefetch(h);
+                (Way::Probe, h)
+            };
+            sc.new.push((way, h));
+        }
+        Ok(())
+    }
+
+    /// Passes 2 and 3 of a page prepared into `scratch[slot]`: inserts the
+    /// previous version's patterns under their pointers, in order, then
+    /// probes the new contents, in order, appending misses to the ΔRPS.
+    fn commit(&mut self, slot: usize, page: u64, src: PageSource<'_>, ptab: &mut PTableDelta) -> Result<()> {
+        match self.pattern_size {
+            16 => self.commit_n::<16>(slot, page, src, ptab),
+            32 => self.commit_n::<32>(slot, page, src, ptab),
+            64 => self.commit_n::<64>(slot, page, src, ptab),
+            128 => self.commit_n::<128>(slot, page, src, ptab),
+            _ => self.commit_n::<0>(slot, page, src, ptab),
+        }
+    }
+
+    /// [`commit`](Self::commit) for patterns of `N` bytes (0: any size).
+    #[inline(always)]
+    fn commit_n<const N: usize>(&mut self, slot: usize, page: u64, src: PageSource<'_>, ptab: &mut PTableDelta) -> Result<()> {
+        let ps = if N > 0 { N } else { self.pattern_size };
+        let (data, crc) = match &src {
+            PageSource::Ic { data, crc, .. } | PageSource::Old { data, crc, .. } => (*data, *crc),
         };
-        self.ptrs.clear();
-        let alpha = match &src {
-            PageSource::Ic { data, .. } => data.len() / ps,
-            PageSource::Old { ptrs, .. } => ptrs.len() / 4,
-        };
-        for i in 0..alpha {
-            let (pat, loc): (&[u8], u64) = match &src {
-                PageSource::Ic { file, offset, .. } => {
-                    (&data[i * ps..(i + 1) * ps], (u64::from(*file) << 48) | (offset + (i * ps) as u64))
-                }
-                PageSource::Old { ptrs, .. } => {
-                    let old = u32::from_le_bytes(ptrs[i * 4..i * 4 + 4].try_into().expect("4"));
-                    let chain = self.chain.expect("old pages come with their chain");
-                    (chain.pattern(old)?, OLD | u64::from(old))
+        let alpha = data.len() / ps;
+        let data = &data[..alpha * ps];
+        let (base, ic, chain, shared) = (self.base, &self.ic[..], self.chain, self.chain_shared);
+        let sc = &self.scratch[slot];
+
+        // Pass 2: the previous version's patterns.
+        self.prev_res.clear();
+        for &Prev { pat, ptr, way, h } in &sc.prev {
+            let res = match (way, self.zero_ptr) {
+                (Way::Zero, Some(z)) => z,
+                _ => {
+                    let locs = &self.locs;
+                    let res = self
+                        .table
+                        .get_or_insert_hashed(pat, h, ptr, |q| {
+                            resolve(q, base, ps, locs, ic, chain, shared)
+                        })
+                        .unwrap_or(ptr);
+                    if self.zero_ptr.is_none() && is_zero(pat) {
+                        self.zero_ptr = Some(res);
+                    }
+                    res
                 }
             };
+            self.prev_res.push(res);
+        }
+        self.out.prev_inserted += sc.prev.len() as u64;
+
+        // Pass 3: the new contents; their pointers go straight into the PF
+        // buffer.
+        let pf_at = self.pf_buf.len();
+        self.pf_buf.resize(pf_at + alpha * 4, 0);
+        let pf_out = self.pf_buf[pf_at..].chunks_exact_mut(4);
+        for (i, ((pat, out), &(way, h))) in data.chunks_exact(ps).zip(pf_out).zip(&sc.new).enumerate() {
             if self.next > u64::from(u32::MAX) {
                 return Err(space_full(self.generation, self.next));
             }
-            let (base, locs, ic, chain, shared) = (self.base, &self.locs, self.ic, self.chain, self.chain_shared);
-            let hit = self
-                .table
-                .get_or_insert(pat, self.next as u32, |q| resolve(q, base, ps, locs, ic, chain, shared));
-            self.out.probed += 1;
-            match hit {
+            let hit = match (way, self.zero_ptr) {
+                (Way::Same, _) => Some(self.prev_res[i]),
+                (Way::Zero, Some(z)) => Some(z),
+                _ => {
+                    let locs = &self.locs;
+                    let hit = self
+                        .table
+                        .get_or_insert_hashed(pat, h, self.next as u32, |q| {
+                            resolve(q, base, ps, locs, ic, chain, shared)
+                        });
+                    if self.zero_ptr.is_none() && is_zero(pat) {
+                        self.zero_ptr = Some(hit.unwrap_or(self.next as u32));
+                    }
+                    hit
+                }
+            };
+            let ptr = match hit {
                 Some(p) => {
                     self.out.hits += 1;
-                    self.ptrs.push(p);
+                    p
                 }
                 None => {
-                    self.ptrs.push(self.next as u32);
+                    let loc = match &src {
+                        PageSource::Ic { file, offset, .. } => (u64::from(*file) << 48) | (offset + (i * ps) as u64),
+                        PageSource::Old { ptrs, .. } => {
+                            OLD | u64::from(u32::from_le_bytes(ptrs[i * 4..i * 4 + 4].try_into().expect("4")))
+                        }
+                    };
+                    let p = self.next as u32;
                     self.next += 1;
                     self.locs.push(loc);
                     self.rps_buf.extend_from_slice(pat);
@@ -210,12 +383,12 @@ impl<'a, H: PatternHasher> Unit<'a, H> {
                         self.rps.write(&self.rps_buf)?;
                         self.rps_buf.clear();
                     }
+                    p
                 }
-            }
+            };
+            out.copy_from_slice(&ptr.to_le_bytes());
         }
-        for p in &self.ptrs {
-            self.pf_buf.extend_from_slice(&p.to_le_bytes());
-        }
+        self.out.probed += alpha as u64;
         if self.pf_buf.len() >= FLUSH {
             self.pf.write(&self.pf_buf)?;
             self.pf_buf.clear();
@@ -225,6 +398,13 @@ impl<'a, H: PatternHasher> Unit<'a, H> {
         self.out.bytes_in += (alpha * ps) as u64;
         Ok(())
     }
+}
+
+/// A page prepared and waiting for its commit: where its bytes are.
+enum Pending<'i> {
+    Ic { page: u64, file: u32, data: &'i [u8], offset: u64, crc: u32 },
+    /// Rebuilt into `old_bufs[buf]`.
+    Old { page: u64, ptrs: &'i [u8], crc: u32, buf: usize },
 }
 
 /// Parameters of one deduplication run.
@@ -323,8 +503,16 @@ pub fn deduplicate<H: PatternHasher>(job: &DedupJob<'_>, hasher: H) -> Result<De
             (plan, job.clist.drops.clone(), live, false)
         };
 
-    let expected = plan.len() * alpha as usize;
-    let table = DedupTable::with_hasher(expected.saturating_mul(2).max(1024), hasher);
+    // Size the table for the most entries it can get, so that it never
+    // grows: one per probed pattern, plus one per previous-version pattern
+    // inserted (Δ only). Entries never exceed the unique patterns, so the
+    // table is usually much emptier than its 3/4 load limit; sizing it
+    // tighter than this bound would risk a growth (every entry re-hashed
+    // through the resolver), sizing it looser only spreads the probes over
+    // more memory.
+    let with_prev = plan.iter().filter(|(_, _, prev)| prev.is_some()).count();
+    let expected = (plan.len() + with_prev).saturating_mul(alpha as usize);
+    let table = DedupTable::with_hasher(expected.max(1024), hasher);
     let names = [
         object_name(job.generation, "rps"),
         object_name(job.generation, "pf"),
@@ -361,14 +549,26 @@ pub fn deduplicate<H: PatternHasher>(job: &DedupJob<'_>, hasher: H) -> Result<De
         base,
         next: base,
         locs: Vec::new(),
-        ic: &ic,
+        ic: ic
+            .iter()
+            .map(|f| {
+                f.as_ref()
+                    .and_then(|f| {
+                        let l = f.meta().layout;
+                        Some((l.data_off, f.raw(l.data_off, usize::try_from(l.file_len - l.data_off).ok()?)?))
+                    })
+                    .unwrap_or((0, &[]))
+            })
+            .collect(),
         chain: job.chain,
         chain_shared: shared && job.chain.is_some() && !full_flag,
         rps,
         rps_buf: Vec::with_capacity(FLUSH + ps),
         pf,
         pf_buf: Vec::with_capacity(FLUSH + 4 * alpha as usize),
-        ptrs: Vec::with_capacity(alpha as usize),
+        zero_ptr: None,
+        scratch: [Scratch::default(), Scratch::default()],
+        prev_res: Vec::with_capacity(alpha as usize),
         out: DedupOutput {
             generation: job.generation,
             files: Vec::new(),
@@ -395,31 +595,46 @@ pub fn deduplicate<H: PatternHasher>(job: &DedupJob<'_>, hasher: H) -> Result<De
         drops,
         page_crcs: Vec::with_capacity(plan.len()),
     };
-    let mut old_buf = vec![0u8; job.page_size as usize];
-    for (page, src, prev) in &plan {
-        match src {
+    // Page k+1 is prepared (pass 1: hashes, prefetches) before page k is
+    // committed (passes 2 and 3), so that its DeD-Table buckets arrive
+    // while page k is being processed. Rebuilt old pages alternate between
+    // two buffers, as a prepared page's bytes must outlive the next
+    // page's preparation.
+    let mut old_bufs = [vec![0u8; job.page_size as usize], vec![0u8; job.page_size as usize]];
+    let mut pending: Option<Pending<'_>> = None;
+    for (k, (page, src, prev)) in plan.iter().enumerate() {
+        let slot = k % 2;
+        let next = match src {
             Src::Ic(e) => {
                 let f = ic[e.chk as usize].as_ref().expect("referenced files are open");
                 let data = f.page(e.pp as usize)?;
-                let src = PageSource::Ic {
+                unit.prepare(slot, data, *prev)?;
+                Pending::Ic {
+                    page: *page,
                     file: e.chk,
                     data,
                     offset: f.page_offset(e.pp as usize),
                     crc: f.meta().page_crcs[e.pp as usize],
-                };
-                unit.page(*page, src, *prev, &mut ptab)?;
+                }
             }
             Src::Old(lp) => {
                 let chain = job.chain.expect("old pages come with their chain");
                 // Rebuild (and CRC-check) the page before trusting its pointers.
-                chain.read_page(*lp, &mut old_buf)?;
+                chain.read_page(*lp, &mut old_bufs[slot])?;
                 let crc = chain.gens[lp.layer as usize].ptable.page_crcs[lp.pos as usize];
                 let ptrs = chain.pointers(*lp)?;
-                unit.page(*page, PageSource::Old { ptrs, crc }, None, &mut ptab)?;
+                unit.prepare(slot, &old_bufs[slot], None)?;
+                Pending::Old { page: *page, ptrs, crc, buf: slot }
             }
+        };
+        if let Some(p) = pending.replace(next) {
+            commit(&mut unit, 1 - slot, p, &old_bufs, &mut ptab)?;
         }
-        unit.out.table_bytes = unit.out.table_bytes.max(unit.table.memory_bytes() as u64);
     }
+    if let Some(p) = pending.take() {
+        commit(&mut unit, (plan.len() + 1) % 2, p, &old_bufs, &mut ptab)?;
+    }
+    unit.out.table_bytes = unit.out.table_bytes.max(unit.table.memory_bytes() as u64);
     if !unit.rps_buf.is_empty() {
         unit.rps.write(&unit.rps_buf)?;
     }
@@ -439,6 +654,24 @@ pub fn deduplicate<H: PatternHasher>(job: &DedupJob<'_>, hasher: H) -> Result<De
     ];
     out.seconds = started.elapsed().as_secs_f64();
     Ok(out)
+}
+
+/// Commits a prepared page (see [`Unit::commit`]).
+fn commit<H: PatternHasher>(
+    unit: &mut Unit<'_, H>,
+    slot: usize,
+    p: Pending<'_>,
+    old_bufs: &[Vec<u8>; 2],
+    ptab: &mut PTableDelta,
+) -> Result<()> {
+    match p {
+        Pending::Ic { page, file, data, offset, crc } => {
+            unit.commit(slot, page, PageSource::Ic { file, data, offset, crc }, ptab)
+        }
+        Pending::Old { page, ptrs, crc, buf } => {
+            unit.commit(slot, page, PageSource::Old { data: &old_bufs[buf], ptrs, crc }, ptab)
+        }
+    }
 }
 
 /// The live P-Table of a chain as a merge layer (a FULL one: it is the

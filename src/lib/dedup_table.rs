@@ -11,8 +11,11 @@
 //! The table is a cuckoo hash table with two hash functions and 2-way
 //! set-associative buckets, as the paper prescribes. A bucket is 16 bytes
 //! (`tag: [u32; 2]`, `ptr: [u32; 2]`, 16-byte aligned), so a bucket never
-//! straddles a cache line and a probe touches at most two lines, which
-//! [`DedupTable::prefetch`] can request ahead of time.
+//! straddles a cache line. A probe reads its first bucket, and its second
+//! one only when the first is full (see *One line per probe* below), so it
+//! usually touches one line, which [`DedupTable::prefetch`] can request
+//! ahead of time. Large bucket arrays are allocated with `MADV_HUGEPAGE`
+//! on Linux, so that random probes do not also miss the TLB.
 //!
 //! An entry is a pointer and a tag, 8 bytes, not a copy of the pattern: the
 //! patterns already live in the caller's buffers (the previous RPS files
@@ -52,6 +55,22 @@
 //! time (see the stash below). Patterns of different lengths may share a
 //! table; they never compare equal.
 //!
+//! # One line per probe
+//!
+//! A bucket never loses an entry within a batch: insertions fill free
+//! slots, and an eviction puts the evicted entry's replacement in the same
+//! slot, so a full bucket stays full until [`clear`] or a growth (which
+//! rebuilds everything). And an entry lands in its second bucket, or in the
+//! stash, only when its first bucket is full (insertion tries the first
+//! bucket first; an evicted entry moving to its second bucket leaves its
+//! first one full with the newcomer; the stash takes entries whose two
+//! buckets are full). Hence: **while an entry's first bucket has a free
+//! slot, the entry is in that bucket**. A probe whose first bucket has a
+//! free slot and no matching entry is a miss, without reading the second
+//! bucket or the stash, and inserts into that free slot. Below the 3/4
+//! load limit most first buckets have a free slot, so most probes touch one
+//! cache line instead of two.
+//!
 //! # Insertion, eviction, stash, growth
 //!
 //! A new entry goes into the first free slot of `b1`, then of `b2`. When both
@@ -87,12 +106,17 @@
 //! # Hash functions
 //!
 //! The paper indexes with CRC-32. [`Crc32Hasher`] does exactly that
-//! (`h1 = crc32fast::hash`, `h2` the low half of XXH3-64) and remains
-//! available, but the default, [`Xxh3Hasher`], takes both hashes from the two
-//! halves of one XXH3-64 (`xxhash-rust`), because CRC-32 turned out to be the
-//! largest single cost of an in-cache operation. Measured on the development
-//! machine (a 2-vCPU Xeon Sapphire Rapids KVM guest; release build; thread
-//! CPU time, best of 3; 32-byte patterns):
+//! (`h1` = CRC-32, `h2` the low half of XXH3-64; `push-l2` uses it by
+//! default), and [`Xxh3Hasher`], this type's default, takes both hashes from
+//! the two halves of one XXH3-64 (`xxhash-rust`), because CRC-32 turned out
+//! to be the largest single cost of an in-cache operation. The table below
+//! was measured with `crc32fast::hash` as `h1`. `Crc32Hasher` now computes
+//! the same CRC-32 with a PCLMULQDQ fold specialised to whole 16-byte blocks
+//! (`crc32_short`), which cut its extra cost on a 32-byte pattern by more
+//! than half: in the Deduplication Unit the two hashers are now within
+//! about 10% of each other (docs/PERFORMANCE.md has the current figures).
+//! Measured on the development machine (a 2-vCPU Xeon Sapphire Rapids KVM
+//! guest; release build; thread CPU time, best of 3; 32-byte patterns):
 //!
 //! | per pattern                                   | CRC-32 + XXH3 | XXH3 only |
 //! |-----------------------------------------------|---------------|-----------|
@@ -142,7 +166,8 @@
 //! access beyond 8 MiB takes about 180 ns. Callers that know the next
 //! patterns ahead (a whole page, always) should [`hash`] them, [`prefetch`]
 //! them all, then call [`get_or_insert_hashed`] on each, so that the cache
-//! misses overlap. Measured (XXH3, ns per operation, best of 2–3):
+//! misses overlap. Measured (XXH3, ns per operation, best of 2–3; before
+//! the one-line probe above, when `prefetch` requested both buckets):
 //!
 //! | entries | uniform, plain | uniform, prefetch | REX-like, plain | REX-like, prefetch |
 //! |---------|----------------|-------------------|-----------------|--------------------|
@@ -200,9 +225,9 @@ impl<F: Fn(&[u8]) -> PatternHash> PatternHasher for F {
     }
 }
 
-/// The paper's hash: `h1` is CRC-32 (`crc32fast`), `h2` the low half of
-/// XXH3-64. About 5 ns slower per 32-byte pattern than [`Xxh3Hasher`]; see
-/// the module documentation.
+/// The paper's hash: `h1` is CRC-32 (the value `crc32fast::hash` returns),
+/// `h2` the low half of XXH3-64. See the module documentation for its cost
+/// against [`Xxh3Hasher`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Crc32Hasher;
 
@@ -210,9 +235,84 @@ impl PatternHasher for Crc32Hasher {
     #[inline]
     fn hash(&self, pattern: &[u8]) -> PatternHash {
         PatternHash {
-            h1: crc32fast::hash(pattern),
+            h1: crc32_short(pattern).unwrap_or_else(|| crc32fast::hash(pattern)),
             h2: xxhash_rust::xxh3::xxh3_64(pattern) as u32,
         }
+    }
+}
+
+/// CRC-32 (IEEE, as `crc32fast::hash`) of a pattern of 16 to 128 bytes in
+/// whole 16-byte blocks, or `None` for other lengths or without PCLMULQDQ.
+///
+/// `crc32fast::hash` is built for long inputs: on a 32-byte pattern its
+/// hasher set-up, CPU feature dispatch and generic tail handling cost about
+/// 120 instructions (callgrind), several times the folding itself. This is
+/// the same algorithm (fold by one 128-bit block, then its 128-to-32-bit
+/// Barrett reduction, with its constants), specialised to whole blocks.
+#[inline]
+fn crc32_short(p: &[u8]) -> Option<u32> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if p.len() % 16 == 0
+            && (16..=128).contains(&p.len())
+            && std::arch::is_x86_feature_detected!("pclmulqdq")
+        {
+            // SAFETY: `crc32_blocks` requires PCLMULQDQ, detected just
+            // above (SSE2, its only other need, is part of x86-64), and a
+            // length that is a non-zero multiple of 16, checked just above.
+            return Some(unsafe { crc32_blocks(p) });
+        }
+    }
+    let _ = p;
+    None
+}
+
+/// See [`crc32_short`]; constants from `crc32fast` 1.5
+/// (`specialized/pclmulqdq.rs`).
+///
+/// # Safety
+///
+/// The CPU must support PCLMULQDQ, and `p.len()` must be a non-zero
+/// multiple of 16.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "pclmulqdq", enable = "sse2")]
+unsafe fn crc32_blocks(p: &[u8]) -> u32 {
+    use std::arch::x86_64 as arch;
+    const K3: i64 = 0x1751997d0;
+    const K4: i64 = 0x0ccaa009e;
+    const K5: i64 = 0x163cd6124;
+    const P_X: i64 = 0x1DB710641;
+    const U_PRIME: i64 = 0x1F7011641;
+    // Intrinsics are safe to call from a function with their target
+    // features on recent toolchains; the crate's MSRV (1.85) still wants
+    // the block, hence the `allow`.
+    #[allow(unused_unsafe)]
+    // SAFETY: the caller guarantees the CPU features; every load reads a
+    // 16-byte block of `p` (`chunks_exact(16)`), unaligned loads allowed.
+    unsafe {
+        let load = |b: &[u8]| arch::_mm_loadu_si128(b.as_ptr().cast());
+        let mut blocks = p.chunks_exact(16);
+        let first = blocks.next().expect("at least one block");
+        // The initial CRC (0) enters inverted.
+        let mut x = arch::_mm_xor_si128(load(first), arch::_mm_cvtsi32_si128(!0));
+        let k3k4 = arch::_mm_set_epi64x(K4, K3);
+        for b in blocks {
+            let t1 = arch::_mm_clmulepi64_si128(x, k3k4, 0x00);
+            let t2 = arch::_mm_clmulepi64_si128(x, k3k4, 0x11);
+            x = arch::_mm_xor_si128(arch::_mm_xor_si128(load(b), t1), t2);
+        }
+        // 128 -> 64 bits, then Barrett reduction to 32, bit-reflected.
+        let x = arch::_mm_xor_si128(arch::_mm_clmulepi64_si128(x, k3k4, 0x10), arch::_mm_srli_si128(x, 8));
+        let low32 = arch::_mm_set_epi32(0, 0, 0, !0);
+        let x = arch::_mm_xor_si128(
+            arch::_mm_clmulepi64_si128(arch::_mm_and_si128(x, low32), arch::_mm_set_epi64x(0, K5), 0x00),
+            arch::_mm_srli_si128(x, 4),
+        );
+        let pu = arch::_mm_set_epi64x(U_PRIME, P_X);
+        let t1 = arch::_mm_clmulepi64_si128(arch::_mm_and_si128(x, low32), pu, 0x10);
+        let t2 = arch::_mm_clmulepi64_si128(arch::_mm_and_si128(t1, low32), pu, 0x00);
+        // Bits 32..64 (`_mm_extract_epi32(_, 1)` without SSE4.1).
+        !(arch::_mm_cvtsi128_si32(arch::_mm_srli_si128(arch::_mm_xor_si128(x, t2), 4)) as u32)
     }
 }
 
@@ -362,8 +462,41 @@ fn prefetch_line<T>(p: &T) {
 fn alloc_buckets(n: usize) -> Option<Vec<Bucket>> {
     let mut v = Vec::new();
     v.try_reserve_exact(n).ok()?;
+    advise_huge_pages(&v);
     v.resize(n, Bucket::EMPTY);
     Some(v)
+}
+
+/// Asks Linux to back a large bucket array with 2 MiB pages
+/// (`MADV_HUGEPAGE`; transparent huge pages are often enabled only on
+/// request), before its first touch. Probes land on random buckets, so
+/// with 4 KiB pages nearly every probe of a table beyond a few MiB also
+/// misses the TLB; with 2 MiB pages the whole table fits it. A hint: any
+/// failure is ignored.
+fn advise_huge_pages(v: &Vec<Bucket>) {
+    #[cfg(target_os = "linux")]
+    {
+        const HUGE: usize = 2 << 20;
+        const PAGE: usize = 4096;
+        let bytes = v.capacity() * std::mem::size_of::<Bucket>();
+        if bytes < 2 * HUGE {
+            return;
+        }
+        let start = v.as_ptr() as usize;
+        let (a, e) = (start.next_multiple_of(PAGE), (start + bytes) / PAGE * PAGE);
+        // SAFETY: `[a, e)` lies inside `v`'s allocation (rounded inwards to
+        // whole pages), which this function's caller owns and has not
+        // handed out. MADV_HUGEPAGE changes no contents and no permissions:
+        // it only lets the kernel back the range with huge pages on later
+        // faults, so no Rust reference can observe it. The return value is
+        // ignored on purpose (an old kernel or THP disabled just means
+        // small pages).
+        unsafe {
+            libc::madvise(a as *mut libc::c_void, e - a, libc::MADV_HUGEPAGE);
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = v;
 }
 
 /// Buckets needed to hold `entries` at the maximum load.
@@ -372,15 +505,20 @@ fn buckets_for(entries: usize) -> usize {
     slots.div_ceil(WAYS).clamp(MIN_BUCKETS, MAX_BUCKETS)
 }
 
-/// What one probe learned about the two candidate buckets: slot `i` (0–3)
-/// is way `i & 1` of bucket `b[i >> 1]`.
-struct Probe {
-    b: [usize; 2],
-    ptr: [u32; 4],
-    /// Bit `i` set: slot `i` carries the probe's tag.
-    matches: u32,
-    /// Bit `i` set: slot `i` is free.
-    free: u32,
+/// Bit `w` set: way `w` of bucket `k` carries `tag`.
+#[inline(always)]
+fn tag_matches(k: &Bucket, tag: u32) -> u32 {
+    let mut m = 0;
+    for w in 0..WAYS {
+        m |= u32::from(k.tag[w] == tag) << w;
+    }
+    m
+}
+
+/// Bit `w` set: way `w` of bucket `k` is free.
+#[inline(always)]
+fn free_ways(k: &Bucket) -> u32 {
+    tag_matches(k, 0)
 }
 
 /// The DeD-Table: pattern contents → `u32` pattern pointer, for one batch.
@@ -497,57 +635,32 @@ impl<H: PatternHasher> DedupTable<H> {
     /// their cache misses instead of paying them one after another.
     #[inline]
     pub fn prefetch(&self, h: PatternHash) {
-        for b in self.bucket_indexes(h) {
-            if let Some(bucket) = self.buckets.get(b) {
-                prefetch_line(bucket);
-            }
+        // Only the first bucket: the second is read only when the first is
+        // full (see `get_hashed`), which the load limit keeps uncommon.
+        let b1 = reduce(h.h1, self.buckets.len());
+        if let Some(bucket) = self.buckets.get(b1) {
+            prefetch_line(bucket);
         }
     }
 
+    /// The pointer of a way of `k` whose tag is `tag` and whose pattern
+    /// resolves to `pattern`.
     #[inline(always)]
-    fn probe(&self, h: PatternHash) -> Probe {
-        let tag = tag_of(h);
-        let b = self.bucket_indexes(h);
-        // `bucket_indexes` returns indexes below `buckets.len()`.
-        let k1 = &self.buckets[b[0]];
-        let k2 = &self.buckets[b[1]];
-        let tags = [k1.tag[0], k1.tag[1], k2.tag[0], k2.tag[1]];
-        let mut matches = 0;
-        let mut free = 0;
-        for (i, &t) in tags.iter().enumerate() {
-            matches |= u32::from(t == tag) << i;
-            free |= u32::from(t == 0) << i;
-        }
-        Probe {
-            b,
-            ptr: [k1.ptr[0], k1.ptr[1], k2.ptr[0], k2.ptr[1]],
-            matches,
-            free,
-        }
-    }
-
-    /// Confirms a hit among the probe's tag matches, then in the stash.
-    #[inline(always)]
-    fn confirm<'a, F: FnMut(u32) -> &'a [u8]>(
-        &self,
-        p: &Probe,
+    fn confirm_in<'a, F: FnMut(u32) -> &'a [u8]>(
+        k: &Bucket,
         tag: u32,
         pattern: &[u8],
         resolve: &mut F,
     ) -> Option<u32> {
-        let mut m = p.matches;
+        let mut m = tag_matches(k, tag);
         while m != 0 {
-            let ptr = p.ptr[m.trailing_zeros() as usize & 3];
+            let ptr = k.ptr[m.trailing_zeros() as usize % WAYS];
             if same(resolve(ptr), pattern) {
                 return Some(ptr);
             }
             m &= m - 1;
         }
-        if self.stash.is_empty() {
-            None
-        } else {
-            self.stash_find(tag, pattern, resolve)
-        }
+        None
     }
 
     #[cold]
@@ -579,8 +692,25 @@ impl<H: PatternHasher> DedupTable<H> {
         h: PatternHash,
         mut resolve: F,
     ) -> Option<u32> {
-        let p = self.probe(h);
-        self.confirm(&p, tag_of(h), pattern, &mut resolve)
+        let tag = tag_of(h);
+        let [b1, b2] = self.bucket_indexes(h);
+        let k1 = &self.buckets[b1];
+        if let Some(p) = Self::confirm_in(k1, tag, pattern, &mut resolve) {
+            return Some(p);
+        }
+        if free_ways(k1) != 0 {
+            // A free slot in the first bucket: the pattern is neither in the
+            // second bucket nor in the stash (see `get_or_insert_hashed`).
+            return None;
+        }
+        if let Some(p) = Self::confirm_in(&self.buckets[b2], tag, pattern, &mut resolve) {
+            return Some(p);
+        }
+        if self.stash.is_empty() {
+            None
+        } else {
+            self.stash_find(tag, pattern, &mut resolve)
+        }
     }
 
     /// Returns the pointer of the entry whose pattern equals `pattern`; if
@@ -605,6 +735,14 @@ impl<H: PatternHasher> DedupTable<H> {
     /// `self.hash(pattern)` can make the table miss duplicates (and store
     /// the entry where later lookups will not find it), never return a
     /// wrong pointer.
+    ///
+    /// Usually touches one cache line. A bucket never empties within a
+    /// batch (entries are only added, and an eviction replaces the evicted
+    /// entry in the same slot), and an entry goes to its second bucket or to
+    /// the stash only when its first bucket is full. So while an entry's
+    /// first bucket has a free slot, the entry is in that bucket: a probe
+    /// whose first bucket has a free slot and no match is a miss without
+    /// reading the second bucket or the stash, and inserts there.
     #[inline]
     pub fn get_or_insert_hashed<'a, F: FnMut(u32) -> &'a [u8]>(
         &mut self,
@@ -614,18 +752,32 @@ impl<H: PatternHasher> DedupTable<H> {
         mut resolve: F,
     ) -> Option<u32> {
         let tag = tag_of(h);
-        let p = self.probe(h);
-        if let Some(found) = self.confirm(&p, tag, pattern, &mut resolve) {
-            return Some(found);
+        let [b1, b2] = self.bucket_indexes(h);
+        let k1 = &self.buckets[b1];
+        if let Some(p) = Self::confirm_in(k1, tag, pattern, &mut resolve) {
+            return Some(p);
+        }
+        let (mut b, mut free) = (b1, free_ways(k1));
+        if free == 0 {
+            let k2 = &self.buckets[b2];
+            if let Some(p) = Self::confirm_in(k2, tag, pattern, &mut resolve) {
+                return Some(p);
+            }
+            if !self.stash.is_empty()
+                && let Some(p) = self.stash_find(tag, pattern, &mut resolve)
+            {
+                return Some(p);
+            }
+            (b, free) = (b2, free_ways(k2));
         }
         self.len += 1;
         let slot = Slot { tag, ptr: new_ptr };
-        if p.free != 0 && self.in_buckets < self.max_in_buckets && self.stash.len() <= STASH_LIMIT {
-            // Fast path: a free slot in b1 or b2 and no reason to grow.
-            let i = p.free.trailing_zeros() as usize & 3;
-            let bucket = &mut self.buckets[p.b[i >> 1]];
-            bucket.tag[i & 1] = slot.tag;
-            bucket.ptr[i & 1] = slot.ptr;
+        if free != 0 && self.in_buckets < self.max_in_buckets && self.stash.len() <= STASH_LIMIT {
+            // Fast path: a free slot in b1 (else b2) and no reason to grow.
+            let w = free.trailing_zeros() as usize % WAYS;
+            let bucket = &mut self.buckets[b];
+            bucket.tag[w] = slot.tag;
+            bucket.ptr[w] = slot.ptr;
             self.in_buckets += 1;
         } else {
             self.insert_slow(h, slot, &mut resolve);
@@ -901,6 +1053,33 @@ mod tests {
             }
             assert!(h.model.len() < pats.len(), "the input has duplicates");
             h.check_all(&patterns(500, size, 999));
+        }
+    }
+
+    #[test]
+    fn short_crc32_equals_crc32fast() {
+        let mut x = 0x1234_5678_9abc_def0u64;
+        for len in [16usize, 32, 48, 64, 96, 128] {
+            for _ in 0..500 {
+                let p: Vec<u8> = (0..len)
+                    .map(|_| {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        x as u8
+                    })
+                    .collect();
+                assert_eq!(Crc32Hasher.hash(&p).h1, crc32fast::hash(&p), "{len} bytes");
+            }
+            for fill in [0u8, 0xff] {
+                let p = vec![fill; len];
+                assert_eq!(Crc32Hasher.hash(&p).h1, crc32fast::hash(&p));
+            }
+        }
+        // Other lengths take crc32fast itself.
+        for len in [0usize, 1, 15, 17, 31, 33, 144, 256] {
+            let p = vec![7u8; len];
+            assert_eq!(Crc32Hasher.hash(&p).h1, crc32fast::hash(&p));
         }
     }
 

@@ -15,7 +15,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// An operating-system call on a file failed.
-    #[error("{path}: {op}: {source}")]
+    #[error("{path}: {op}")]
     Io {
         /// The file or directory concerned.
         path: PathBuf,
@@ -68,6 +68,52 @@ pub enum Error {
         /// Who holds it, as recorded in the lock file.
         holder: String,
     },
+
+    /// A live process cannot be captured: it does not exist (any more), or
+    /// rexctl may not read it. `reason` says what is needed.
+    #[error("process {pid}: {reason}")]
+    Process {
+        /// The process id.
+        pid: u32,
+        /// What is wrong, and what would make it work.
+        reason: String,
+    },
+
+    /// A request to a remote object store failed. The message names the
+    /// endpoint, the bucket and the object key, so an operator can repeat
+    /// the request by hand.
+    #[error("{endpoint}: bucket {bucket}: {key}: {op}: {reason}")]
+    Remote {
+        /// The endpoint ("https://s3.eu-west-1.amazonaws.com",
+        /// "http://127.0.0.1:9000").
+        endpoint: String,
+        /// The bucket.
+        bucket: String,
+        /// The object key (or the prefix, for a listing).
+        key: String,
+        /// What rexctl was doing ("list", "get", "put", "multipart upload", ...).
+        op: &'static str,
+        /// What kind of failure, which decides the exit code.
+        kind: RemoteKind,
+        /// What the store said.
+        reason: String,
+    },
+}
+
+/// What kind of remote storage failure an [`Error::Remote`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RemoteKind {
+    /// The configuration cannot work: credentials rejected, access denied,
+    /// no such bucket, an invalid setting (exit code 5).
+    Config,
+    /// An object the chain needs is missing (exit code 3).
+    NotFound,
+    /// An object exists with other content than the one being written:
+    /// objects are never overwritten (exit code 3).
+    Conflict,
+    /// The store could not be reached or failed after every retry (exit
+    /// code 1; the next run tries again).
+    Transport,
 }
 
 /// Exit codes, documented in `rexctl(1)`.
@@ -96,7 +142,26 @@ impl Error {
             Error::Corrupt { .. } | Error::Chain { .. } => exit::DATA,
             Error::Invalid(_) => exit::CONFIG,
             Error::Busy { .. } => exit::BUSY,
+            Error::Process { .. } => exit::FAILURE,
+            Error::Remote { kind, .. } => match kind {
+                RemoteKind::Config => exit::CONFIG,
+                RemoteKind::NotFound | RemoteKind::Conflict => exit::DATA,
+                RemoteKind::Transport => exit::FAILURE,
+            },
         }
+    }
+
+    /// The error with its causes, `outer: cause: ...`, for messages that are
+    /// not printed through `anyhow` (which adds the causes itself).
+    pub fn report(&self) -> String {
+        let mut s = self.to_string();
+        let mut src = std::error::Error::source(self);
+        while let Some(e) = src {
+            s.push_str(": ");
+            s.push_str(&e.to_string());
+            src = e.source();
+        }
+        s
     }
 
     /// Builds an [`Error::Io`] for `path`.
@@ -120,6 +185,36 @@ impl Error {
             offset,
             field,
             reason: reason.into(),
+        }
+    }
+
+    /// Rewrites every path this error names through `f` (which returns
+    /// `None` to keep a path): lets a remote store name its objects by URL
+    /// rather than by the local cache file a reader mapped.
+    pub fn map_paths(self, f: &dyn Fn(&Path) -> Option<PathBuf>) -> Error {
+        let map = |p: PathBuf| f(&p).unwrap_or(p);
+        match self {
+            Error::Io { path, op, source } => Error::Io {
+                path: map(path),
+                op,
+                source,
+            },
+            Error::Corrupt {
+                path,
+                offset,
+                field,
+                reason,
+            } => Error::Corrupt {
+                path: map(path),
+                offset,
+                field,
+                reason,
+            },
+            Error::Chain { path, reason } => Error::Chain {
+                path: map(path),
+                reason,
+            },
+            other => other,
         }
     }
 

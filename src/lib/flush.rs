@@ -7,8 +7,9 @@
 //! exactly what a real run would do. The cost-rule terms come from the
 //! chain's own manifests:
 //!
-//! * `Psi`: mean time (coalesce + dedup + upload) of the full generations
-//!   kept in L2;
+//! * `Psi`: mean time (coalesce + dedup + upload) per live byte of the
+//!   full generations kept in L2, times the current footprint (a complete
+//!   coalescence deduplicates every live page);
 //! * `C`: mean time of the Δ generations kept in L2; before any exists,
 //!   `Psi / 2`;
 //! * `delta`: mean bytes of a Δ generation (before any exists: the pending
@@ -83,7 +84,11 @@ pub fn decide(job: &Job, cfg: &Config, now_ns: u64) -> Result<Decision> {
         .first()
         .map(|m| now_ns.saturating_sub(m.header.time_ns) as f64 / 1e9);
     let chain: Vec<&Manifest> = match newest {
-        Some(n) => index.manifests.values().filter(|m| m.chain_base == n.chain_base).collect(),
+        Some(n) => index
+            .manifests
+            .values()
+            .filter(|m| m.chain_base == n.chain_base)
+            .collect(),
         None => Vec::new(),
     };
     let chain_length = chain.len() as u64;
@@ -92,11 +97,22 @@ pub fn decide(job: &Job, cfg: &Config, now_ns: u64) -> Result<Decision> {
     // IC: the latest incremental over the full checkpoint.
     let full_bytes = match newest {
         Some(m) => m.live_pages * u64::from(m.page_size),
-        None => pending.iter().find(|m| m.is_full()).map(|m| m.data_bytes()).unwrap_or(0),
+        None => pending
+            .iter()
+            .find(|m| m.is_full())
+            .map(|m| m.data_bytes())
+            .unwrap_or(0),
     };
     let latest = pending.last().map(|m| m.data_bytes()).unwrap_or(0);
-    let ic = if full_bytes > 0 { latest as f64 / full_bytes as f64 } else { 1.0 };
-    let cr = newest.map(|m| m.compression_ratio).filter(|c| *c > 0.0).unwrap_or(2.0);
+    let ic = if full_bytes > 0 {
+        latest as f64 / full_bytes as f64
+    } else {
+        1.0
+    };
+    let cr = newest
+        .map(|m| m.compression_ratio)
+        .filter(|c| *c > 0.0)
+        .unwrap_or(2.0);
     let chi = cfg.interval_table.chi(ic, cr);
     let chi_n = chi_int(chi);
 
@@ -129,7 +145,10 @@ pub fn decide(job: &Job, cfg: &Config, now_ns: u64) -> Result<Decision> {
     };
     if pending.len() as u64 >= chi_n {
         d.due = true;
-        d.reason = format!("{} pending L1 checkpoints >= [chi] = {chi_n}", pending.len());
+        d.reason = format!(
+            "{} pending L1 checkpoints >= [chi] = {chi_n}",
+            pending.len()
+        );
     } else if let (Some(max), Some(age)) = (cfg.max_age_s, oldest_age_s)
         && age > max
     {
@@ -159,7 +178,10 @@ pub fn decide(job: &Job, cfg: &Config, now_ns: u64) -> Result<Decision> {
             cfg.max_chain_length
         ));
     } else if rule.due(n) {
-        d.full_reason = Some(format!("cost rule: n = {n} >= (Psi - C) / (p delta) - 1 = {:.1}", rule.threshold));
+        d.full_reason = Some(format!(
+            "cost rule: n = {n} >= (Psi - C) / (p delta) - 1 = {:.1}",
+            rule.threshold
+        ));
     }
     d.full = d.full_reason.is_some();
     Ok(d)
@@ -180,8 +202,25 @@ fn cost_rule(
 ) -> CostRule {
     let cost = |m: &Manifest| m.timings.coalesce_s + m.timings.dedup_s + m.timings.upload_s;
     let all: Vec<&Manifest> = index.manifests.values().collect();
-    let psi = mean(all.iter().filter(|m| m.kind == GenKind::Full).map(|m| cost(m))).unwrap_or(60.0);
-    let c = mean(all.iter().filter(|m| m.kind == GenKind::Delta).map(|m| cost(m))).unwrap_or(psi / 2.0);
+    // A complete coalescence deduplicates every live page, so its cost
+    // scales with the footprint: Psi is the full generations' mean cost per
+    // live byte times today's footprint. (The chain's very first generation
+    // often holds one small FULL checkpoint; its raw time would make every
+    // later Δ look dearer than a full one.)
+    let live_bytes = |m: &Manifest| (m.live_pages * u64::from(m.page_size)).max(1) as f64;
+    let psi = mean(
+        all.iter()
+            .filter(|m| m.kind == GenKind::Full)
+            .map(|m| cost(m) / live_bytes(m)),
+    )
+    .map(|per_byte| per_byte * live_bytes(newest))
+    .unwrap_or(60.0);
+    let c = mean(
+        all.iter()
+            .filter(|m| m.kind == GenKind::Delta)
+            .map(|m| cost(m)),
+    )
+    .unwrap_or(psi / 2.0);
     let rate = cfg
         .read_rate_mbps
         .map(|r| r * 1e6)
@@ -193,8 +232,12 @@ fn cost_rule(
             )
         })
         .unwrap_or(DEFAULT_RATE);
-    let delta_bytes = mean(all.iter().filter(|m| m.kind == GenKind::Delta).map(|m| m.bytes_out as f64))
-        .unwrap_or(pending_bytes as f64 / newest.compression_ratio.max(1.0));
+    let delta_bytes = mean(
+        all.iter()
+            .filter(|m| m.kind == GenKind::Delta)
+            .map(|m| m.bytes_out as f64),
+    )
+    .unwrap_or(pending_bytes as f64 / newest.compression_ratio.max(1.0));
     let delta = delta_bytes / rate;
     let gaps: Vec<f64> = all
         .windows(2)
@@ -207,7 +250,9 @@ fn cost_rule(
             .map(|w| w[1].header.time_ns.saturating_sub(w[0].header.time_ns) as f64 / 1e9)
             .filter(|g| *g > 0.0)
             .collect();
-        mean(l1_gaps.into_iter()).map(|g| g * chi_n as f64).unwrap_or(DEFAULT_T)
+        mean(l1_gaps.into_iter())
+            .map(|g| g * chi_n as f64)
+            .unwrap_or(DEFAULT_T)
     });
     CostRule::new(c, delta, psi, t, cfg.mtbf_s)
 }
@@ -253,7 +298,11 @@ pub fn flush(job: &Job, cfg: &Config, dry_run: bool) -> Result<FlushReport> {
     recover(job, &opts, &mut rec_report)?;
     let decision = decide(job, cfg, crate::format::ic::now_ns())?;
     let push = if decision.due {
-        let reason = if decision.full { decision.full_reason.clone() } else { None };
+        let reason = if decision.full {
+            decision.full_reason.clone()
+        } else {
+            None
+        };
         let mut r = push_locked(job, &opts, reason)?;
         let mut recovered = rec_report.recovered.clone();
         recovered.append(&mut r.recovered);

@@ -13,8 +13,11 @@
 //! Incremental Checkpoint Files for Restore-Express Multi-Level
 //! Checkpointing", IEEE TPDS 2018.
 
+pub mod analyze;
+pub mod capture;
 pub mod chain;
 pub mod coalesce;
+pub mod compare;
 pub mod config;
 pub mod controller;
 pub mod dedup;
@@ -22,6 +25,7 @@ pub mod dedup_table;
 pub mod durable;
 pub mod error;
 pub mod flush;
+pub mod gc;
 pub mod format;
 pub mod image;
 pub mod l1;

@@ -16,7 +16,9 @@
 //!    first, only once the complete coalescence that supersedes them is
 //!    durable in both places.
 //!
-//! **Recovery**, at the start of every push (and of `flush`): a generation
+//! **Recovery**, at the start of every push (and of `flush`): uploads an
+//! interrupted push left unfinished in an object store are aborted (see
+//! [`crate::store::S3Store`]); a generation
 //! valid in L1 but not in L2 (a crash between 5a and 5b) is uploaded; a
 //! generation of L2's newest chain missing in L1 is copied back; files of
 //! generations newer than the newest manifest (a crash in 3 or 4) and
@@ -24,8 +26,14 @@
 //! deleted. Whatever the crash, L1 + L2 restore either the old state (the
 //! IC files are still there and the new generation does not exist) or the
 //! new one.
+//!
+//! The L2 store may be a directory or a bucket ([`crate::store::open_l2`]);
+//! the order above is the same for both. In a bucket a manifest is never
+//! overwritten: an invalid L2 manifest that recovery replaces with L1's
+//! valid copy is deleted first.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 use serde::Serialize;
@@ -39,13 +47,15 @@ use crate::error::{Error, IoContext, Result};
 use crate::format::manifest::{GenKind, Manifest, Timings, manifest_name};
 use crate::l1::L1Dir;
 use crate::lock::JobLock;
-use crate::store::{DirStore, Store};
+use crate::store::{DirStore, NoProgress, Progress, Store};
 
 /// Name of the L1 chain directory inside the L1 directory.
 pub const L1_CHAIN_DIR: &str = "rex";
 
 /// The hash functions of the DeD-Table.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize, clap::ValueEnum)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize, clap::ValueEnum,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum HashChoice {
     /// CRC-32 indexes the table, as in the paper (and XXH3 gives the tag).
@@ -91,6 +101,8 @@ pub struct Job {
     pub l1_chain: DirStore,
     /// The L2 store.
     pub l2: Box<dyn Store>,
+    /// Receives the progress of uploads to L2 (none by default).
+    pub progress: Option<Arc<dyn Progress>>,
 }
 
 impl Job {
@@ -106,7 +118,22 @@ impl Job {
             ));
         }
         let l1_chain = DirStore::create(l1.join(L1_CHAIN_DIR))?;
-        Ok(Job { l1, l1_chain, l2 })
+        Ok(Job {
+            l1,
+            l1_chain,
+            l2,
+            progress: None,
+        })
+    }
+
+    /// Reports the progress of uploads to L2 to `p`.
+    pub fn with_progress(mut self, p: Arc<dyn Progress>) -> Job {
+        self.progress = Some(p);
+        self
+    }
+
+    fn progress(&self) -> &dyn Progress {
+        self.progress.as_deref().unwrap_or(&NoProgress)
     }
 }
 
@@ -149,7 +176,11 @@ pub struct Recovered {
 
 /// Pushes with the lock already held. `forced_reason`, when given, makes
 /// the push a complete coalescence for that reason (the controller's).
-pub fn push_locked(job: &Job, opts: &PushOptions, forced_reason: Option<String>) -> Result<PushReport> {
+pub fn push_locked(
+    job: &Job,
+    opts: &PushOptions,
+    forced_reason: Option<String>,
+) -> Result<PushReport> {
     let mut report = PushReport::default();
     let rec = recover(job, opts, &mut report)?;
     let t0 = Instant::now();
@@ -203,7 +234,10 @@ pub fn push_locked(job: &Job, opts: &PushOptions, forced_reason: Option<String>)
         _ => opts.pattern_size,
     };
     let page_size = if clist_ref.is_empty() {
-        chain.as_ref().map(|c| c.manifest().page_size).unwrap_or(clist_ref.page_size)
+        chain
+            .as_ref()
+            .map(|c| c.manifest().page_size)
+            .unwrap_or(clist_ref.page_size)
     } else {
         clist_ref.page_size
     };
@@ -229,10 +263,18 @@ pub fn push_locked(job: &Job, opts: &PushOptions, forced_reason: Option<String>)
     if let (Err(Error::Corrupt { path, .. }), Some(newest)) = (&attempt, &rec.newest)
         && path.starts_with(job.l1_chain.root())
     {
-        let why = attempt.as_ref().err().map(ToString::to_string).unwrap_or_default();
+        let why = attempt
+            .as_ref()
+            .err()
+            .map(Error::report)
+            .unwrap_or_default();
         remove_generation_files(&job.l1_chain, generation)?;
         heal_l1(job, &rec, newest.generation, &mut report, &why)?;
-        chain = Some(OpenChain::open(job.l2.as_ref(), &rec.l2_index, newest.generation)?);
+        chain = Some(OpenChain::open(
+            job.l2.as_ref(),
+            &rec.l2_index,
+            newest.generation,
+        )?);
         attempt = run(full_reason.is_some(), chain.as_ref());
     }
     let out = match attempt {
@@ -249,7 +291,7 @@ pub fn push_locked(job: &Job, opts: &PushOptions, forced_reason: Option<String>)
     let t_up = Instant::now();
     for f in &out.files {
         let src = job.l1_chain.open_local(&f.name)?;
-        let (bytes, crc) = job.l2.put_file(&f.name, &src)?;
+        let (bytes, crc) = job.l2.put_file(&f.name, &src, job.progress())?;
         if (bytes, crc) != (f.bytes, f.crc32) {
             return Err(Error::corrupt(
                 &src,
@@ -303,7 +345,11 @@ pub fn push_locked(job: &Job, opts: &PushOptions, forced_reason: Option<String>)
         files: out.files.clone(),
         bytes_in,
         bytes_out,
-        compression_ratio: if bytes_out > 0 { bytes_in as f64 / bytes_out as f64 } else { 0.0 },
+        compression_ratio: if bytes_out > 0 {
+            bytes_in as f64 / bytes_out as f64
+        } else {
+            0.0
+        },
         timings: Timings {
             coalesce_s,
             dedup_s: out.seconds,
@@ -355,7 +401,7 @@ fn open_chain(job: &Job, rec: &Recovered, g: u64, report: &mut PushReport) -> Re
     match OpenChain::open(&job.l1_chain, &rec.l1_index, g) {
         Ok(c) => Ok(c),
         Err(e) => {
-            heal_l1(job, rec, g, report, &e.to_string())?;
+            heal_l1(job, rec, g, report, &e.report())?;
             OpenChain::open(job.l2.as_ref(), &rec.l2_index, g)
         }
     }
@@ -367,7 +413,7 @@ fn heal_l1(job: &Job, rec: &Recovered, g: u64, report: &mut PushReport, why: &st
     for m in rec.l2_index.lineage(g, job.l2.as_ref())? {
         for f in &m.files {
             let src = job.l2.open_local(&f.name)?;
-            let (bytes, crc) = job.l1_chain.put_file(&f.name, &src)?;
+            let (bytes, crc) = job.l1_chain.put_file(&f.name, &src, &NoProgress)?;
             if (bytes, crc) != (f.bytes, f.crc32) {
                 return Err(Error::corrupt(
                     &src,
@@ -380,11 +426,12 @@ fn heal_l1(job: &Job, rec: &Recovered, g: u64, report: &mut PushReport, why: &st
                 ));
             }
         }
-        job.l1_chain.put_bytes(&manifest_name(m.generation), &m.encode())?;
+        job.l1_chain
+            .put_bytes(&manifest_name(m.generation), &m.encode())?;
     }
-    report
-        .recovered
-        .push(format!("L1's copy of the chain was damaged ({why}); copied generation {g}'s lineage back from L2"));
+    report.recovered.push(format!(
+        "L1's copy of the chain was damaged ({why}); copied generation {g}'s lineage back from L2"
+    ));
     Ok(())
 }
 
@@ -420,15 +467,21 @@ pub fn recover(job: &Job, opts: &PushOptions, report: &mut PushReport) -> Result
     for dir in [job.l1.clone(), job.l1_chain.root().to_path_buf()] {
         let n = durable::remove_stale_temps(&dir)?;
         if n > 0 {
-            report.recovered.push(format!("removed {n} temporary files in {}", dir.display()));
+            report
+                .recovered
+                .push(format!("removed {n} temporary files in {}", dir.display()));
         }
     }
     if let Some(root) = job.l2.local_root() {
         let n = durable::remove_stale_temps(&root)?;
         if n > 0 {
-            report.recovered.push(format!("removed {n} temporary files in {}", root.display()));
+            report
+                .recovered
+                .push(format!("removed {n} temporary files in {}", root.display()));
         }
     }
+    // Uploads an interrupted push left unfinished (their parts are billed).
+    report.recovered.extend(job.l2.abort_stale_uploads(None)?);
     let mut l1_index = ChainIndex::load(&job.l1_chain)?;
     let mut l2_index = ChainIndex::load(job.l2.as_ref())?;
     let l2_newest = l2_index.newest().map(|m| m.generation);
@@ -441,11 +494,20 @@ pub fn recover(job: &Job, opts: &PushOptions, report: &mut PushReport) -> Result
         .cloned()
         .collect();
     for m in pending {
-        match upload_generation(job, &m) {
+        let replace = l2_index.invalid.iter().any(|(g, _)| *g == m.generation);
+        match upload_generation(job, &m, replace) {
             Ok(()) => {
-                report
-                    .recovered
-                    .push(format!("uploaded generation {} to {}", m.generation, job.l2.describe()));
+                report.recovered.push(format!(
+                    "uploaded generation {} to {}{}",
+                    m.generation,
+                    job.l2.describe(),
+                    if replace {
+                        ", replacing its invalid manifest there"
+                    } else {
+                        ""
+                    }
+                ));
+                l2_index.invalid.retain(|(g, _)| *g != m.generation);
                 l2_index.manifests.insert(m.generation, m);
             }
             // Only a damaged L1 copy is dropped; an unreachable L2 is an
@@ -483,7 +545,7 @@ pub fn recover(job: &Job, opts: &PushOptions, report: &mut PushReport) -> Result
             if !in_l1 {
                 for f in &m.files {
                     let src = job.l2.open_local(&f.name)?;
-                    let (bytes, crc) = job.l1_chain.put_file(&f.name, &src)?;
+                    let (bytes, crc) = job.l1_chain.put_file(&f.name, &src, &NoProgress)?;
                     if (bytes, crc) != (f.bytes, f.crc32) {
                         return Err(Error::corrupt(
                             &src,
@@ -496,11 +558,13 @@ pub fn recover(job: &Job, opts: &PushOptions, report: &mut PushReport) -> Result
                         ));
                     }
                 }
-                job.l1_chain.put_bytes(&manifest_name(m.generation), &m.encode())?;
+                job.l1_chain
+                    .put_bytes(&manifest_name(m.generation), &m.encode())?;
                 l1_index.manifests.insert(m.generation, m.clone());
-                report
-                    .recovered
-                    .push(format!("copied generation {} from L2 back to L1", m.generation));
+                report.recovered.push(format!(
+                    "copied generation {} from L2 back to L1",
+                    m.generation
+                ));
             }
         }
     }
@@ -548,7 +612,9 @@ pub fn recover(job: &Job, opts: &PushOptions, report: &mut PushReport) -> Result
         prune(job, opts, &mut pruned)?;
         for (level, gens) in [("L1", &pruned.pruned_l1), ("L2", &pruned.pruned_l2)] {
             if !gens.is_empty() {
-                report.recovered.push(format!("finished pruning generations {gens:?} from {level}"));
+                report.recovered.push(format!(
+                    "finished pruning generations {gens:?} from {level}"
+                ));
             }
         }
         l1_index = ChainIndex::load(&job.l1_chain)?;
@@ -561,10 +627,14 @@ pub fn recover(job: &Job, opts: &PushOptions, report: &mut PushReport) -> Result
     })
 }
 
-fn upload_generation(job: &Job, m: &Manifest) -> Result<()> {
+/// Uploads generation `m` from L1 to L2, data files first. With
+/// `replace_invalid`, L2 holds an invalid manifest of that generation: it is
+/// no generation, and gives way to L1's valid copy (deleted first, because
+/// stores never overwrite a manifest).
+fn upload_generation(job: &Job, m: &Manifest, replace_invalid: bool) -> Result<()> {
     for f in &m.files {
         let src = job.l1_chain.open_local(&f.name)?;
-        let (bytes, crc) = job.l2.put_file(&f.name, &src)?;
+        let (bytes, crc) = job.l2.put_file(&f.name, &src, job.progress())?;
         if (bytes, crc) != (f.bytes, f.crc32) {
             return Err(Error::corrupt(
                 &src,
@@ -577,6 +647,9 @@ fn upload_generation(job: &Job, m: &Manifest) -> Result<()> {
             ));
         }
     }
+    if replace_invalid {
+        job.l2.delete(&manifest_name(m.generation))?;
+    }
     job.l2.put_bytes(&manifest_name(m.generation), &m.encode())
 }
 
@@ -585,8 +658,16 @@ fn upload_generation(job: &Job, m: &Manifest) -> Result<()> {
 /// both places, so the newest chain is always whole.
 fn prune(job: &Job, opts: &PushOptions, report: &mut PushReport) -> Result<()> {
     for (store, keep, pruned) in [
-        (&job.l1_chain as &dyn Store, opts.keep_chains_l1.max(1), &mut report.pruned_l1),
-        (job.l2.as_ref(), opts.keep_chains_l2.max(1), &mut report.pruned_l2),
+        (
+            &job.l1_chain as &dyn Store,
+            opts.keep_chains_l1.max(1),
+            &mut report.pruned_l1,
+        ),
+        (
+            job.l2.as_ref(),
+            opts.keep_chains_l2.max(1),
+            &mut report.pruned_l2,
+        ),
     ] {
         let index = ChainIndex::load(store)?;
         let mut bases: Vec<u64> = index.manifests.values().map(|m| m.chain_base).collect();
@@ -596,7 +677,12 @@ fn prune(job: &Job, opts: &PushOptions, report: &mut PushReport) -> Result<()> {
             continue;
         }
         let cutoff = bases[bases.len() - keep];
-        let doomed: Vec<u64> = index.manifests.keys().copied().filter(|&g| g < cutoff).collect();
+        let doomed: Vec<u64> = index
+            .manifests
+            .keys()
+            .copied()
+            .filter(|&g| g < cutoff)
+            .collect();
         // Newest first: a crash part way leaves each old chain a shorter
         // but whole prefix (every manifest still has its parent), which the
         // next recovery finishes pruning.

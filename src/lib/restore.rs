@@ -107,13 +107,12 @@ pub struct RestoreReport {
 /// Restores from L2 alone (permanent failure) into `out`.
 pub fn restore_l2(l2: &dyn Store, opts: &RestoreOptions, out: &Path) -> Result<RestoreReport> {
     let index = ChainIndex::load(l2)?;
-    let (chain, fell_back) = open_target(&index, opts, |g| OpenChain::open(l2, &index, g))?;
-    let mut report = RestoreReport {
-        fell_back,
-        ..Default::default()
-    };
-    write_image(Some(&chain), &[], opts, out, &mut report)?;
-    Ok(report)
+    restore_with_fallback(&index, opts, |g| {
+        let chain = OpenChain::open(l2, &index, g)?;
+        let mut report = RestoreReport::default();
+        write_image(Some(&chain), &[], opts, out, &mut report)?;
+        Ok(report)
+    })
 }
 
 /// Restores from L1 plus L2 (transient failure) into `out`.
@@ -121,36 +120,43 @@ pub fn restore_l1_l2(job: &Job, opts: &RestoreOptions, out: &Path) -> Result<Res
     let l2_index = ChainIndex::load(job.l2.as_ref())?;
     let l1_index = ChainIndex::load(&job.l1_chain)?;
     let newest = l2_index.newest().map(|m| m.generation);
-    let mut report = RestoreReport::default();
-    let chain = if newest.is_none() && opts.generation.is_none() {
-        None
-    } else {
-        let (c, fell_back) = open_target(&l2_index, opts, |g| open_mixed(job, &l1_index, &l2_index, g))?;
-        report.fell_back = fell_back;
-        report.l2_fallbacks = c.1.clone();
-        Some(c.0)
-    };
-    // Pending IC files only extend the newest generation.
-    let at_newest = chain.as_ref().map(|c| c.manifest().generation) == newest;
-    let pending = if at_newest {
-        L1Dir::scan_after(&job.l1, chain.as_ref().map(|c| c.manifest().last_seq))?.files
-    } else {
-        Vec::new()
-    };
-    if chain.is_none() && pending.is_empty() {
-        return Err(Error::chain(&job.l1, "nothing to restore: no L2 generation and no L1 checkpoint"));
+    if newest.is_none() && opts.generation.is_none() {
+        // Nothing in L2 yet: the L1 checkpoints alone.
+        let pending = L1Dir::scan(&job.l1)?.files;
+        if pending.is_empty() {
+            return Err(Error::chain(&job.l1, "nothing to restore: no L2 generation and no L1 checkpoint"));
+        }
+        let mut report = RestoreReport::default();
+        write_image(None, &pending, opts, out, &mut report)?;
+        return Ok(report);
     }
-    write_image(chain.as_ref(), &pending, opts, out, &mut report)?;
-    Ok(report)
+    restore_with_fallback(&l2_index, opts, |g| {
+        let (chain, notes) = open_mixed(job, &l1_index, &l2_index, g)?;
+        // Pending IC files only extend the newest generation.
+        let pending = if Some(g) == newest {
+            L1Dir::scan_after(&job.l1, Some(chain.manifest().last_seq))?.files
+        } else {
+            Vec::new()
+        };
+        let mut report = RestoreReport {
+            l2_fallbacks: notes,
+            ..Default::default()
+        };
+        write_image(Some(&chain), &pending, opts, out, &mut report)?;
+        Ok(report)
+    })
 }
 
-/// Picks the generation to restore and opens it with `open`; with
-/// `--fallback`, walks back to older generations while opening fails.
-fn open_target<T>(
+/// Picks the generation to restore and runs `restore` on it; with
+/// `--fallback`, walks back through older valid generations while the
+/// restore fails (opening, a chunk or page CRC, anything), saying so in the
+/// report. The output is written under a temporary name, so a failed attempt
+/// leaves nothing behind.
+fn restore_with_fallback(
     index: &ChainIndex,
     opts: &RestoreOptions,
-    open: impl Fn(u64) -> Result<T>,
-) -> Result<(T, Option<String>)> {
+    mut restore: impl FnMut(u64) -> Result<RestoreReport>,
+) -> Result<RestoreReport> {
     let target = match opts.generation {
         Some(g) => g,
         None => match (index.newest(), index.invalid.iter().map(|(g, _)| *g).max()) {
@@ -158,7 +164,11 @@ fn open_target<T>(
                 let e = &index.invalid.iter().find(|(g, _)| *g == bad).expect("present").1;
                 return Err(Error::chain(
                     format!("generation {bad}"),
-                    format!("the newest manifest is invalid: {e} (use --fallback to restore generation {} instead)", m.generation),
+                    format!(
+                        "the newest manifest is invalid: {} (use --fallback to restore generation {} instead)",
+                        e.report(),
+                        m.generation
+                    ),
                 ));
             }
             (Some(m), _) => m.generation,
@@ -166,42 +176,38 @@ fn open_target<T>(
                 let why = index
                     .invalid
                     .first()
-                    .map(|(g, e)| format!(" (generation {g}: {e})"))
+                    .map(|(g, e)| format!(" (generation {g}: {})", e.report()))
                     .unwrap_or_default();
                 return Err(Error::chain("L2", format!("no valid generation to restore{why}")));
             }
         },
     };
-    match open(target) {
-        Ok(t) => {
-            let note = index
-                .invalid
-                .iter()
-                .filter(|(g, _)| *g > target)
-                .map(|(g, e)| format!("generation {g} is invalid ({e}); restored generation {target}"))
-                .next();
-            Ok((t, if opts.generation.is_none() { note } else { None }))
-        }
-        Err(e) if opts.fallback => {
-            let mut last = e;
-            for m in index.older_than(target) {
-                match open(m.generation) {
-                    Ok(t) => {
-                        return Ok((
-                            t,
-                            Some(format!(
-                                "generation {target} is unusable ({last}); fell back to generation {} (seq {})",
-                                m.generation, m.last_seq
-                            )),
-                        ));
-                    }
-                    Err(e2) => last = e2,
-                }
+    let first = match restore(target) {
+        Ok(mut r) => {
+            if opts.generation.is_none() {
+                r.fell_back = index
+                    .invalid
+                    .iter()
+                    .find(|(g, _)| *g > target)
+                    .map(|(g, e)| format!("generation {g} is invalid ({}); restored generation {target}", e.report()));
             }
-            Err(last)
+            return Ok(r);
         }
-        Err(e) => Err(e),
+        Err(e) if opts.fallback => e,
+        Err(e) => return Err(e),
+    };
+    for m in index.older_than(target) {
+        if let Ok(mut r) = restore(m.generation) {
+            r.fell_back = Some(format!(
+                "generation {target} is unusable ({}); fell back to generation {} (seq {})",
+                first.report(),
+                m.generation,
+                m.last_seq
+            ));
+            return Ok(r);
+        }
     }
+    Err(first)
 }
 
 /// Opens a lineage generation by generation from L1's copy, each falling
@@ -275,16 +281,24 @@ fn write_image(
             .map(|(m, u)| if u { IcFile::open(&m.path).map(Some) } else { Ok(None) })
             .collect::<Result<_>>()?
     };
-    let page_size = chain
-        .map(|c| c.manifest().page_size)
-        .or_else(|| pending.last().map(|m| m.header.page_size))
-        .expect("something to restore");
-    if let Some(m) = pending.iter().find(|m| m.header.page_size != page_size)
-        && merged.start < gens.len()
+    // The image's page size is that of its base layer: the chain, or a
+    // pending FULL checkpoint that supersedes it (which may change it).
+    let base_ic = merged.start.checked_sub(gens.len());
+    let page_size = match (base_ic, chain) {
+        (Some(i), _) => pending[i].header.page_size,
+        (None, Some(c)) => c.manifest().page_size,
+        (None, None) => pending.first().map(|m| m.header.page_size).expect("something to restore"),
+    };
+    if let Some(m) = pending[base_ic.unwrap_or(0)..]
+        .iter()
+        .find(|m| m.header.page_size != page_size)
     {
         return Err(Error::chain(
             &m.path,
-            format!("page size {} differs from the chain's {page_size}", m.header.page_size),
+            format!(
+                "page size {} differs from the image's {page_size} (only a FULL checkpoint may change it)",
+                m.header.page_size
+            ),
         ));
     }
     let seq = pending
@@ -371,21 +385,6 @@ fn write_image(
     Ok(())
 }
 
-/// Rebuilds every live page of `chain` in page order into memory, calling
-/// `sink(page, bytes)` for each, exactly as a full restore does but without
-/// writing an output file (the decode stage alone). Returns the page count.
-pub fn decode_image(chain: &OpenChain, mut sink: impl FnMut(u64, &[u8])) -> Result<u64> {
-    let decoder = chain.decoder()?;
-    let mut buf = vec![0u8; decoder.page_size()];
-    let mut n = 0;
-    for lp in chain.live_pages() {
-        decoder.read_page(lp, &mut buf)?;
-        sink(lp.page, &buf);
-        n += 1;
-    }
-    Ok(n)
-}
-
 /// The result of verifying one generation.
 #[derive(Clone, Debug, Serialize)]
 pub struct GenerationCheck {
@@ -432,7 +431,7 @@ pub fn verify_store(store: &dyn Store, level: &'static str, report: &mut VerifyR
         report.generations.push(GenerationCheck {
             generation: m.generation,
             level,
-            error: r.err().map(|e| e.to_string()),
+            error: r.err().map(|e| e.report()),
         });
     }
     Ok(())
@@ -471,16 +470,33 @@ pub fn verify(l2: &dyn Store, job: Option<&Job>) -> Result<VerifyReport> {
     verify_store(l2, "L2", &mut report)?;
     if let Some(job) = job {
         verify_store(&job.l1_chain, "L1", &mut report)?;
-        let newest = ChainIndex::load(l2)?.newest().map(|m| m.last_seq);
+        // L1 must hold L2's newest chain: it is where a transient restore
+        // and the next push start.
+        let l2_index = ChainIndex::load(l2)?;
+        let l1_index = ChainIndex::load(&job.l1_chain)?;
+        if let Some(n) = l2_index.newest()
+            && let Ok(lineage) = l2_index.lineage(n.generation, l2)
+        {
+            for m in lineage {
+                if l1_index.get(m.generation) != Some(&m) {
+                    report.l1_errors.push(format!(
+                        "{}: generation {} of L2's newest chain is missing from L1's copy, or differs",
+                        job.l1_chain.root().display(),
+                        m.generation
+                    ));
+                }
+            }
+        }
+        let newest = l2_index.newest().map(|m| m.last_seq);
         match L1Dir::scan_after(&job.l1, newest) {
             Ok(l1) => {
                 for m in &l1.files {
                     if let Err(e) = IcFile::open(&m.path).and_then(|f| f.verify()) {
-                        report.l1_errors.push(e.to_string());
+                        report.l1_errors.push(e.report());
                     }
                 }
             }
-            Err(e) => report.l1_errors.push(e.to_string()),
+            Err(e) => report.l1_errors.push(e.report()),
         }
     }
     Ok(report)

@@ -93,7 +93,7 @@ pub fn status(job: &Job) -> Result<Status> {
     invalid.extend(l1.invalid.iter().map(|(g, e)| format!("L1 generation {g}: {e}")));
     let (pending, pending_error) = match L1Dir::scan_after(&job.l1, l2.newest().map(|m| m.last_seq)) {
         Ok(d) => (d.files, None),
-        Err(e) => (Vec::new(), Some(e.to_string())),
+        Err(e) => (Vec::new(), Some(e.report())),
     };
     Ok(Status {
         l2_bytes: generations.iter().map(|g| g.bytes_out).sum(),

@@ -2,10 +2,13 @@
 //! `rexctl` binary in temporary directories, the golden and corrupt fixtures,
 //! and property tests of the pipeline against naive models.
 
+mod capture;
 mod chain_props;
 mod cli;
 mod coalesce_props;
+mod compare;
 mod fixtures;
 mod flush;
 mod l2_faults;
+mod s3;
 mod util;

@@ -41,7 +41,11 @@ enum Command {
     Status(cmd::status::Args),
     Flush(cmd::flush::Args),
     Plan(cmd::plan::Args),
+    Gc(cmd::gc::Args),
     Demo(cmd::demo::Args),
+    Capture(cmd::capture::Args),
+    Analyze(cmd::analyze::Args),
+    Compare(cmd::compare::Args),
     #[command(hide = true)]
     Man(cmd::man::Args),
 }
@@ -65,7 +69,11 @@ fn main() -> ExitCode {
         Command::Status(a) => cmd::status::run(a),
         Command::Flush(a) => cmd::flush::run(a),
         Command::Plan(a) => cmd::plan::run(a),
+        Command::Gc(a) => cmd::gc::run(a),
         Command::Demo(a) => cmd::demo::run(a),
+        Command::Capture(a) => cmd::capture::run(a),
+        Command::Analyze(a) => cmd::analyze::run(a),
+        Command::Compare(a) => cmd::compare::run(a),
         Command::Man(a) => cmd::man::run(a),
     };
     match result {

@@ -51,8 +51,65 @@ pub fn spinner(what: &str) -> ProgressBar {
         return ProgressBar::hidden();
     }
     let pb = ProgressBar::new_spinner();
-    pb.set_style(ProgressStyle::with_template("{spinner} {msg} {elapsed}").expect("valid template"));
+    pb.set_style(
+        ProgressStyle::with_template("{spinner} {msg} {elapsed}").expect("valid template"),
+    );
     pb.set_message(what.to_string());
     pb.enable_steady_tick(std::time::Duration::from_millis(120));
     pb
+}
+
+/// Draws the progress of uploads on a bar that started as a spinner (see
+/// [`spinner`]): the first upload turns it into a byte count with the
+/// throughput; each further object adds its size. Hidden like the spinner
+/// when standard error is not a terminal.
+pub struct UploadBar {
+    pb: ProgressBar,
+    started: std::sync::atomic::AtomicBool,
+}
+
+impl UploadBar {
+    /// Wraps `pb`.
+    pub fn new(pb: ProgressBar) -> UploadBar {
+        UploadBar {
+            pb,
+            started: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+}
+
+impl rexctl::store::Progress for UploadBar {
+    fn start(&self, name: &str, bytes: u64) {
+        if self
+            .started
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            self.pb.inc_length(bytes);
+        } else {
+            // The rate and the ETA count from the first upload on.
+            self.pb.reset();
+            self.pb.set_length(bytes);
+            self.pb.set_style(
+                ProgressStyle::with_template(
+                    "{msg:>24} [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec} {eta}",
+                )
+                .expect("valid template")
+                .progress_chars("=> "),
+            );
+        }
+        self.pb.set_message(format!("uploading {name}"));
+    }
+
+    fn advance(&self, bytes: u64) {
+        self.pb.inc(bytes);
+    }
+}
+
+/// Throughput in MB/s of `bytes` over `seconds` (0 when no time passed).
+pub fn mbps(bytes: u64, seconds: f64) -> f64 {
+    if seconds > 0.0 {
+        bytes as f64 / seconds / 1e6
+    } else {
+        0.0
+    }
 }

@@ -68,7 +68,9 @@ pub struct ProcessIdentity {
 impl ProcessIdentity {
     /// Whether `other` is the same process (the command is not compared).
     pub fn same_process(&self, other: &ProcessIdentity) -> bool {
-        self.pid == other.pid && self.start_ticks == other.start_ticks && self.boot_id == other.boot_id
+        self.pid == other.pid
+            && self.start_ticks == other.start_ticks
+            && self.boot_id == other.boot_id
     }
 }
 
@@ -122,16 +124,26 @@ impl CaptureState {
 
     /// Decodes and checks a state file's bytes; `path` names it in errors.
     pub fn decode(path: &Path, b: &[u8]) -> Result<CaptureState> {
-        let bad = |off: usize, field: &'static str, why: String| Error::corrupt(path, off as u64, field, why);
+        let bad = |off: usize, field: &'static str, why: String| {
+            Error::corrupt(path, off as u64, field, why)
+        };
         if b.len() < FIXED + 4 {
-            return Err(bad(0, "header", format!("file is {} bytes, too short for a capture state", b.len())));
+            return Err(bad(
+                0,
+                "header",
+                format!("file is {} bytes, too short for a capture state", b.len()),
+            ));
         }
         if b[0..8] != MAGIC {
             return Err(bad(0, "magic", "not a rexctl capture state file".into()));
         }
         let version = le32(b, 8);
         if version != VERSION {
-            return Err(bad(8, "version", format!("unsupported version {version} (this rexctl reads {VERSION})")));
+            return Err(bad(
+                8,
+                "version",
+                format!("unsupported version {version} (this rexctl reads {VERSION})"),
+            ));
         }
         let stored = le32(b, b.len() - 4);
         let actual = crc32fast::hash(&b[..b.len() - 4]);
@@ -145,7 +157,11 @@ impl CaptureState {
         let count = le64(b, 56);
         let cmd_len = le32(b, 64) as usize;
         if cmd_len > MAX_CMD {
-            return Err(bad(64, "command length", format!("{cmd_len} is over {MAX_CMD}")));
+            return Err(bad(
+                64,
+                "command length",
+                format!("{cmd_len} is over {MAX_CMD}"),
+            ));
         }
         let expect = count
             .checked_mul(16)
@@ -154,7 +170,10 @@ impl CaptureState {
             return Err(bad(
                 56,
                 "entry_count",
-                format!("{count} entries and a {cmd_len}-byte command do not fit a {}-byte file", b.len()),
+                format!(
+                    "{count} entries and a {cmd_len}-byte command do not fit a {}-byte file",
+                    b.len()
+                ),
             ));
         }
         let command = String::from_utf8_lossy(&b[FIXED..FIXED + cmd_len]).into_owned();
@@ -165,7 +184,11 @@ impl CaptureState {
             if let Some(&(prev, _)) = entries.last()
                 && p <= prev
             {
-                return Err(bad(off, "entries", format!("entry {i} (page {p}) is not above page {prev}")));
+                return Err(bad(
+                    off,
+                    "entries",
+                    format!("entry {i} (page {p}) is not above page {prev}"),
+                ));
             }
             entries.push((p, le64(b, off + 8)));
             off += 16;
@@ -261,12 +284,18 @@ mod tests {
     fn capture_state_rejects_damage_without_panicking() {
         let b = sample().encode();
         for cut in 0..b.len() {
-            assert!(CaptureState::decode(Path::new("x"), &b[..cut]).is_err(), "cut at {cut}");
+            assert!(
+                CaptureState::decode(Path::new("x"), &b[..cut]).is_err(),
+                "cut at {cut}"
+            );
         }
         for i in 0..b.len() {
             let mut c = b.clone();
             c[i] ^= 0x40;
-            assert!(CaptureState::decode(Path::new("x"), &c).is_err(), "flip at {i}");
+            assert!(
+                CaptureState::decode(Path::new("x"), &c).is_err(),
+                "flip at {i}"
+            );
         }
         // A valid CRC over unsorted entries is still rejected.
         let mut s = sample();

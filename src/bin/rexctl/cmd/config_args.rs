@@ -1,9 +1,12 @@
-//! Configuration flags shared by `flush` and `plan`; they take precedence
-//! over `REX_*` variables and `rex.toml` (see `rex.toml(5)`).
+//! Configuration flags: [`ConfigArgs`], shared by `flush` and `plan`, and
+//! [`StoreArgs`], shared by the commands that name their L2 location on the
+//! command line. They take precedence over `REX_*` (and `AWS_*`) variables
+//! and `rex.toml` (see `rex.toml(5)`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use rexctl::config::{Config, ConfigLayer};
+use rexctl::config::{Config, ConfigLayer, StoreSettings};
+use rexctl::store::Store;
 
 /// The job and controller settings a command line may override.
 #[derive(clap::Args, Debug, Default)]
@@ -11,13 +14,22 @@ pub struct ConfigArgs {
     /// The job's L1 directory [env: REX_L1; rex.toml: l1].
     #[arg(long)]
     pub l1: Option<PathBuf>,
-    /// The L2 directory [env: REX_L2; rex.toml: l2].
-    #[arg(long)]
+    /// The L2 location: a directory, file:///DIR or s3://BUCKET/PREFIX
+    /// [env: REX_L2; rex.toml: l2].
+    #[arg(long, value_name = "URL")]
     pub l2: Option<PathBuf>,
     /// Configuration file, instead of ./rex.toml and /etc/rex/rex.toml
     /// [env: REX_CONFIG].
     #[arg(long)]
     pub config: Option<PathBuf>,
+    /// The job's name, the first level of its prefix in a bucket (default:
+    /// SLURM_JOB_ID, else "job") [env: REX_JOB].
+    #[arg(long)]
+    pub job: Option<String>,
+    /// The rank within the job, the second level of the prefix (default:
+    /// SLURM_PROCID, else "0") [env: REX_RANK].
+    #[arg(long)]
+    pub rank: Option<String>,
     /// Pattern size for new chains, bytes [env: REX_PATTERN_SIZE].
     #[arg(long)]
     pub pattern_size: Option<u32>,
@@ -47,6 +59,8 @@ impl ConfigArgs {
         let flags = ConfigLayer {
             l1: self.l1.clone(),
             l2: self.l2.clone(),
+            job: self.job.clone(),
+            rank: self.rank.clone(),
             pattern_size: self.pattern_size,
             mtbf_s: self.mtbf,
             max_age_s: self.max_age,
@@ -56,5 +70,48 @@ impl ConfigArgs {
             ..Default::default()
         };
         Config::load(flags, self.config.as_deref())
+    }
+}
+
+/// How to reach an L2 store named on the command line: the job and rank of
+/// its prefix in a bucket, the configuration file with the S3 settings, the
+/// cache directory.
+#[derive(clap::Args, Debug, Default)]
+pub struct StoreArgs {
+    /// The job's name, the first level of its prefix in a bucket (default:
+    /// SLURM_JOB_ID, else "job") [env: REX_JOB; rex.toml: job].
+    #[arg(long)]
+    pub job: Option<String>,
+    /// The rank within the job, the second level of the prefix (default:
+    /// SLURM_PROCID, else "0") [env: REX_RANK; rex.toml: rank].
+    #[arg(long)]
+    pub rank: Option<String>,
+    /// Configuration file with the S3 settings, instead of ./rex.toml and
+    /// /etc/rex/rex.toml [env: REX_CONFIG].
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Where objects read from a bucket are cached while the command runs
+    /// (default: the system's temporary directory) [env: REX_CACHE_DIR;
+    /// rex.toml: cache_dir].
+    #[arg(long)]
+    pub cache_dir: Option<PathBuf>,
+}
+
+impl StoreArgs {
+    /// The store settings with these flags on top.
+    pub fn settings(&self) -> rexctl::Result<StoreSettings> {
+        let flags = ConfigLayer {
+            job: self.job.clone(),
+            rank: self.rank.clone(),
+            cache_dir: self.cache_dir.clone(),
+            ..Default::default()
+        };
+        StoreSettings::load(flags, self.config.as_deref())
+    }
+
+    /// Opens the L2 store at `l2`; with `create`, a missing directory is
+    /// created.
+    pub fn open(&self, l2: &Path, create: bool) -> rexctl::Result<Box<dyn Store>> {
+        rexctl::store::open_l2(l2, &self.settings()?, create)
     }
 }

@@ -1,8 +1,9 @@
 //! `rexctl flush`: the cron entry point.
 
+use std::sync::Arc;
+
 use rexctl::flush::{Decision, FlushReport, flush};
 use rexctl::push::Job;
-use rexctl::store::DirStore;
 
 use super::config_args::ConfigArgs;
 use crate::ui;
@@ -17,7 +18,10 @@ use crate::ui;
 /// interval table at the job's IC and CR; or the oldest pending checkpoint
 /// too old, or too many pending bytes) and whether it must be a complete
 /// coalescence (cost rule, pointer space, chain length). Prints one line per
-/// run. Exit status 0 when pushed or nothing was due.
+/// run, with the bytes uploaded and the throughput when it pushed (and a
+/// progress bar on a terminal). Exit status 0 when pushed or nothing was
+/// due. The L2 location may be a bucket (s3://BUCKET/PREFIX), see
+/// rex.toml(5).
 ///
 /// Example crontab line:
 ///   * * * * * rexctl flush --config /etc/rex/job42.toml >>/var/log/rex-job42.log 2>&1
@@ -35,11 +39,12 @@ pub struct Args {
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
     let cfg = a.cfg.load()?;
-    let job = Job::open(&cfg.l1, Box::new(DirStore::create(&cfg.l2)?))?;
     let pb = ui::spinner("flush");
+    let l2 = rexctl::store::open_l2(&cfg.l2, &cfg.store, true)?;
+    let job = Job::open(&cfg.l1, l2)?.with_progress(Arc::new(ui::UploadBar::new(pb.clone())));
     let report = flush(&job, &cfg, a.dry_run);
     pb.finish_and_clear();
-    let report = report?;
+    let report = report.map_err(|e| job.l2.public_error(e))?;
     if a.json {
         ui::print_json(&report)?;
     } else {
@@ -70,17 +75,24 @@ fn line(r: &FlushReport) -> String {
         prefix.push_str(&format!("recovered: {note}\n"));
     }
     let kind = if d.full {
-        format!("complete coalescence ({})", d.full_reason.as_deref().unwrap_or(""))
+        format!(
+            "complete coalescence ({})",
+            d.full_reason.as_deref().unwrap_or("")
+        )
     } else {
         "ΔRPS".into()
     };
     match (&r.push, r.dry_run, d.due) {
         (Some(p), _, _) => {
             let Some(m) = &p.manifest else {
-                return format!("{prefix}flush: due ({}) but nothing to push; {}", d.reason, inputs(d));
+                return format!(
+                    "{prefix}flush: due ({}) but nothing to push; {}",
+                    d.reason,
+                    inputs(d)
+                );
             };
             format!(
-                "{prefix}flush: pushed generation {} as {kind}: {}; {}; seq {}..={}, {} -> {} (ratio {:.2}) in {:.3}s",
+                "{prefix}flush: pushed generation {} as {kind}: {}; {}; seq {}..={}, {} -> {} (ratio {:.2}), uploaded {} in {:.3}s ({:.0} MB/s); {:.3}s in all",
                 m.generation,
                 d.reason,
                 inputs(d),
@@ -89,10 +101,22 @@ fn line(r: &FlushReport) -> String {
                 ui::bytes(m.bytes_in),
                 ui::bytes(m.bytes_out),
                 m.compression_ratio,
+                ui::bytes(m.bytes_out),
+                m.timings.upload_s,
+                ui::mbps(m.bytes_out, m.timings.upload_s),
                 r.seconds
             )
         }
-        (None, true, true) => format!("{prefix}flush --dry-run: would push a {kind}: {}; {}", d.reason, inputs(d)),
-        _ => format!("{prefix}flush{}: nothing due: {}; {}", if r.dry_run { " --dry-run" } else { "" }, d.reason, inputs(d)),
+        (None, true, true) => format!(
+            "{prefix}flush --dry-run: would push a {kind}: {}; {}",
+            d.reason,
+            inputs(d)
+        ),
+        _ => format!(
+            "{prefix}flush{}: nothing due: {}; {}",
+            if r.dry_run { " --dry-run" } else { "" },
+            d.reason,
+            inputs(d)
+        ),
     }
 }

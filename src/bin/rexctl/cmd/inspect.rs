@@ -80,7 +80,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                         if code == 0 {
                             code = e.exit_code();
                         }
-                        r.error = Some(e.to_string());
+                        r.error = Some(e.report());
                     }
                 }
             }
@@ -88,7 +88,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 if code == 0 {
                     code = e.exit_code();
                 }
-                r.error = Some(e.to_string());
+                r.error = Some(e.report());
             }
         }
         if !a.json {

@@ -1,9 +1,13 @@
 //! One module per subcommand.
 
+pub mod analyze;
+pub mod capture;
 pub mod coalesce;
+pub mod compare;
 pub mod config_args;
 pub mod demo;
 pub mod flush;
+pub mod gc;
 pub mod generate;
 pub mod inspect;
 pub mod man;

@@ -2,7 +2,6 @@
 
 use rexctl::flush::decide;
 use rexctl::push::Job;
-use rexctl::store::DirStore;
 use serde::Serialize;
 
 use super::config_args::ConfigArgs;
@@ -39,8 +38,8 @@ fn frac(x: f64) -> String {
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
     let cfg = a.cfg.load()?;
-    let job = Job::open(&cfg.l1, Box::new(DirStore::create(&cfg.l2)?))?;
-    let d = decide(&job, &cfg, rexctl::format::ic::now_ns())?;
+    let job = Job::open(&cfg.l1, rexctl::store::open_l2(&cfg.l2, &cfg.store, true)?)?;
+    let d = decide(&job, &cfg, rexctl::format::ic::now_ns()).map_err(|e| job.l2.public_error(e))?;
     let t = &cfg.interval_table;
     let plan = Plan {
         table: t,
@@ -82,7 +81,11 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     );
     println!(
         "{}: {}{}",
-        if d.due { "an L2 checkpoint is due" } else { "no L2 checkpoint due" },
+        if d.due {
+            "an L2 checkpoint is due"
+        } else {
+            "no L2 checkpoint due"
+        },
         d.reason,
         match (&d.full_reason, d.due) {
             (Some(w), true) => format!("; it would be a complete coalescence: {w}"),

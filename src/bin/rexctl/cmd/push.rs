@@ -1,10 +1,11 @@
 //! `rexctl push-l2`: coalesce, deduplicate and publish the pending batch.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use rexctl::push::{HashChoice, Job, PushOptions, PushReport, push_l2};
-use rexctl::store::DirStore;
 
+use super::config_args::StoreArgs;
 use crate::ui;
 
 /// Coalesce the pending L1 checkpoints, deduplicate them page by page, and
@@ -15,15 +16,25 @@ use crate::ui;
 /// the generation is a ΔRPS on top of the newest one. A push first recovers
 /// from any interrupted push. Exits 4 when another rexctl holds the job's
 /// lock.
+///
+/// The L2 location is a directory (created if missing), file:///DIR, or
+/// s3://BUCKET/PREFIX, where the job's objects go under PREFIX/JOB/RANK/
+/// (endpoint, region and credentials from the AWS_* variables or
+/// rex.toml(5)). Large objects go up as multipart uploads, a few parts at a
+/// time, with a progress bar on a terminal; the summary line gives the bytes
+/// uploaded and the throughput.
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// The job's L1 directory (REX-IC files; the chain's local copy is kept
     /// in its `rex/` subdirectory).
     #[arg(long)]
     l1: PathBuf,
-    /// The L2 directory (created if missing).
-    #[arg(long)]
+    /// The L2 location: a directory (created if missing), file:///DIR or
+    /// s3://BUCKET/PREFIX.
+    #[arg(long, value_name = "URL")]
     l2: PathBuf,
+    #[command(flatten)]
+    store: StoreArgs,
     /// Force a complete coalescence: a fresh full RPS and a new chain.
     #[arg(long)]
     full: bool,
@@ -42,7 +53,9 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
-    let job = Job::open(&a.l1, Box::new(DirStore::create(&a.l2)?))?;
+    let pb = ui::spinner("coalescing, deduplicating and pushing");
+    let job = Job::open(&a.l1, a.store.open(&a.l2, true)?)?
+        .with_progress(Arc::new(ui::UploadBar::new(pb.clone())));
     let opts = PushOptions {
         pattern_size: a.pattern_size,
         full: a.full,
@@ -50,10 +63,9 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         keep_chains_l1: 1,
         hash: a.hash,
     };
-    let pb = ui::spinner("coalescing, deduplicating and pushing");
     let report = push_l2(&job, &opts);
     pb.finish_and_clear();
-    let report = report?;
+    let report = report.map_err(|e| job.l2.public_error(e))?;
     if a.json {
         ui::print_json(&report)?;
     } else {
@@ -72,15 +84,18 @@ pub fn print_human(r: &PushReport) {
         return;
     };
     let d = r.dedup.as_ref().expect("dedup with manifest");
-    let mbps = |bytes: u64, s: f64| if s > 0.0 { bytes as f64 / s / 1e6 } else { 0.0 };
+    let mbps = ui::mbps;
     println!(
-        "pushed generation {} ({}{}, seq {}..={}): {} pages ({} live), {} in -> {} out, ratio {:.2}; dedup {:.3}s ({:.0} MB/s), upload {:.3}s ({:.0} MB/s); {} L1 checkpoints replaced{}",
+        "pushed generation {} ({}{}, seq {}..={}): {} pages ({} live), {} in -> {} out, ratio {:.2}; dedup {:.3}s ({:.0} MB/s), uploaded {} in {:.3}s ({:.0} MB/s); {} L1 checkpoints replaced{}",
         m.generation,
         match m.kind {
             rexctl::format::manifest::GenKind::Full => "full RPS",
             rexctl::format::manifest::GenKind::Delta => "ΔRPS",
         },
-        r.full_reason.as_ref().map(|w| format!(": {w}")).unwrap_or_default(),
+        r.full_reason
+            .as_ref()
+            .map(|w| format!(": {w}"))
+            .unwrap_or_default(),
         m.first_seq,
         m.last_seq,
         m.dirty_pages,
@@ -90,6 +105,7 @@ pub fn print_human(r: &PushReport) {
         m.compression_ratio,
         m.timings.dedup_s,
         mbps(d.bytes_in, m.timings.dedup_s),
+        ui::bytes(m.bytes_out),
         m.timings.upload_s,
         mbps(m.bytes_out, m.timings.upload_s),
         r.deleted_ics,

@@ -3,9 +3,13 @@
 use std::path::PathBuf;
 
 use rexctl::push::Job;
-use rexctl::restore::{RestoreOptions, parse_page_ranges, restore_l1_l2, restore_l2};
-use rexctl::store::DirStore;
+use rexctl::restore::{
+    RestoreOptions, RestoreReport, parse_page_ranges, restore_l1_l2, restore_l2,
+};
+use rexctl::store::StoreStats;
+use serde::Serialize;
 
+use super::config_args::StoreArgs;
 use crate::ui;
 
 /// Restore the memory image byte for byte.
@@ -17,11 +21,17 @@ use crate::ui;
 /// missing or damaged. The output is a FULL REX-IC
 /// file, or a flat image with `--raw`; it is written under a temporary name
 /// and appears only when complete and verified.
+///
+/// From a bucket (s3://BUCKET/PREFIX), objects are fetched into a cache
+/// directory (removed afterwards) with several ranged GETs in flight; the
+/// summary (and `l2_transfer` in the JSON) gives the bytes fetched.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// The L2 directory.
-    #[arg(long)]
+    /// The L2 location: a directory, file:///DIR or s3://BUCKET/PREFIX.
+    #[arg(long, value_name = "URL")]
     l2: PathBuf,
+    #[command(flatten)]
+    store: StoreArgs,
     /// The L1 directory (transient-failure restore).
     #[arg(long)]
     l1: Option<PathBuf>,
@@ -55,11 +65,20 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         pages: a.pages.as_deref().map(parse_page_ranges).transpose()?,
         raw: a.raw,
     };
-    let l2 = DirStore::open(&a.l2)?;
+    let l2 = a.store.open(&a.l2, false)?;
+    // A few pages need a few chunks: a bucket is read on demand.
+    l2.read_on_demand(opts.pages.is_some());
     let pb = ui::spinner("restoring");
-    let report = match &a.l1 {
-        Some(l1) => Job::open(l1, Box::new(l2)).and_then(|job| restore_l1_l2(&job, &opts, &a.out)),
-        None => restore_l2(&l2, &opts, &a.out),
+    let (report, stats) = match &a.l1 {
+        Some(l1) => {
+            let job = Job::open(l1, l2)?;
+            let r = restore_l1_l2(&job, &opts, &a.out);
+            (r.map_err(|e| job.l2.public_error(e)), job.l2.stats())
+        }
+        None => {
+            let r = restore_l2(l2.as_ref(), &opts, &a.out);
+            (r.map_err(|e| l2.public_error(e)), l2.stats())
+        }
     };
     pb.finish_and_clear();
     let report = report?;
@@ -70,7 +89,10 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         eprintln!("rexctl: warning: {note}");
     }
     if a.json {
-        ui::print_json(&report)?;
+        ui::print_json(&Output {
+            report: &report,
+            l2_transfer: stats,
+        })?;
     } else {
         let secs = report.seconds.max(1e-9);
         println!(
@@ -78,7 +100,10 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             report.pages,
             ui::bytes(report.bytes),
             report.seq,
-            report.generation.map(|g| format!(" from generation {g}")).unwrap_or_default(),
+            report
+                .generation
+                .map(|g| format!(" from generation {g}"))
+                .unwrap_or_default(),
             if report.pages_from_l1_ics > 0 {
                 format!(" ({} pages from L1 checkpoints)", report.pages_from_l1_ics)
             } else {
@@ -92,6 +117,24 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 .map(|p| format!("; raw image starts at page {p:#x}"))
                 .unwrap_or_default()
         );
+        if let Some(s) = stats {
+            println!(
+                "fetched {} from L2 in {} requests",
+                ui::bytes(s.bytes_fetched),
+                s.requests
+            );
+        }
     }
     Ok(0)
+}
+
+/// The JSON output: the restore's report and, for a remote store, what
+/// was fetched.
+#[derive(Serialize)]
+struct Output<'a> {
+    #[serde(flatten)]
+    report: &'a RestoreReport,
+    /// Bytes fetched and requests sent to a remote L2 (absent for a
+    /// directory).
+    l2_transfer: Option<StoreStats>,
 }

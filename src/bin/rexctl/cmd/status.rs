@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use rexctl::format::manifest::GenKind;
 use rexctl::push::Job;
 use rexctl::status::status;
-use rexctl::store::DirStore;
 
+use super::config_args::StoreArgs;
 use crate::ui;
 
 /// Show a job's state: L2 generations (kind, seqs, pages, sizes,
@@ -17,17 +17,20 @@ pub struct Args {
     /// The L1 directory.
     #[arg(long)]
     l1: PathBuf,
-    /// The L2 directory.
-    #[arg(long)]
+    /// The L2 location: a directory (created if missing), file:///DIR or
+    /// s3://BUCKET/PREFIX.
+    #[arg(long, value_name = "URL")]
     l2: PathBuf,
+    #[command(flatten)]
+    store: StoreArgs,
     /// Print a JSON object instead of text.
     #[arg(long)]
     json: bool,
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
-    let job = Job::open(&a.l1, Box::new(DirStore::create(&a.l2)?))?;
-    let s = status(&job)?;
+    let job = Job::open(&a.l1, a.store.open(&a.l2, true)?)?;
+    let s = status(&job).map_err(|e| job.l2.public_error(e))?;
     if a.json {
         ui::print_json(&s)?;
         return Ok(0);
@@ -55,8 +58,9 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         );
     }
     println!(
-        "{} chains in L2 ({}), newest chain {} generations long",
+        "{} chains in L2 {} ({}), newest chain {} generations long",
         s.chains,
+        job.l2.describe(),
         ui::bytes(s.l2_bytes),
         s.newest_chain_length
     );

@@ -1,0 +1,238 @@
+//! Push and restore throughput of the S3 backend against a local S3 server
+//! (`s3s-fs` on 127.0.0.1), beside the directory backend, in one run.
+//!
+//! `cargo bench --bench s3` pushes one complete coalescence of an
+//! incompressible workload (so that L2 objects are as large as the image)
+//! to each backend, restores it from L2 alone, and restores a few pages
+//! with `--pages`; each measurement is the best of `REX_BENCH_RUNS` (3)
+//! runs. The figures are printed and written into `docs/PERFORMANCE.md`
+//! between the markers `<!-- s3:begin -->` and `<!-- s3:end -->` (appended
+//! when absent; the rest of the file is left alone). `REX_BENCH_PAGES`
+//! sets the footprint in 4 KiB pages (default 32768, 128 MiB).
+//!
+//! The server must be installed (`cargo install s3s-fs@0.14.1 --features
+//! binary`, or `REX_S3S_FS`).
+
+#[path = "../tests/it/s3/server.rs"]
+mod server;
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use rexctl::config::{S3Settings, Secret, StoreSettings};
+use rexctl::push::{Job, PushOptions, push_l2};
+use rexctl::restore::{RestoreOptions, parse_page_ranges, restore_l2};
+use rexctl::store::open_l2;
+use rexctl::workload::{Workload, profile};
+use server::S3Server;
+
+struct Figures {
+    backend: &'static str,
+    l2_bytes: u64,
+    image_bytes: u64,
+    push_s: f64,
+    upload_s: f64,
+    restore_s: f64,
+    pages_s: f64,
+    pages_fetched: Option<u64>,
+}
+
+fn env_num(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn settings(server: Option<&S3Server>, cache: &Path) -> StoreSettings {
+    let mut s = StoreSettings {
+        job: "bench".into(),
+        rank: "0".into(),
+        cache_dir: Some(cache.to_path_buf()),
+        ..Default::default()
+    };
+    if let Some(server) = server {
+        s.s3 = S3Settings {
+            endpoint: Some(server.endpoint()),
+            region: Some("us-east-1".into()),
+            allow_http: Some(true),
+            access_key_id: Some(server::ACCESS_KEY.into()),
+            secret_access_key: Some(Secret(server::SECRET_KEY.into())),
+            ..Default::default()
+        };
+    }
+    s
+}
+
+/// One run: a fresh L1 with the workload's FULL checkpoint and one
+/// incremental, pushed to a fresh L2 location, then restored.
+fn run_once(
+    backend: &'static str,
+    l2: &Path,
+    server: Option<&S3Server>,
+    pages: u64,
+    work: &Path,
+) -> Figures {
+    let l1 = work.join("l1");
+    let _ = std::fs::remove_dir_all(&l1);
+    let mut p = profile("incompressible").expect("profile");
+    p.pages = pages;
+    let mut w = Workload::new(p, 1).expect("workload");
+    std::fs::create_dir_all(&l1).expect("l1");
+    w.checkpoint(&l1).expect("checkpoint");
+    w.checkpoint(&l1).expect("checkpoint");
+    // The first 16 live pages, for the `--pages` restore.
+    let keys: Vec<u64> = w.image().keys().copied().take(16).collect();
+    let ranges = format!("{:#x}-{:#x}", keys[0], keys[keys.len() - 1]);
+    let st = settings(server, work);
+    let job = Job::open(&l1, open_l2(l2, &st, true).expect("open L2")).expect("job");
+    let t = Instant::now();
+    let r = push_l2(&job, &PushOptions::default()).expect("push");
+    let push_s = t.elapsed().as_secs_f64();
+    let m = r.manifest.expect("pushed");
+    drop(job);
+
+    let out = work.join("restored.rexic");
+    let store = open_l2(l2, &st, false).expect("open L2");
+    let t = Instant::now();
+    let rr = restore_l2(store.as_ref(), &RestoreOptions::default(), &out).expect("restore");
+    let restore_s = t.elapsed().as_secs_f64();
+    drop(store);
+
+    let store = open_l2(l2, &st, false).expect("open L2");
+    store.read_on_demand(true);
+    let before = store.stats().map(|s| s.bytes_fetched);
+    let opts = RestoreOptions {
+        pages: Some(parse_page_ranges(&ranges).expect("ranges")),
+        ..Default::default()
+    };
+    let t = Instant::now();
+    let pr = restore_l2(store.as_ref(), &opts, &out).expect("restore --pages");
+    assert_eq!(pr.pages, 16, "the --pages restore restores 16 pages");
+    let pages_s = t.elapsed().as_secs_f64();
+    let pages_fetched = store.stats().map(|s| s.bytes_fetched - before.unwrap_or(0));
+    let _ = std::fs::remove_file(&out);
+    Figures {
+        backend,
+        l2_bytes: m.bytes_out,
+        image_bytes: rr.bytes,
+        push_s,
+        upload_s: m.timings.upload_s,
+        restore_s,
+        pages_s,
+        pages_fetched,
+    }
+}
+
+fn best(runs: Vec<Figures>) -> Figures {
+    let min = |f: &dyn Fn(&Figures) -> f64| runs.iter().map(f).fold(f64::INFINITY, f64::min);
+    let (push_s, upload_s, restore_s, pages_s) = (
+        min(&|r| r.push_s),
+        min(&|r| r.upload_s),
+        min(&|r| r.restore_s),
+        min(&|r| r.pages_s),
+    );
+    let first = runs.into_iter().next().expect("a run");
+    Figures {
+        push_s,
+        upload_s,
+        restore_s,
+        pages_s,
+        ..first
+    }
+}
+
+fn mbs(bytes: u64, s: f64) -> f64 {
+    bytes as f64 / s / 1e6
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let pages = env_num("REX_BENCH_PAGES", 32768);
+    let runs = env_num("REX_BENCH_RUNS", 3).max(1);
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into());
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let server = S3Server::start("rex-bench")
+        .expect("s3s-fs (REX_SKIP_S3_TESTS does not apply to the bench)");
+    let work = tempfile::tempdir().expect("temp dir");
+    let mut results = Vec::new();
+    for backend in ["directory", "s3"] {
+        let mut all = Vec::new();
+        for i in 0..runs {
+            let w = work.path().join(format!("{backend}-{i}"));
+            std::fs::create_dir_all(&w).expect("work dir");
+            let (l2, srv): (PathBuf, Option<&S3Server>) = match backend {
+                "directory" => (w.join("l2"), None),
+                _ => (PathBuf::from(server.url(&format!("run{i}"))), Some(&server)),
+            };
+            all.push(run_once(backend, &l2, srv, pages, &w));
+            let _ = std::fs::remove_dir_all(&w);
+        }
+        results.push(best(all));
+    }
+    let mut table = String::new();
+    table.push_str(&format!(
+        "- Machine: {cpus} CPUs, load average {load} at the start (the server, the client and any \
+         other load share them: trust the ratios between backends, not the absolute MB/s)\n\
+         - Reproduce: `cargo bench --bench s3` (`REX_BENCH_PAGES`, `REX_BENCH_RUNS`)\n\n"
+    ));
+    table.push_str(&format!(
+        "L2 backends, same run: one complete coalescence of an incompressible workload \
+         ({pages} pages of 4 KiB, {:.0} MiB image), best of {runs} runs; `s3` is `s3s-fs` 0.14.1 on \
+         127.0.0.1 (SigV4-checked, storing on the same disk), part size 16 MiB, 4 parts and 8 GETs in \
+         flight. Push = coalesce + deduplicate + upload; upload = the manifest's `upload_s`; restore = \
+         `restore --l2` of the whole image (objects fetched into the cache first, for S3); pages = \
+         `restore --l2 --pages` of 16 pages (bytes fetched: what that restore fetched from the bucket).\n\n",
+        results[0].image_bytes as f64 / (1u64 << 20) as f64
+    ));
+    table.push_str("| backend | L2 bytes | push s | upload MB/s | restore s | restore MB/s (L2 bytes) | restore MB/s (image) | `--pages` s | `--pages` bytes fetched |\n");
+    table.push_str("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    for r in &results {
+        table.push_str(&format!(
+            "| {} | {} | {:.3} | {:.0} | {:.3} | {:.0} | {:.0} | {:.3} | {} |\n",
+            r.backend,
+            r.l2_bytes,
+            r.push_s,
+            mbs(r.l2_bytes, r.upload_s),
+            r.restore_s,
+            mbs(r.l2_bytes, r.restore_s),
+            mbs(r.image_bytes, r.restore_s),
+            r.pages_s,
+            r.pages_fetched
+                .map(|b| b.to_string())
+                .unwrap_or_else(|| "(mapped in place)".into())
+        ));
+    }
+    print!("{table}");
+    let doc = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/PERFORMANCE.md");
+    write_section(&doc, &table);
+    println!("written to {}", doc.display());
+}
+
+/// Replaces the text between the markers (appending them when absent).
+fn write_section(doc: &Path, body: &str) {
+    const BEGIN: &str = "<!-- s3:begin -->";
+    const END: &str = "<!-- s3:end -->";
+    let text = std::fs::read_to_string(doc).unwrap_or_default();
+    let section = format!("{BEGIN}\n{body}{END}");
+    let new = match (text.find(BEGIN), text.find(END)) {
+        (Some(a), Some(b)) if a < b => format!("{}{section}{}", &text[..a], &text[b + END.len()..]),
+        _ => {
+            let sep = if text.is_empty() || text.ends_with("\n\n") {
+                ""
+            } else if text.ends_with('\n') {
+                "\n"
+            } else {
+                "\n\n"
+            };
+            format!("{text}{sep}## L2 on object storage (S3)\n\n{section}\n")
+        }
+    };
+    std::fs::write(doc, new).expect("write docs/PERFORMANCE.md");
+}

@@ -1,0 +1,948 @@
+//! The S3 backend: a job's L2 objects in a bucket of an S3-compatible
+//! object store (AWS S3, Ceph RGW, MinIO, ...), through `object_store`.
+//!
+//! # Layout
+//!
+//! The objects of one rank of one job live under `prefix/<job>/<rank>/`,
+//! with the names of the directory backend (`g00000001.rps`, ...), so many
+//! nodes of a job push to one bucket without ever touching each other's
+//! keys. The job lock (a `flock` in the node's L1 directory) serialises
+//! the writers of one rank.
+//!
+//! # Writes
+//!
+//! * Manifests (small) go up with one PUT that must *create* the object
+//!   (`If-None-Match: *`): an existing manifest is never overwritten. If it
+//!   exists with the same bytes (a retried request, or recovery re-publishing
+//!   a generation), the put succeeds; with other bytes it fails
+//!   ([`RemoteKind::Conflict`]). Recovery deletes an *invalid* manifest
+//!   before publishing a valid copy of that generation.
+//! * Data files go up before any manifest names them: small ones with one
+//!   PUT, larger ones as multipart uploads of `s3_part_size` parts with at
+//!   most `s3_parts_in_flight` parts in flight. A leftover object of the
+//!   same name (an interrupted push of an uncommitted generation) is
+//!   replaced whole; objects of committed generations are never written.
+//!   After each upload a HEAD checks the size that arrived; the payload's
+//!   SHA-256 is part of every request's signature, so the server rejects
+//!   bytes that changed on the way.
+//! * A multipart upload whose parts were uploaded but which could not be
+//!   completed is aborted, so no invisible parts are left billing the user.
+//!   Because a crash (of rexctl or of the server) can prevent that, every
+//!   multipart upload first records its upload id in a small *intent*
+//!   object, `prefix/<job>/<rank>/.uploads/<name>`, deleted once the upload
+//!   is completed or aborted; the next push's recovery (and `rexctl gc`)
+//!   aborts the uploads such intents name.
+//! * Every request is retried with exponential backoff on transient errors
+//!   (5xx, timeouts, connection resets), `s3_max_retries` times.
+//!
+//! # Reads
+//!
+//! Readers map local files, so [`Store::open_local`] materializes an object
+//! in a cache directory: a fresh directory under `cache_dir` (default: the
+//! system's temporary directory), removed when the store is dropped. The
+//! object is fetched with ranged GETs of `s3_part_size` bytes,
+//! `s3_get_concurrency` of them in flight, into a temporary file renamed
+//! into place when complete. A cache file is never modified once renamed
+//! (a re-fetch writes a new file and renames it over the old name), so
+//! mappings stay valid. Listing the store also fetches every manifest it
+//! finds, concurrently, so that indexing a chain costs one round trip per
+//! listing rather than one per generation.
+//!
+//! # Errors
+//!
+//! Every failure is an [`Error::Remote`] naming the endpoint, the bucket and
+//! the key. Rejected credentials, denied access and a missing bucket are
+//! configuration errors (exit code 5); a missing object a manifest names is
+//! a data error (exit code 3); an unreachable store is an I/O failure (exit
+//! code 1). Errors about a cached file name the object's `s3://` URL
+//! instead (see [`Store::public_error`]).
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use object_store::aws::{AmazonS3, AmazonS3Builder, AmazonS3ConfigKey};
+use object_store::multipart::{MultipartStore, PartId};
+use object_store::path::Path as Key;
+use object_store::{
+    BackoffConfig, ClientConfigKey, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload,
+    RetryConfig,
+};
+use tokio::task::JoinSet;
+
+use super::{ObjectInfo, Progress, Store, StoreStats, check_name};
+use crate::config::StoreSettings;
+use crate::error::{Error, IoContext, RemoteKind, Result};
+use crate::format::manifest::parse_manifest_name;
+
+/// The sub-prefix of upload intents.
+const UPLOADS: &str = ".uploads";
+
+/// A job's L2 objects in an S3 bucket. See the module doc.
+pub struct S3Store {
+    s3: Arc<AmazonS3>,
+    endpoint: String,
+    bucket: String,
+    /// `prefix/<job>/<rank>`.
+    base: Key,
+    part_size: u64,
+    parts_in_flight: usize,
+    get_concurrency: usize,
+    state: Mutex<State>,
+    fetched: AtomicU64,
+    uploaded: AtomicU64,
+    requests: AtomicU64,
+    /// Cache files for readers; removed on drop (after the runtime).
+    cache: tempfile::TempDir,
+    /// Declared last but one: dropped after every in-flight request.
+    rt: tokio::runtime::Runtime,
+}
+
+/// What the store remembers between calls.
+#[derive(Default)]
+struct State {
+    /// Sizes from the last listing.
+    sizes: HashMap<String, u64>,
+    /// Objects materialized in the cache.
+    local: HashMap<String, PathBuf>,
+    /// Manifest bytes fetched by the last listing, with the listing's
+    /// identity of the object (size, modification time, ETag).
+    manifests: HashMap<String, (String, Vec<u8>)>,
+}
+
+impl std::fmt::Debug for S3Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("S3Store")
+            .field("endpoint", &self.endpoint)
+            .field("bucket", &self.bucket)
+            .field("base", &self.base.as_ref())
+            .finish()
+    }
+}
+
+/// Blocks `SIGPIPE` in the calling thread (the runtime's threads, which
+/// write to sockets). The binary restores its default action, so that
+/// `rexctl status | head` ends quietly; but a server that closes a
+/// connection while a request body is written with `writev` (which, unlike
+/// `send`, cannot say `MSG_NOSIGNAL`) would then kill the process instead
+/// of failing that request with `EPIPE`, which is retried. A blocked
+/// `SIGPIPE` stays pending on the thread and is never delivered.
+fn block_sigpipe() {
+    // SAFETY: `set` is a properly initialised signal set owned by this
+    // frame; `pthread_sigmask` only changes the calling thread's mask and
+    // accepts a null pointer for the old mask.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGPIPE);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
+/// The whole text of an error and its sources (object_store puts the
+/// server's answer in a source).
+fn full_text(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(x) = src {
+        let t = x.to_string();
+        if !s.contains(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        src = x.source();
+    }
+    s
+}
+
+fn identity(size: u64, modified: SystemTime, e_tag: Option<&str>) -> String {
+    let t = modified
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
+    format!("{size}/{}/{}", t.as_nanos(), e_tag.unwrap_or(""))
+}
+
+impl S3Store {
+    /// Opens `s3://bucket/prefix` for the job and rank of `settings`, and
+    /// checks that the bucket answers (so that rejected credentials or a
+    /// missing bucket show up at once, as a configuration error).
+    pub fn open(bucket: &str, prefix: &str, settings: &StoreSettings) -> Result<S3Store> {
+        let s = &settings.s3;
+        let mut b = AmazonS3Builder::from_env().with_bucket_name(bucket);
+        if let Some(v) = &s.endpoint {
+            b = b.with_endpoint(v);
+        }
+        if let Some(v) = &s.region {
+            b = b.with_region(v);
+        }
+        if let Some(v) = s.allow_http {
+            b = b.with_allow_http(v);
+        }
+        if let Some(v) = &s.access_key_id {
+            b = b.with_access_key_id(v);
+        }
+        if let Some(v) = &s.secret_access_key {
+            b = b.with_secret_access_key(&v.0);
+        }
+        if let Some(v) = &s.session_token {
+            b = b.with_token(&v.0);
+        }
+        b = b
+            .with_retry(RetryConfig {
+                backoff: BackoffConfig {
+                    init_backoff: Duration::from_millis(100),
+                    max_backoff: Duration::from_secs(15),
+                    base: 2.0,
+                },
+                max_retries: s.max_retries,
+                retry_timeout: Duration::from_secs_f64(s.retry_timeout_s),
+            })
+            .with_config(
+                AmazonS3ConfigKey::Client(ClientConfigKey::Timeout),
+                format!("{}ms", (s.timeout_s * 1e3).ceil() as u64),
+            )
+            .with_config(
+                AmazonS3ConfigKey::Client(ClientConfigKey::ConnectTimeout),
+                format!("{}ms", (s.connect_timeout_s * 1e3).ceil() as u64),
+            );
+        let region = b
+            .get_config_value(&AmazonS3ConfigKey::Region)
+            .unwrap_or_else(|| "us-east-1".into());
+        let endpoint = b
+            .get_config_value(&AmazonS3ConfigKey::Endpoint)
+            .unwrap_or_else(|| format!("https://s3.{region}.amazonaws.com"));
+        let config_error = |reason: String| Error::Remote {
+            endpoint: endpoint.clone(),
+            bucket: bucket.to_string(),
+            key: prefix.to_string(),
+            op: "configure",
+            kind: RemoteKind::Config,
+            reason,
+        };
+        let s3 = b.build().map_err(|e| config_error(full_text(&e)))?;
+        let mut base = if prefix.is_empty() {
+            Key::default()
+        } else {
+            Key::parse(prefix).map_err(|e| config_error(format!("prefix {prefix:?}: {e}")))?
+        };
+        for part in [&settings.job, &settings.rank] {
+            base = base.clone().join(part.as_str());
+        }
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("rexctl-s3")
+            .on_thread_start(block_sigpipe)
+            .enable_all()
+            .build()
+            .map_err(|e| config_error(format!("start the I/O runtime: {e}")))?;
+        let base_dir = settings
+            .cache_dir
+            .clone()
+            .unwrap_or_else(std::env::temp_dir);
+        std::fs::create_dir_all(&base_dir).ctx(&base_dir, "create cache directory")?;
+        let cache = tempfile::Builder::new()
+            .prefix("rexctl-l2-cache-")
+            .tempdir_in(&base_dir)
+            .ctx(&base_dir, "create cache directory")?;
+        let store = S3Store {
+            s3: Arc::new(s3),
+            endpoint,
+            bucket: bucket.to_string(),
+            base,
+            part_size: s.part_size,
+            parts_in_flight: s.parts_in_flight,
+            get_concurrency: s.get_concurrency,
+            state: Mutex::new(State::default()),
+            fetched: AtomicU64::new(0),
+            uploaded: AtomicU64::new(0),
+            requests: AtomicU64::new(0),
+            cache,
+            rt,
+        };
+        store.probe()?;
+        Ok(store)
+    }
+
+    /// The endpoint URL.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// The bucket.
+    pub fn bucket(&self) -> &str {
+        &self.bucket
+    }
+
+    /// The key prefix of this job and rank (`prefix/<job>/<rank>`).
+    pub fn base(&self) -> &str {
+        self.base.as_ref()
+    }
+
+    /// The directory that holds this run's cache files.
+    pub fn cache_dir(&self) -> &Path {
+        self.cache.path()
+    }
+
+    fn key(&self, name: &str) -> Result<Key> {
+        check_name(name)?;
+        Ok(self.base.clone().join(name))
+    }
+
+    fn intent_key(&self, name: &str) -> Key {
+        self.base.clone().join(UPLOADS).join(name)
+    }
+
+    fn count(&self) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Builds an [`Error::Remote`] for a failed request on `key`.
+    fn remote(&self, key: &Key, op: &'static str, e: &object_store::Error) -> Error {
+        remote_error(&self.endpoint, &self.bucket, key, op, e)
+    }
+
+    fn probe(&self) -> Result<()> {
+        self.count();
+        let r = self
+            .rt
+            .block_on(self.s3.list_with_delimiter(Some(&self.base)));
+        let listing = r.map_err(|e| {
+            let mut err = self.remote(&self.base, "list", &e);
+            // A listing never names a missing object: a 404 is the bucket.
+            if let Error::Remote { kind, reason, .. } = &mut err
+                && *kind == RemoteKind::NotFound
+            {
+                *kind = RemoteKind::Config;
+                *reason =
+                    format!("the bucket does not exist (rexctl never creates buckets): {reason}");
+            }
+            err
+        })?;
+        let mut st = self.state.lock().expect("state lock");
+        for o in listing.objects {
+            if let Some(n) = o.location.filename() {
+                st.sizes.insert(n.to_string(), o.size);
+            }
+        }
+        Ok(())
+    }
+
+    /// Forgets what the store remembers of `name` (after a put or a delete).
+    fn forget(&self, name: &str) {
+        let mut st = self.state.lock().expect("state lock");
+        st.sizes.remove(name);
+        st.manifests.remove(name);
+        if let Some(p) = st.local.remove(name) {
+            // Unlinking keeps the bytes of any live mapping.
+            let _ = std::fs::remove_file(p);
+        }
+    }
+
+    fn get_whole(&self, key: &Key) -> Result<Vec<u8>> {
+        self.count();
+        let r = self.rt.block_on(async {
+            let g = self.s3.get(key).await?;
+            g.bytes().await
+        });
+        let b = r.map_err(|e| self.remote(key, "get", &e))?;
+        self.fetched.fetch_add(b.len() as u64, Ordering::Relaxed);
+        Ok(b.to_vec())
+    }
+
+    fn head_size(&self, key: &Key) -> Result<u64> {
+        self.count();
+        let m = self
+            .rt
+            .block_on(self.s3.head(key))
+            .map_err(|e| self.remote(key, "head", &e))?;
+        Ok(m.size)
+    }
+
+    /// Uploads `len` bytes of `file` as a multipart upload; returns the
+    /// CRC-32 of what was sent. Aborts the upload on failure.
+    fn put_multipart(
+        &self,
+        name: &str,
+        key: &Key,
+        file: &File,
+        src: &Path,
+        len: u64,
+        progress: &dyn Progress,
+    ) -> Result<u32> {
+        let intent = self.intent_key(name);
+        // An intent left for this name: abort that upload first.
+        self.abort_intent(name, &intent)?;
+        self.count();
+        let id = self
+            .rt
+            .block_on(self.s3.create_multipart(key))
+            .map_err(|e| self.remote(key, "start multipart upload", &e))?;
+        self.count();
+        self.rt
+            .block_on(
+                self.s3
+                    .put(&intent, PutPayload::from(id.clone().into_bytes())),
+            )
+            .map_err(|e| self.remote(&intent, "record upload intent", &e))?;
+        let part = self.part_size;
+        let parts = len.div_ceil(part) as usize;
+        let sent = self.rt.block_on(async {
+            let mut set: JoinSet<(usize, u64, object_store::Result<PartId>)> = JoinSet::new();
+            let mut done: Vec<Option<PartId>> = vec![None; parts];
+            let mut h = crc32fast::Hasher::new();
+            let collect = |r: std::result::Result<
+                (usize, u64, object_store::Result<PartId>),
+                tokio::task::JoinError,
+            >,
+                           done: &mut Vec<Option<PartId>>|
+             -> Result<()> {
+                let (i, n, r) =
+                    r.map_err(|e| Error::io(src, "upload part", std::io::Error::other(e)))?;
+                done[i] = Some(r.map_err(|e| self.remote(key, "upload part", &e))?);
+                self.uploaded.fetch_add(n, Ordering::Relaxed);
+                progress.advance(n);
+                Ok(())
+            };
+            for i in 0..parts {
+                while set.len() >= self.parts_in_flight {
+                    let r = set.join_next().await.expect("a part in flight");
+                    collect(r, &mut done)?;
+                }
+                let off = i as u64 * part;
+                let n = part.min(len - off);
+                let mut buf = vec![0u8; n as usize];
+                file.read_exact_at(&mut buf, off).ctx(src, "read")?;
+                h.update(&buf);
+                let (s3, key, id) = (Arc::clone(&self.s3), key.clone(), id.clone());
+                self.count();
+                set.spawn(async move {
+                    let r = s3.put_part(&key, &id, i, PutPayload::from(buf)).await;
+                    (i, n, r)
+                });
+            }
+            while let Some(r) = set.join_next().await {
+                collect(r, &mut done)?;
+            }
+            let done: Vec<PartId> = done
+                .into_iter()
+                .map(|p| p.expect("every part uploaded"))
+                .collect();
+            self.count();
+            self.s3
+                .complete_multipart(key, &id, done)
+                .await
+                .map_err(|e| self.remote(key, "complete multipart upload", &e))?;
+            Ok::<u32, Error>(h.finalize())
+        });
+        match sent {
+            Ok(crc) => {
+                self.count();
+                let _ = self.rt.block_on(self.s3.delete(&intent));
+                Ok(crc)
+            }
+            Err(e) => {
+                // The parts in flight were cancelled with the task set.
+                self.count();
+                match self.rt.block_on(self.s3.abort_multipart(key, &id)) {
+                    Ok(()) => {
+                        self.count();
+                        let _ = self.rt.block_on(self.s3.delete(&intent));
+                        Err(e)
+                    }
+                    Err(a) => {
+                        let why = full_text(&a);
+                        Err(match e {
+                            Error::Remote {
+                                endpoint,
+                                bucket,
+                                key,
+                                op,
+                                kind,
+                                reason,
+                            } => Error::Remote {
+                                endpoint,
+                                bucket,
+                                key,
+                                op,
+                                kind,
+                                reason: format!(
+                                    "{reason} (aborting the upload failed too: {why}; the next push or `rexctl gc` aborts it)"
+                                ),
+                            },
+                            other => other,
+                        })
+                    }
+                }
+            }
+        }
+    }
+
+    /// Aborts the upload an intent object names, if there is one, and
+    /// deletes the intent. Returns whether there was one.
+    fn abort_intent(&self, name: &str, intent: &Key) -> Result<bool> {
+        use object_store::Error as E;
+        self.count();
+        let id = match self
+            .rt
+            .block_on(async { self.s3.get(intent).await?.bytes().await })
+        {
+            Ok(b) => String::from_utf8_lossy(&b).trim().to_string(),
+            Err(E::NotFound { .. }) => return Ok(false),
+            Err(e) => return Err(self.remote(intent, "read upload intent", &e)),
+        };
+        let key = self.key(name)?;
+        self.count();
+        match self.rt.block_on(self.s3.abort_multipart(&key, &id)) {
+            // Gone already (completed, or aborted by a lifecycle rule); some
+            // servers answer 403 for an upload id they no longer know.
+            Ok(()) | Err(E::NotFound { .. } | E::PermissionDenied { .. }) => {}
+            Err(e) => return Err(self.remote(&key, "abort multipart upload", &e)),
+        }
+        self.count();
+        match self.rt.block_on(self.s3.delete(intent)) {
+            Ok(()) | Err(E::NotFound { .. }) => Ok(true),
+            Err(e) => Err(self.remote(intent, "delete upload intent", &e)),
+        }
+    }
+
+    /// Fetches `key` (`size` bytes) into `dst` with ranged GETs, several
+    /// in flight, through a temporary file renamed into place.
+    fn fetch(&self, key: &Key, size: u64, dst: &Path) -> Result<()> {
+        let dir = dst.parent().expect("a cache file has a directory");
+        std::fs::create_dir_all(dir).ctx(dir, "create cache directory")?;
+        let tmp = dir.join(format!(
+            ".{}.part-{}",
+            dst.file_name()
+                .map(|n| n.to_string_lossy())
+                .unwrap_or_default(),
+            self.requests.load(Ordering::Relaxed)
+        ));
+        let file = Arc::new(File::create(&tmp).ctx(&tmp, "create cache file")?);
+        file.set_len(size).ctx(&tmp, "size cache file")?;
+        let step = self.part_size;
+        let ranges: Vec<(u64, u64)> = (0..size.div_ceil(step))
+            .map(|i| (i * step, ((i + 1) * step).min(size)))
+            .collect();
+        let r = self.rt.block_on(async {
+            let mut set: JoinSet<std::result::Result<u64, TaskError>> = JoinSet::new();
+            let mut got = 0u64;
+            let mut next = ranges.into_iter();
+            loop {
+                while set.len() < self.get_concurrency
+                    && let Some((a, b)) = next.next()
+                {
+                    let (s3, k, f, t) = (Arc::clone(&self.s3), key.clone(), Arc::clone(&file), tmp.clone());
+                    self.count();
+                    set.spawn(async move {
+                        let bytes = s3.get_range(&k, a..b).await.map_err(TaskError::Remote)?;
+                        if bytes.len() as u64 != b - a {
+                            return Err(TaskError::Local(Error::Invalid(format!(
+                                "{k}: asked for bytes {a}..{b}, received {} bytes (did the object change while being read?)",
+                                bytes.len()
+                            ))));
+                        }
+                        f.write_all_at(&bytes, a)
+                            .ctx(&t, "write cache file")
+                            .map_err(TaskError::Local)?;
+                        Ok(b - a)
+                    });
+                }
+                let Some(r) = set.join_next().await else { break };
+                got += match r {
+                    Ok(Ok(n)) => n,
+                    Ok(Err(TaskError::Remote(e))) => return Err(self.remote(key, "get", &e)),
+                    Ok(Err(TaskError::Local(e))) => return Err(e),
+                    Err(e) => return Err(Error::io(&tmp, "fetch", std::io::Error::other(e))),
+                };
+            }
+            Ok::<u64, Error>(got)
+        });
+        match r {
+            Ok(got) if got == size => {
+                self.fetched.fetch_add(got, Ordering::Relaxed);
+                std::fs::rename(&tmp, dst).ctx(dst, "rename cache file")?;
+                Ok(())
+            }
+            Ok(got) => {
+                let _ = std::fs::remove_file(&tmp);
+                Err(Error::Invalid(format!(
+                    "{key}: fetched {got} of {size} bytes"
+                )))
+            }
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                Err(e)
+            }
+        }
+    }
+
+    /// The `s3://` URL of a cache path, if it is one.
+    fn url_of(&self, p: &Path) -> Option<PathBuf> {
+        let rel = p.strip_prefix(self.cache.path()).ok()?;
+        Some(PathBuf::from(format!(
+            "s3://{}/{}",
+            self.bucket,
+            rel.display()
+        )))
+    }
+
+    /// Fetches the manifests of a listing that the store does not hold yet,
+    /// several at once.
+    fn prefetch_manifests(&self, wanted: Vec<(String, String)>) {
+        if wanted.is_empty() {
+            return;
+        }
+        let mut set: JoinSet<(String, String, Option<Vec<u8>>)> = JoinSet::new();
+        let got = self.rt.block_on(async {
+            let mut out = Vec::new();
+            let mut next = wanted.into_iter();
+            loop {
+                while set.len() < self.get_concurrency
+                    && let Some((name, id)) = next.next()
+                {
+                    let (s3, k) = (Arc::clone(&self.s3), self.base.clone().join(name.as_str()));
+                    self.count();
+                    set.spawn(async move {
+                        let b = async { s3.get(&k).await?.bytes().await }.await;
+                        (name, id, b.ok().map(|b| b.to_vec()))
+                    });
+                }
+                let Some(r) = set.join_next().await else {
+                    break;
+                };
+                if let Ok(x) = r {
+                    out.push(x);
+                }
+            }
+            out
+        });
+        let mut st = self.state.lock().expect("state lock");
+        for (name, id, bytes) in got {
+            // A failed fetch is retried (and reported) by `read`.
+            if let Some(b) = bytes {
+                self.fetched.fetch_add(b.len() as u64, Ordering::Relaxed);
+                st.manifests.insert(name, (id, b));
+            }
+        }
+    }
+}
+
+/// Builds an [`Error::Remote`] for a failed request on `key`, classified
+/// by what the store answered.
+fn remote_error(
+    endpoint: &str,
+    bucket: &str,
+    key: &Key,
+    op: &'static str,
+    e: &object_store::Error,
+) -> Error {
+    use object_store::Error as E;
+    let text = full_text(e);
+    let has = |codes: &[&str]| codes.iter().any(|c| text.contains(c));
+    let (kind, why) = if has(&["NoSuchBucket"]) {
+        (
+            RemoteKind::Config,
+            format!(
+                "the bucket does not exist (rexctl never creates buckets; create {} first)",
+                bucket
+            ),
+        )
+    } else if has(&[
+        "InvalidAccessKeyId",
+        "SignatureDoesNotMatch",
+        "AccessDenied",
+        "InvalidToken",
+        "ExpiredToken",
+        "NotSignedUp",
+        "AuthorizationHeaderMalformed",
+        "403 Forbidden",
+        "401 Unauthorized",
+    ]) || matches!(e, E::PermissionDenied { .. } | E::Unauthenticated { .. })
+    {
+        (
+            RemoteKind::Config,
+            "the store rejected the credentials or denied access (check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_REGION, or s3_access_key_id, s3_secret_access_key and s3_region in rex.toml)".to_string(),
+        )
+    } else if has(&["PermanentRedirect", "InvalidBucketName"])
+        || matches!(
+            e,
+            E::NotSupported { .. }
+                | E::NotImplemented { .. }
+                | E::UnknownConfigurationKey { .. }
+                | E::InvalidPath { .. }
+        )
+    {
+        (
+            RemoteKind::Config,
+            "the store refused the request as configured".to_string(),
+        )
+    } else {
+        match e {
+            E::NotFound { .. } => (RemoteKind::NotFound, "no such object".to_string()),
+            E::AlreadyExists { .. } | E::Precondition { .. } => (
+                RemoteKind::Conflict,
+                "the object already exists".to_string(),
+            ),
+            _ => (
+                RemoteKind::Transport,
+                "the request failed after every retry".to_string(),
+            ),
+        }
+    };
+    Error::Remote {
+        endpoint: endpoint.to_string(),
+        bucket: bucket.to_string(),
+        key: key.to_string(),
+        op,
+        kind,
+        reason: format!("{why}: {text}"),
+    }
+}
+
+/// How a task of a ranged read fails.
+enum TaskError {
+    Remote(object_store::Error),
+    Local(Error),
+}
+
+impl Store for S3Store {
+    fn describe(&self) -> String {
+        format!("s3://{}/{}", self.bucket, self.base)
+    }
+
+    fn list(&self) -> Result<Vec<ObjectInfo>> {
+        self.count();
+        let listing = self
+            .rt
+            .block_on(self.s3.list_with_delimiter(Some(&self.base)))
+            .map_err(|e| self.remote(&self.base, "list", &e))?;
+        let mut out = Vec::new();
+        let mut wanted = Vec::new();
+        {
+            let mut st = self.state.lock().expect("state lock");
+            st.sizes.clear();
+            for o in listing.objects {
+                let Some(name) = o.location.filename().map(str::to_string) else {
+                    continue;
+                };
+                if name.starts_with('.')
+                    || o.location.prefix_match(&self.base).map(|r| r.count()) != Some(1)
+                {
+                    continue;
+                }
+                let modified = SystemTime::from(o.last_modified);
+                if parse_manifest_name(&name).is_some() {
+                    let id = identity(o.size, modified, o.e_tag.as_deref());
+                    if st.manifests.get(&name).map(|(i, _)| i) != Some(&id) {
+                        wanted.push((name.clone(), id));
+                    }
+                }
+                st.sizes.insert(name.clone(), o.size);
+                out.push(ObjectInfo {
+                    name,
+                    bytes: o.size,
+                    modified: Some(modified),
+                });
+            }
+            let live: std::collections::HashSet<&String> = out.iter().map(|o| &o.name).collect();
+            st.manifests.retain(|n, _| live.contains(n));
+        }
+        self.prefetch_manifests(wanted);
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    fn put_bytes(&self, name: &str, bytes: &[u8]) -> Result<()> {
+        use object_store::Error as E;
+        let key = self.key(name)?;
+        self.forget(name);
+        self.count();
+        let opts = PutOptions::from(PutMode::Create);
+        let r = self.rt.block_on(
+            self.s3
+                .put_opts(&key, PutPayload::from(bytes.to_vec()), opts),
+        );
+        match r {
+            Ok(_) => {
+                self.uploaded
+                    .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                Ok(())
+            }
+            // Exists already (a retried request, or recovery re-publishing):
+            // fine if identical, never overwritten otherwise.
+            Err(E::AlreadyExists { .. }) => self.same_or_conflict(name, &key, bytes),
+            // Conditional puts disabled (`AWS_CONDITIONAL_PUT=disabled`, for
+            // stores without `If-None-Match`): look first.
+            Err(E::NotImplemented { .. }) => match self.head_size(&key) {
+                Ok(_) => self.same_or_conflict(name, &key, bytes),
+                Err(Error::Remote {
+                    kind: RemoteKind::NotFound,
+                    ..
+                }) => {
+                    self.count();
+                    self.rt
+                        .block_on(self.s3.put(&key, PutPayload::from(bytes.to_vec())))
+                        .map_err(|e| self.remote(&key, "put", &e))?;
+                    self.uploaded
+                        .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            },
+            Err(e) => Err(self.remote(&key, "put", &e)),
+        }
+    }
+
+    fn put_file(&self, name: &str, src: &Path, progress: &dyn Progress) -> Result<(u64, u32)> {
+        let key = self.key(name)?;
+        self.forget(name);
+        let file = File::open(src).ctx(src, "open")?;
+        let len = file.metadata().ctx(src, "stat")?.len();
+        progress.start(name, len);
+        let crc = if len <= self.part_size {
+            let mut buf = vec![0u8; len as usize];
+            file.read_exact_at(&mut buf, 0).ctx(src, "read")?;
+            let crc = crc32fast::hash(&buf);
+            self.count();
+            self.rt
+                .block_on(self.s3.put(&key, PutPayload::from(buf)))
+                .map_err(|e| self.remote(&key, "put", &e))?;
+            self.uploaded.fetch_add(len, Ordering::Relaxed);
+            progress.advance(len);
+            crc
+        } else {
+            self.put_multipart(name, &key, &file, src, len, progress)?
+        };
+        let arrived = self.head_size(&key)?;
+        if arrived != len {
+            return Err(Error::Remote {
+                endpoint: self.endpoint.clone(),
+                bucket: self.bucket.clone(),
+                key: key.to_string(),
+                op: "check upload",
+                kind: RemoteKind::Conflict,
+                reason: format!("{arrived} bytes arrived, {len} were sent"),
+            });
+        }
+        self.state
+            .lock()
+            .expect("state lock")
+            .sizes
+            .insert(name.to_string(), len);
+        Ok((len, crc))
+    }
+
+    fn read(&self, name: &str) -> Result<Vec<u8>> {
+        let key = self.key(name)?;
+        if let Some((_, b)) = self.state.lock().expect("state lock").manifests.get(name) {
+            return Ok(b.clone());
+        }
+        self.get_whole(&key)
+    }
+
+    fn open_local(&self, name: &str) -> Result<PathBuf> {
+        let key = self.key(name)?;
+        let known = {
+            let st = self.state.lock().expect("state lock");
+            if let Some(p) = st.local.get(name) {
+                return Ok(p.clone());
+            }
+            st.sizes.get(name).copied()
+        };
+        let size = match known {
+            Some(s) => s,
+            None => self.head_size(&key)?,
+        };
+        let dst = self.cache.path().join(key.as_ref());
+        self.fetch(&key, size, &dst)?;
+        self.state
+            .lock()
+            .expect("state lock")
+            .local
+            .insert(name.to_string(), dst.clone());
+        Ok(dst)
+    }
+
+    fn delete(&self, name: &str) -> Result<()> {
+        use object_store::Error as E;
+        let key = self.key(name)?;
+        self.forget(name);
+        self.count();
+        match self.rt.block_on(self.s3.delete(&key)) {
+            Ok(()) | Err(E::NotFound { .. }) => Ok(()),
+            Err(e) => Err(self.remote(&key, "delete", &e)),
+        }
+    }
+
+    fn abort_stale_uploads(&self, older_than: Option<Duration>) -> Result<Vec<String>> {
+        let prefix = self.base.clone().join(UPLOADS);
+        self.count();
+        let listing = self
+            .rt
+            .block_on(self.s3.list_with_delimiter(Some(&prefix)))
+            .map_err(|e| self.remote(&prefix, "list upload intents", &e))?;
+        let now = SystemTime::now();
+        let mut notes = Vec::new();
+        for o in listing.objects {
+            let Some(name) = o.location.filename().map(str::to_string) else {
+                continue;
+            };
+            let age = now
+                .duration_since(SystemTime::from(o.last_modified))
+                .unwrap_or_default();
+            if older_than.is_some_and(|g| age < g) {
+                continue;
+            }
+            if self.abort_intent(&name, &o.location)? {
+                notes.push(format!(
+                    "aborted an unfinished multipart upload of {name} in {} (started {} s ago)",
+                    self.describe(),
+                    age.as_secs()
+                ));
+            }
+        }
+        Ok(notes)
+    }
+
+    fn stats(&self) -> Option<StoreStats> {
+        Some(StoreStats {
+            bytes_fetched: self.fetched.load(Ordering::Relaxed),
+            bytes_uploaded: self.uploaded.load(Ordering::Relaxed),
+            requests: self.requests.load(Ordering::Relaxed),
+        })
+    }
+
+    fn public_error(&self, e: Error) -> Error {
+        e.map_paths(&|p| self.url_of(p))
+    }
+
+    fn public_text(&self, text: &str) -> String {
+        let root = format!("{}/", self.cache.path().display());
+        text.replace(&root, &format!("s3://{}/", self.bucket))
+    }
+}
+
+impl S3Store {
+    fn same_or_conflict(&self, name: &str, key: &Key, bytes: &[u8]) -> Result<()> {
+        let existing = self.get_whole(key)?;
+        if existing == bytes {
+            return Ok(());
+        }
+        Err(Error::Remote {
+            endpoint: self.endpoint.clone(),
+            bucket: self.bucket.clone(),
+            key: key.to_string(),
+            op: "put",
+            kind: RemoteKind::Conflict,
+            reason: format!(
+                "{name} exists with other content ({} bytes, {} to write): L2 objects are never overwritten",
+                existing.len(),
+                bytes.len()
+            ),
+        })
+    }
+}

@@ -1,0 +1,673 @@
+//! `rexctl capture` and `rexctl analyze` on real processes: a Python child
+//! with known memory contents, driven step by step through its standard
+//! input, and real programs (python3, xz, sqlite3) captured while they run.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::Duration;
+
+use rexctl::capture::programs::{Program, find_on_path};
+use rexctl::capture::{Capture, CaptureOptions, CaptureState, Step};
+use rexctl::coalesce::CList;
+use rexctl::format::ic::IcFile;
+use rexctl::image::compare_ic_files;
+use rexctl::l1::L1Dir;
+use rexctl::push::{Job, PushOptions, push_l2};
+use rexctl::restore::{RestoreOptions, restore_l1_l2, restore_l2};
+use rexctl::store::DirStore;
+
+use crate::util::{assert_clean_failure, ok, rexctl};
+
+/// A child that maps `N` pages, fills page `i` with `unit(0, i)` repeated,
+/// prints the mapping's address, then obeys one command per line:
+/// `w STEP FIRST COUNT` writes `unit(STEP, i)` into pages FIRST.., `d FIRST
+/// COUNT` gives pages back (MADV_DONTNEED), `q` quits; each answers `ok`.
+const CHILD: &str = r#"
+import ctypes, mmap, sys
+PS = mmap.PAGESIZE
+N = int(sys.argv[1])
+def page(step, i):
+    return (b"REX step %04d page %08d ---\n" % (step, i)) * (PS // 32)
+# Private: a capture takes the writable private mappings (Python's
+# default for an anonymous map is MAP_SHARED).
+flags = mmap.MAP_PRIVATE | getattr(mmap, "MAP_ANONYMOUS", 0x20)
+m = mmap.mmap(-1, N * PS, flags=flags)
+for i in range(N):
+    m[i * PS:(i + 1) * PS] = page(0, i)
+print(ctypes.addressof(ctypes.c_char.from_buffer(m)), flush=True)
+for line in sys.stdin:
+    f = line.split()
+    if f[0] == "w":
+        step, first, count = map(int, f[1:])
+        for i in range(first, first + count):
+            m[i * PS:(i + 1) * PS] = page(step, i)
+    elif f[0] == "d":
+        first, count = map(int, f[1:])
+        m.madvise(mmap.MADV_DONTNEED, first * PS, count * PS)
+    elif f[0] == "q":
+        break
+    print("ok", flush=True)
+"#;
+
+const PAGES: u64 = 2048;
+
+fn page_size() -> u64 {
+    rexctl::capture::system_page_size() as u64
+}
+
+/// The bytes the child writes into page `i` at `step`.
+fn expected(step: u64, i: u64) -> Vec<u8> {
+    let unit = format!("REX step {step:04} page {i:08} ---\n");
+    assert_eq!(unit.len(), 32);
+    unit.repeat(page_size() as usize / 32).into_bytes()
+}
+
+fn python() -> Option<PathBuf> {
+    let p = find_on_path("python3");
+    if p.is_none() {
+        eprintln!("note: python3 is not installed; skipping the capture test");
+    }
+    p
+}
+
+struct Kid {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    /// Page number of the mapping's first page.
+    base: u64,
+}
+
+impl Kid {
+    fn start(py: &Path, dir: &Path) -> Kid {
+        let script = dir.join("child.py");
+        std::fs::write(&script, CHILD).unwrap();
+        let mut child = Command::new(py)
+            .arg(&script)
+            .arg(PAGES.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        let addr: u64 = line
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("child said {line:?}"));
+        assert_eq!(addr % page_size(), 0);
+        Kid {
+            child,
+            stdin,
+            stdout,
+            base: addr / page_size(),
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn send(&mut self, cmd: &str) {
+        writeln!(self.stdin, "{cmd}").unwrap();
+        self.stdin.flush().unwrap();
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "ok", "after {cmd}");
+    }
+}
+
+impl Drop for Kid {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn taken(step: Step) -> rexctl::capture::CheckpointReport {
+    match step {
+        Step::Taken(r) => *r,
+        Step::Exited => panic!("the child exited"),
+    }
+}
+
+/// The page of `file` with page number `page`, if carried.
+fn page_of(file: &IcFile, page: u64) -> Option<Vec<u8>> {
+    let pp = file.meta().pages.binary_search(&page).ok()?;
+    Some(file.page(pp).unwrap().to_vec())
+}
+
+#[test]
+fn a_captured_chain_restores_to_a_full_capture_at_the_same_stop() {
+    let Some(py) = python() else { return };
+    let d = tempfile::tempdir().unwrap();
+    let l1 = d.path().join("l1");
+    let full = d.path().join("full.rexic");
+    let mut kid = Kid::start(&py, d.path());
+    let b = kid.base;
+    let mut cap = Capture::attach(kid.pid(), &l1, CaptureOptions::default()).unwrap();
+    assert!(cap.next_is_full());
+    assert_eq!(cap.next_seq(), 0);
+
+    let c0 = taken(cap.checkpoint().unwrap());
+    assert!(c0.full);
+    assert_eq!(c0.seq, 0);
+    assert!(c0.pages >= PAGES, "{c0:?}");
+    assert!(c0.stop.total_s > 0.0 && c0.stop.total_s < 5.0);
+    let f0 = IcFile::open(&c0.path).unwrap();
+    for i in [0, 1, 777, PAGES - 1] {
+        assert_eq!(
+            page_of(&f0, b + i).unwrap(),
+            expected(0, i),
+            "page {i} of the FULL checkpoint"
+        );
+    }
+
+    kid.send("w 1 0 64");
+    let c1 = taken(cap.checkpoint().unwrap());
+    assert!(!c1.full);
+    let m1 = IcFile::open(&c1.path).unwrap();
+    let ours: Vec<u64> = m1
+        .meta()
+        .pages
+        .iter()
+        .copied()
+        .filter(|p| (b..b + PAGES).contains(p))
+        .collect();
+    assert_eq!(
+        ours,
+        (b..b + 64).collect::<Vec<_>>(),
+        "exactly the pages written"
+    );
+    assert_eq!(page_of(&m1, b + 5).unwrap(), expected(1, 5));
+    // Everything else of the process is mostly unchanged: an incremental is
+    // a small part of the footprint.
+    assert!(c1.pages < c0.pages / 2, "{} of {}", c1.pages, c0.pages);
+
+    kid.send("d 100 20");
+    kid.send("w 2 32 64");
+    let c2 = taken(cap.checkpoint_with_full_copy(&full).unwrap());
+    let m2 = IcFile::open(&c2.path).unwrap();
+    let dropped: u64 = m2
+        .meta()
+        .drops
+        .iter()
+        .map(|r| (r.first.max(b + 100)..r.end().min(b + 120)).count() as u64)
+        .sum();
+    assert_eq!(dropped, 20, "drops {:?}", m2.meta().drops);
+
+    // The FULL copy holds the known contents...
+    let f = IcFile::open(&full).unwrap();
+    assert!(f.meta().is_full());
+    assert_eq!(f.meta().seq(), 2);
+    for i in 0..PAGES {
+        let want = match i {
+            32..96 => Some(expected(2, i)),
+            0..32 => Some(expected(1, i)),
+            100..120 => None,
+            _ => Some(expected(0, i)),
+        };
+        assert_eq!(page_of(&f, b + i), want, "page {i}");
+    }
+    // ... and the chain rebuilds it byte for byte.
+    let chain = L1Dir::scan(&l1).unwrap();
+    assert_eq!(
+        chain.files.iter().map(|m| m.seq()).collect::<Vec<_>>(),
+        [0, 1, 2]
+    );
+    let coalesced = d.path().join("coalesced.rexic");
+    CList::build(&chain.files)
+        .unwrap()
+        .write_ic(&chain.files, &coalesced)
+        .unwrap();
+    let diff = compare_ic_files(&coalesced, &full).unwrap();
+    assert!(diff.is_equal(), "{diff}");
+
+    let state = CaptureState::load(&l1).unwrap().unwrap();
+    assert_eq!(state.last_seq, 2);
+    assert_eq!(state.process.pid, kid.pid());
+    assert_eq!(state.entries.len() as u64, f.meta().pages.len() as u64);
+}
+
+#[test]
+fn captured_checkpoints_push_and_restore_through_l2() {
+    let Some(py) = python() else { return };
+    let d = tempfile::tempdir().unwrap();
+    let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
+    let full = d.path().join("full.rexic");
+    let mut kid = Kid::start(&py, d.path());
+    let mut cap = Capture::attach(kid.pid(), &l1, CaptureOptions::default()).unwrap();
+    let job = Job::open(&l1, Box::new(DirStore::create(&l2).unwrap())).unwrap();
+    let opts = PushOptions::default();
+    taken(cap.checkpoint().unwrap());
+    push_l2(&job, &opts).unwrap();
+    for (k, cmd) in ["w 1 0 300", "w 2 200 300", "d 600 100"].iter().enumerate() {
+        kid.send(cmd);
+        taken(cap.checkpoint().unwrap());
+        if k == 1 {
+            push_l2(&job, &opts).unwrap();
+        }
+    }
+    kid.send("w 3 1000 10");
+    taken(cap.checkpoint_with_full_copy(&full).unwrap());
+    // L1 + L2 (transient fault): generations plus pending IC files.
+    let out = d.path().join("restored-l1l2.rexic");
+    restore_l1_l2(&job, &RestoreOptions::default(), &out).unwrap();
+    let diff = compare_ic_files(&out, &full).unwrap();
+    assert!(diff.is_equal(), "L1 + L2: {diff}");
+    // L2 alone after the last push.
+    let r = push_l2(&job, &opts).unwrap();
+    assert!(r.manifest.unwrap().parent.is_some(), "a Δ generation");
+    let out = d.path().join("restored-l2.rexic");
+    restore_l2(job.l2.as_ref(), &RestoreOptions::default(), &out).unwrap();
+    let diff = compare_ic_files(&out, &full).unwrap();
+    assert!(diff.is_equal(), "L2: {diff}");
+    // Everything was pushed, so L1 holds no IC file: a restarted capture
+    // still continues the chain after the generations' last seq.
+    assert!(L1Dir::scan(&l1).unwrap().files.is_empty());
+    drop(cap);
+    let cap = Capture::attach(kid.pid(), &l1, CaptureOptions::default()).unwrap();
+    assert!(!cap.next_is_full(), "{}", cap.start_note());
+    assert_eq!(cap.next_seq(), 5);
+}
+
+#[test]
+fn a_restarted_capture_continues_the_chain_of_the_same_process_only() {
+    let Some(py) = python() else { return };
+    let d = tempfile::tempdir().unwrap();
+    let l1 = d.path().join("l1");
+    let full = d.path().join("full.rexic");
+    let mut kid = Kid::start(&py, d.path());
+    {
+        let mut cap = Capture::attach(kid.pid(), &l1, CaptureOptions::default()).unwrap();
+        taken(cap.checkpoint().unwrap());
+    }
+    kid.send("w 5 10 10");
+    let mut cap = Capture::attach(kid.pid(), &l1, CaptureOptions::default()).unwrap();
+    assert!(!cap.next_is_full(), "{}", cap.start_note());
+    assert_eq!(cap.next_seq(), 1);
+    assert!(
+        cap.start_note().contains("continuing"),
+        "{}",
+        cap.start_note()
+    );
+    let c = taken(cap.checkpoint_with_full_copy(&full).unwrap());
+    assert!(!c.full && c.pages < 1000, "{c:?}");
+    let chain = L1Dir::scan(&l1).unwrap();
+    let coalesced = d.path().join("coalesced.rexic");
+    CList::build(&chain.files)
+        .unwrap()
+        .write_ic(&chain.files, &coalesced)
+        .unwrap();
+    assert!(compare_ic_files(&coalesced, &full).unwrap().is_equal());
+
+    // Two captures never write one directory at once.
+    let e = Capture::attach(kid.pid(), &l1, CaptureOptions::default()).unwrap_err();
+    assert!(e.to_string().contains("another capture"), "{e}");
+    assert_eq!(e.exit_code(), rexctl::error::exit::BUSY);
+    drop(cap);
+
+    // Another process: a new chain, FULL at the next seq.
+    let other = Kid::start(&py, d.path());
+    let mut cap = Capture::attach(other.pid(), &l1, CaptureOptions::default()).unwrap();
+    assert!(cap.next_is_full());
+    assert_eq!(cap.next_seq(), 2);
+    assert!(
+        cap.start_note().contains("another process"),
+        "{}",
+        cap.start_note()
+    );
+    let c = taken(cap.checkpoint().unwrap());
+    assert!(c.full && c.seq == 2);
+    let chain = L1Dir::scan(&l1).unwrap();
+    assert_eq!(
+        chain.files.len(),
+        3,
+        "a FULL may follow: the directory stays a valid chain"
+    );
+    drop(cap);
+
+    // --full starts a new chain even for the same process.
+    let opts = CaptureOptions {
+        full: true,
+        ..Default::default()
+    };
+    let cap = Capture::attach(other.pid(), &l1, opts).unwrap();
+    assert!(cap.next_is_full() && cap.next_seq() == 3);
+}
+
+#[test]
+fn a_process_killed_during_a_checkpoint_leaves_the_chain_valid() {
+    let Some(py) = python() else { return };
+    let d = tempfile::tempdir().unwrap();
+    let l1 = d.path().join("l1");
+    let mut kid = Kid::start(&py, d.path());
+    let mut cap = Capture::attach(kid.pid(), &l1, CaptureOptions::default()).unwrap();
+    taken(cap.checkpoint().unwrap());
+    kid.send("w 1 0 100");
+    // SIGKILL while the process is stopped, before its memory is read.
+    cap.set_after_stop_hook(Box::new(|pid| {
+        // SAFETY: kill has no memory-safety preconditions.
+        unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+        std::thread::sleep(Duration::from_millis(50));
+    }));
+    assert!(matches!(cap.checkpoint().unwrap(), Step::Exited));
+    assert!(
+        matches!(cap.checkpoint().unwrap(), Step::Exited),
+        "and it stays gone"
+    );
+    let mut names: Vec<String> = std::fs::read_dir(&l1)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [".capture-state", ".capture.lock", "ckpt-00000000.rexic"],
+        "nothing partial was published"
+    );
+    let chain = L1Dir::scan(&l1).unwrap();
+    assert_eq!(chain.files.len(), 1);
+    assert_eq!(CaptureState::load(&l1).unwrap().unwrap().last_seq, 0);
+}
+
+#[test]
+fn attaching_to_a_missing_process_says_so() {
+    let d = tempfile::tempdir().unwrap();
+    let e =
+        Capture::attach(999_999_999, d.path().join("l1"), CaptureOptions::default()).unwrap_err();
+    assert!(e.to_string().contains("no such process"), "{e}");
+    let out = rexctl()
+        .args(["capture", "--l1"])
+        .arg(d.path().join("l1"))
+        .args(["--interval", "0.1", "--pid", "999999999"])
+        .output()
+        .unwrap();
+    assert_clean_failure(&out, 1, &["no such process"]);
+}
+
+#[test]
+fn missing_permissions_are_explained() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("note: not root; the permission test needs to run rexctl as another user");
+        return;
+    }
+    let Some(py) = python() else { return };
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let d = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let kid = Kid::start(&py, d.path());
+    // nobody may not trace a root process.
+    let out = rexctl()
+        .args(["capture", "--l1"])
+        .arg(d.path().join("l1"))
+        .args([
+            "--interval",
+            "0.1",
+            "--count",
+            "1",
+            "--pid",
+            &kid.pid().to_string(),
+        ])
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    assert_clean_failure(&out, 1, &["CAP_SYS_PTRACE", "same user"]);
+}
+
+/// A script that writes memory for about `seconds`, then exits.
+const BUSY: &str = r#"
+import sys, time
+end = time.monotonic() + float(sys.argv[1])
+buf = bytearray(16 << 20)
+k = 0
+while time.monotonic() < end:
+    k += 1
+    s = (k * 1234567) % (len(buf) - 65536)
+    buf[s:s + 65536] = bytes([k % 251]) * 65536
+    time.sleep(0.002)
+"#;
+
+#[test]
+fn the_cli_captures_a_command_and_analyzes_it() {
+    let Some(py) = python() else { return };
+    let d = tempfile::tempdir().unwrap();
+    let l1 = d.path().join("l1");
+    let script = d.path().join("busy.py");
+    std::fs::write(&script, BUSY).unwrap();
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    let out = ok(&[
+        "capture",
+        "--l1",
+        &s(&l1),
+        "--interval",
+        "0.2",
+        "--count",
+        "3",
+        "--json",
+        "--",
+        &s(&py),
+        &s(&script),
+        "1.5",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["checkpoints"].as_array().unwrap().len(), 3, "{out}");
+    assert_eq!(v["ended"], "count");
+    assert_eq!(v["exit"], "exit 0", "rexctl waits for the program");
+    assert_eq!(v["checkpoints"][0]["full"], true);
+    assert!(v["stop"]["mean_s"].as_f64().unwrap() > 0.0);
+    let chain = L1Dir::scan(&l1).unwrap();
+    assert_eq!(chain.files.len(), 3);
+
+    // Human output, and a program that exits before the count.
+    let l1b = d.path().join("l1b");
+    let human = ok(&[
+        "capture",
+        "--l1",
+        &s(&l1b),
+        "--interval",
+        "0.2",
+        "--count",
+        "100",
+        "--",
+        &s(&py),
+        &s(&script),
+        "0.9",
+    ]);
+    assert!(human.contains("seq 0 FULL"), "{human}");
+    assert!(human.contains("stopped"), "{human}");
+    assert!(human.contains("exited"), "{human}");
+    assert!(L1Dir::scan(&l1b).unwrap().files.len() >= 2, "{human}");
+
+    let an = ok(&["analyze", &s(&l1), "--json", "--batch", "2"]);
+    let a: serde_json::Value = serde_json::from_str(&an).unwrap();
+    assert_eq!(a["checkpoints"], 3);
+    assert!(
+        a["predicted"]["compression_ratio"].as_f64().unwrap() > 0.0,
+        "{an}"
+    );
+    let svg = d.path().join("figs.svg");
+    let human = ok(&["analyze", &s(&l1), "--svg", &s(&svg)]);
+    assert!(human.contains("Fig. 1"), "{human}");
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(
+        text.starts_with("<svg") && text.contains("Fig. 3"),
+        "{}",
+        &text[..200.min(text.len())]
+    );
+}
+
+/// Captures a real program, pushes the checkpoints to L2 in batches and
+/// restores: the image must equal the FULL copy of the last stop.
+fn real_program_round_trip(p: Program) {
+    if p.available().is_none() {
+        eprintln!(
+            "note: {} is not installed; skipping the {} workload",
+            p.executable(),
+            p.name()
+        );
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
+    let full = d.path().join("full.rexic");
+    let r = p
+        .capture(
+            &d.path().join("scratch"),
+            &l1,
+            Duration::from_millis(300),
+            5,
+            Some(full.clone()),
+        )
+        .unwrap();
+    assert_eq!(
+        r.run.checkpoints.len(),
+        5,
+        "{} ended early: {:?}",
+        p.name(),
+        r.run.ended
+    );
+    let last = r.run.checkpoints.last().unwrap();
+    eprintln!(
+        "{}: FULL {} pages, incrementals {:?} pages, stops {:.1?} ms",
+        p.name(),
+        r.run.checkpoints[0].pages,
+        r.run.checkpoints[1..]
+            .iter()
+            .map(|c| c.pages)
+            .collect::<Vec<_>>(),
+        r.run
+            .checkpoints
+            .iter()
+            .map(|c| c.stop.total_s * 1e3)
+            .collect::<Vec<_>>()
+    );
+    assert!(last.live_pages > 256, "{last:?}");
+
+    // The analysis reads the chain before it is pushed.
+    let a = rexctl::analyze::analyze(&l1, &rexctl::analyze::AnalyzeOptions::default()).unwrap();
+    assert_eq!(a.checkpoints, 5);
+    assert!(a.predicted.compression_ratio > 1.0, "{:?}", a.predicted);
+
+    // Push: the FULL one alone, then the rest as one batch.
+    let hold = d.path().join("hold");
+    std::fs::create_dir_all(&hold).unwrap();
+    for f in L1Dir::scan(&l1).unwrap().files.iter().skip(1) {
+        std::fs::rename(&f.path, hold.join(f.path.file_name().unwrap())).unwrap();
+    }
+    let job = Job::open(&l1, Box::new(DirStore::create(&l2).unwrap())).unwrap();
+    push_l2(&job, &PushOptions::default()).unwrap();
+    for e in std::fs::read_dir(&hold).unwrap() {
+        let e = e.unwrap();
+        std::fs::rename(e.path(), l1.join(e.file_name())).unwrap();
+    }
+    let r = push_l2(&job, &PushOptions::default()).unwrap();
+    let m = r.manifest.unwrap();
+    assert!(m.parent.is_some());
+    let out = d.path().join("restored.rexic");
+    restore_l2(job.l2.as_ref(), &RestoreOptions::default(), &out).unwrap();
+    let diff = compare_ic_files(&out, &full).unwrap();
+    assert!(diff.is_equal(), "{}: {diff}", p.name());
+}
+
+#[test]
+fn real_workload_python_array_round_trips() {
+    real_program_round_trip(Program::PythonArray);
+}
+
+#[test]
+fn real_workload_xz_round_trips() {
+    real_program_round_trip(Program::Xz);
+}
+
+#[test]
+fn real_workload_sqlite_round_trips() {
+    real_program_round_trip(Program::Sqlite);
+}
+
+/// Four threads rewriting their own buffers without pause.
+const THREADS: &str = r#"
+import threading, time
+def work(n):
+    buf = bytearray(2 << 20)
+    k = 0
+    while True:
+        k += 1
+        s = (k * 4096 * 7) % (len(buf) - 8192)
+        buf[s:s + 8192] = bytes([(k + n) % 251]) * 8192
+        if k % 64 == 0:
+            time.sleep(0)
+for n in range(4):
+    threading.Thread(target=work, args=(n,), daemon=True).start()
+print("ready", flush=True)
+time.sleep(600)
+"#;
+
+#[test]
+fn every_thread_is_stopped_with_either_stop_method() {
+    let Some(py) = python() else { return };
+    let d = tempfile::tempdir().unwrap();
+    let script = d.path().join("threads.py");
+    std::fs::write(&script, THREADS).unwrap();
+    let mut child = Command::new(&py)
+        .arg(&script)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "ready");
+    for method in [
+        rexctl::capture::StopMethod::Ptrace,
+        rexctl::capture::StopMethod::Signal,
+    ] {
+        let l1 = d.path().join(format!("l1-{method:?}"));
+        let full = d.path().join(format!("full-{method:?}.rexic"));
+        let opts = CaptureOptions {
+            stop: method,
+            ..Default::default()
+        };
+        let mut cap = Capture::attach(child.id(), &l1, opts).unwrap();
+        let mut last = None;
+        for k in 0..4 {
+            std::thread::sleep(Duration::from_millis(40));
+            let step = if k == 3 {
+                cap.checkpoint_with_full_copy(&full)
+            } else {
+                cap.checkpoint()
+            };
+            last = Some(taken(step.unwrap()));
+        }
+        let last = last.unwrap();
+        assert!(
+            last.threads >= 5 || method == rexctl::capture::StopMethod::Signal,
+            "{last:?}"
+        );
+        assert!(
+            last.pages > 0,
+            "the threads write between checkpoints: {last:?}"
+        );
+        let chain = L1Dir::scan(&l1).unwrap();
+        let coalesced = d.path().join(format!("coalesced-{method:?}.rexic"));
+        CList::build(&chain.files)
+            .unwrap()
+            .write_ic(&chain.files, &coalesced)
+            .unwrap();
+        let diff = compare_ic_files(&coalesced, &full).unwrap();
+        assert!(diff.is_equal(), "{method:?}: {diff}");
+    }
+    // The process still runs: neither method left it stopped.
+    let st = std::fs::read_to_string(format!("/proc/{}/stat", child.id())).unwrap();
+    let state = st[st.rfind(')').unwrap() + 2..].chars().next().unwrap();
+    assert!(matches!(state, 'R' | 'S'), "state {state}");
+    let _ = child.kill();
+    let _ = child.wait();
+}

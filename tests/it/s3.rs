@@ -1,0 +1,934 @@
+//! L2 on object storage, against a real S3 server (`s3s-fs`, which checks
+//! request signatures), started and stopped by the tests themselves:
+//!
+//! * one conformance body run against the directory backend and against
+//!   the S3 backend: pushes, listing, byte-exact restores (L2 alone, L1 plus
+//!   L2, an older generation), retention, verify, gc;
+//! * multipart uploads, pages fetched by a `--pages` restore, many ranks of
+//!   a job pushing to one bucket at once;
+//! * faults: the server killed in the middle of a push (and restarted
+//!   after the push gave up, or while it retries), wrong credentials, a
+//!   bucket that does not exist, an unreachable endpoint, objects altered
+//!   or deleted behind rexctl's back.
+//!
+//! The server's binary must be installed (`cargo install s3s-fs@0.14.1
+//! --features binary`; CI does): a missing server fails these tests, unless
+//! `REX_SKIP_S3_TESTS=1` skips them explicitly.
+
+mod server;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+
+use rexctl::config::{S3Settings, Secret, StoreSettings};
+use rexctl::image::compare_ic_files;
+use rexctl::store::{Store, open_l2};
+use rexctl::workload::{Workload, profile};
+use server::S3Server;
+
+use crate::util::rexctl;
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 temp path")
+}
+
+/// Where a test's L2 lives.
+enum Backend<'a> {
+    Dir(PathBuf),
+    S3 {
+        server: &'a S3Server,
+        prefix: String,
+    },
+}
+
+/// A job: its name, L1 directory, L2 backend, and a scratch directory.
+struct Job<'a> {
+    name: String,
+    rank: String,
+    l1: PathBuf,
+    work: PathBuf,
+    backend: Backend<'a>,
+    /// Extra environment for every command.
+    env: Vec<(String, String)>,
+}
+
+impl<'a> Job<'a> {
+    fn new(dir: &Path, name: &str, backend: Backend<'a>) -> Job<'a> {
+        let work = dir.join(format!("work-{name}"));
+        std::fs::create_dir_all(&work).unwrap();
+        std::fs::write(work.join("empty.toml"), "").unwrap();
+        Job {
+            name: name.to_string(),
+            rank: "0".into(),
+            l1: dir.join(format!("l1-{name}")),
+            work,
+            backend,
+            env: Vec::new(),
+        }
+    }
+
+    fn l2(&self) -> String {
+        match &self.backend {
+            Backend::Dir(p) => p.to_str().unwrap().to_string(),
+            Backend::S3 { server, prefix } => server.url(prefix),
+        }
+    }
+
+    /// `rexctl args...` with this job's environment: its name and rank, an
+    /// empty configuration file, the server's endpoint and credentials, few
+    /// retries (a dead server fails a command in about a second).
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = rexctl();
+        c.args(args);
+        for v in [
+            "REX_FAILPOINT",
+            "REX_L1",
+            "REX_L2",
+            "SLURM_JOB_ID",
+            "SLURM_PROCID",
+        ] {
+            c.env_remove(v);
+        }
+        c.env("REX_CONFIG", self.work.join("empty.toml"))
+            .env("REX_JOB", &self.name)
+            .env("REX_RANK", &self.rank)
+            .env("REX_CACHE_DIR", self.work.join("cache"))
+            .env("REX_S3_MAX_RETRIES", "3");
+        if let Backend::S3 { server, .. } = &self.backend {
+            for (k, v) in server.env() {
+                c.env(k, v);
+            }
+        }
+        for (k, v) in &self.env {
+            c.env(k, v);
+        }
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().expect("run rexctl")
+    }
+
+    /// Runs and asserts success; returns standard output.
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(out.status.success(), "{}", show(args, &out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn push(&self, extra: &[&str]) -> String {
+        let l2 = self.l2();
+        let mut args = vec!["push-l2", "--l1", s(&self.l1), "--l2", &l2];
+        args.extend_from_slice(extra);
+        self.ok(&args)
+    }
+
+    /// Restores into a fresh file and asserts it is exactly `want`;
+    /// returns standard output and standard error.
+    fn restore_exact(&self, with_l1: bool, extra: &[&str], want: &Path, ctx: &str) -> String {
+        let out = self.work.join(format!("restored-{}.rexic", unique()));
+        let l2 = self.l2();
+        let mut args = vec!["restore", "--l2", &l2, "--out", s(&out)];
+        if with_l1 {
+            args.extend(["--l1", s(&self.l1)]);
+        }
+        args.extend_from_slice(extra);
+        let o = self.run(&args);
+        assert!(o.status.success(), "{ctx}: {}", show(&args, &o));
+        let d = compare_ic_files(&out, want).unwrap();
+        assert!(
+            d.is_equal(),
+            "{ctx}: restored image differs from {}: {d}",
+            want.display()
+        );
+        std::fs::remove_file(&out).unwrap();
+        format!("{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o))
+    }
+
+    /// The store, through the library (for listing and planting objects).
+    fn store(&self) -> Box<dyn Store> {
+        let mut settings = StoreSettings {
+            job: self.name.clone(),
+            rank: self.rank.clone(),
+            cache_dir: Some(self.work.join("cache")),
+            ..Default::default()
+        };
+        if let Backend::S3 { server, .. } = &self.backend {
+            settings.s3 = S3Settings {
+                endpoint: Some(server.endpoint()),
+                region: Some("us-east-1".into()),
+                allow_http: Some(true),
+                access_key_id: Some(server::ACCESS_KEY.into()),
+                secret_access_key: Some(Secret(server::SECRET_KEY.into())),
+                max_retries: 2,
+                ..Default::default()
+            };
+        }
+        open_l2(Path::new(&self.l2()), &settings, true).unwrap()
+    }
+
+    fn names(&self) -> BTreeSet<String> {
+        self.store()
+            .list()
+            .unwrap()
+            .into_iter()
+            .map(|o| o.name)
+            .collect()
+    }
+
+    /// The file that holds object `name`: the directory's file, or the
+    /// file in which the server keeps the object.
+    fn object_file(&self, name: &str) -> PathBuf {
+        match &self.backend {
+            Backend::Dir(p) => p.join(name),
+            Backend::S3 { server, prefix } => {
+                server.object_file(&format!("{prefix}/{}/{}/{name}", self.name, self.rank))
+            }
+        }
+    }
+
+    /// Makes object `name` look `age` old to its store.
+    fn age(&self, name: &str, age: Duration) {
+        let f = std::fs::File::options()
+            .write(true)
+            .open(self.object_file(name))
+            .unwrap();
+        f.set_modified(SystemTime::now() - age).unwrap();
+    }
+}
+
+fn unique() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+}
+
+fn show(args: &[&str], out: &Output) -> String {
+    format!(
+        "rexctl {args:?}: status {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn workload(name: &str, pages: u64, seed: u64) -> Workload {
+    let mut p = profile(name).unwrap();
+    p.pages = pages;
+    Workload::new(p, seed).unwrap()
+}
+
+/// Takes checkpoints into `l1` up to seq `last`; returns the true image then.
+fn take_until(w: &mut Workload, l1: &Path, last: u64, truth: &Path) -> PathBuf {
+    std::fs::create_dir_all(l1).unwrap();
+    std::fs::create_dir_all(truth).unwrap();
+    while w.next_seq() <= last {
+        w.checkpoint(l1).unwrap();
+    }
+    let p = truth.join(format!("seq-{last}.rexic"));
+    w.write_image(&p).unwrap();
+    p
+}
+
+fn gen_names(gens: &[u64]) -> BTreeSet<String> {
+    gens.iter()
+        .flat_map(|g| ["rps", "pf", "ptab", "manifest"].map(|k| format!("g{g:08}.{k}")))
+        .collect()
+}
+
+fn json(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}):\n{text}"))
+}
+
+fn json_names(v: &serde_json::Value, key: &str) -> Vec<String> {
+    v[key]
+        .as_array()
+        .unwrap_or_else(|| panic!("no {key} in {v}"))
+        .iter()
+        .map(|o| o["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Asserts a clean failure: exit `code`, no panic, every needle in stderr.
+fn assert_fails(out: &Output, code: i32, needles: &[&str], ctx: &str) -> String {
+    let err = stderr(out);
+    assert_eq!(out.status.code(), Some(code), "{ctx}: exit code\n{err}");
+    assert!(!err.contains("panicked"), "{ctx}: panic\n{err}");
+    for n in needles {
+        assert!(err.contains(n), "{ctx}: stderr lacks {n:?}:\n{err}");
+    }
+    err
+}
+
+// ---------------------------------------------------------------------------
+// Conformance: the same body against both backends
+// ---------------------------------------------------------------------------
+
+/// Pushes several generations (a Δ, then a complete coalescence that prunes
+/// the old chain, then a Δ on it), lists the store, restores byte for byte
+/// (L2 alone, L1 plus L2 with a pending checkpoint, an older generation),
+/// verifies, and collects garbage: an old orphan goes, a young one stays
+/// until the grace period is 0, other names are never touched, and gc
+/// waits for no lock but refuses a held one.
+fn conformance(job: &Job) {
+    let truth = job.work.join("truth");
+    let mut w = workload("balanced", 256, 7);
+    take_until(&mut w, &job.l1, 2, &truth);
+    job.push(&[]);
+    take_until(&mut w, &job.l1, 4, &truth);
+    job.push(&[]);
+    assert_eq!(job.names(), gen_names(&[1, 2]), "after two pushes");
+
+    let seq6 = take_until(&mut w, &job.l1, 6, &truth);
+    let out = job.push(&["--full", "--keep-chains", "1"]);
+    assert!(
+        out.contains("pushed generation 3") && out.contains("uploaded"),
+        "{out}"
+    );
+    let seq8 = take_until(&mut w, &job.l1, 8, &truth);
+    job.push(&["--keep-chains", "1"]);
+    assert_eq!(
+        job.names(),
+        gen_names(&[3, 4]),
+        "retention keeps only the newest chain"
+    );
+
+    let l2 = job.l2();
+    let st = json(&job.ok(&["status", "--l1", s(&job.l1), "--l2", &l2, "--json"]));
+    let gens: Vec<u64> = st["generations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["generation"].as_u64().unwrap())
+        .collect();
+    assert_eq!(gens, [3, 4]);
+
+    job.restore_exact(false, &[], &seq8, "restore --l2");
+    let seq9 = take_until(&mut w, &job.l1, 9, &truth);
+    job.restore_exact(
+        true,
+        &[],
+        &seq9,
+        "restore --l1 --l2 with a pending checkpoint",
+    );
+    job.restore_exact(
+        false,
+        &["--generation", "3"],
+        &seq6,
+        "restore --generation 3",
+    );
+    job.ok(&["verify", "--l2", &l2, "--l1", s(&job.l1)]);
+
+    // Garbage: an old orphan, a young orphan, and an object that is not
+    // rexctl's (old too).
+    let store = job.store();
+    store
+        .put_bytes("g00000098.pf", b"left by a crashed push, long ago")
+        .unwrap();
+    store
+        .put_bytes("g00000099.rps", b"left by a push a minute ago")
+        .unwrap();
+    store
+        .put_bytes("NOTES.txt", b"an operator's notes")
+        .unwrap();
+    drop(store);
+    job.age("g00000098.pf", Duration::from_secs(7200));
+    job.age("NOTES.txt", Duration::from_secs(7200));
+    let r = json(&job.ok(&["gc", "--l2", &l2, "--json"]));
+    assert_eq!(json_names(&r, "deleted"), ["g00000098.pf"], "{r}");
+    assert_eq!(json_names(&r, "young"), ["g00000099.rps"], "{r}");
+    assert_eq!(r["referenced"], 8, "{r}");
+    let r = json(&job.ok(&["gc", "--l2", &l2, "--grace", "0", "--dry-run", "--json"]));
+    assert_eq!(json_names(&r, "deleted"), ["g00000099.rps"], "{r}");
+    assert!(job.names().contains("g00000099.rps"), "a dry run deleted");
+    {
+        let _lock = rexctl::lock::JobLock::acquire(&job.l1, "conformance test").unwrap();
+        let out = job.run(&["gc", "--l2", &l2, "--l1", s(&job.l1), "--grace", "0"]);
+        assert_fails(
+            &out,
+            4,
+            &["busy", "conformance test"],
+            "gc while the job is locked",
+        );
+        assert!(job.names().contains("g00000099.rps"), "a busy gc deleted");
+    }
+    let out = job.ok(&["gc", "--l2", &l2, "--l1", s(&job.l1), "--grace", "0"]);
+    assert!(out.contains("deleted g00000099.rps"), "{out}");
+    let mut want = gen_names(&[3, 4]);
+    want.insert("NOTES.txt".into());
+    assert_eq!(
+        job.names(),
+        want,
+        "gc kept exactly the referenced objects and foreign names"
+    );
+    job.restore_exact(false, &[], &seq8, "restore --l2 after gc");
+    job.ok(&["verify", "--l2", &l2]);
+}
+
+#[test]
+fn conformance_directory() {
+    let d = tempfile::tempdir().unwrap();
+    let job = Job::new(d.path(), "dirjob", Backend::Dir(d.path().join("l2")));
+    conformance(&job);
+}
+
+#[test]
+fn conformance_s3() {
+    let Some(server) = S3Server::start("rex-conformance") else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let job = Job::new(
+        d.path(),
+        "s3job",
+        Backend::S3 {
+            server: &server,
+            prefix: "site/ckpt".into(),
+        },
+    );
+    conformance(&job);
+    // Everything under the job's own prefix.
+    let dir = server.root().join(&server.bucket).join("site/ckpt/s3job/0");
+    assert!(
+        dir.join("g00000004.manifest").is_file(),
+        "layout: <prefix>/<job>/<rank>/"
+    );
+    // The file:// form of a directory location works as the plain path.
+    let url = format!("file://{}", job.work.join("l2-url").display());
+    let dj = Job::new(d.path(), "urljob", Backend::Dir(job.work.join("l2-url")));
+    let truth = dj.work.join("truth");
+    let mut w = workload("balanced", 64, 3);
+    let seq2 = take_until(&mut w, &dj.l1, 2, &truth);
+    dj.ok(&["push-l2", "--l1", s(&dj.l1), "--l2", &url]);
+    let out = dj.work.join("u.rexic");
+    dj.ok(&["restore", "--l2", &url, "--out", s(&out)]);
+    assert!(compare_ic_files(&out, &seq2).unwrap().is_equal());
+}
+
+// ---------------------------------------------------------------------------
+// S3 specifics: multipart, ranged reads, many ranks
+// ---------------------------------------------------------------------------
+
+fn s3_job<'a>(d: &Path, server: &'a S3Server, name: &str) -> Job<'a> {
+    Job::new(
+        d,
+        name,
+        Backend::S3 {
+            server,
+            prefix: "ckpt".into(),
+        },
+    )
+}
+
+/// A push whose RPS exceeds the part size goes up as a multipart upload
+/// (several parts, a few in flight) and leaves neither parts nor upload
+/// intents behind; a restore reads it back exactly and reports what it
+/// fetched.
+#[test]
+fn s3_multipart_upload_restores_exactly_and_leaves_nothing_behind() {
+    let Some(server) = S3Server::start("rex-multipart") else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let mut job = s3_job(d.path(), &server, "mp");
+    job.env
+        .push(("REX_S3_PART_SIZE".into(), (5u64 << 20).to_string()));
+    job.env.push(("REX_S3_PARTS_IN_FLIGHT".into(), "2".into()));
+    let truth = job.work.join("truth");
+    let mut w = workload("incompressible", 4096, 11);
+    let seq1 = take_until(&mut w, &job.l1, 1, &truth);
+    job.push(&[]);
+    let rps = std::fs::metadata(job.object_file("g00000001.rps"))
+        .unwrap()
+        .len();
+    assert!(
+        rps > 10 << 20,
+        "the RPS ({rps} bytes) should need three parts or more"
+    );
+    assert!(
+        server.pending_parts().is_empty(),
+        "parts left: {:?}",
+        server.pending_parts()
+    );
+    let intents = server
+        .root()
+        .join(&server.bucket)
+        .join("ckpt/mp/0/.uploads");
+    assert!(
+        std::fs::read_dir(&intents).map(|r| r.count()).unwrap_or(0) == 0,
+        "upload intents left in {}",
+        intents.display()
+    );
+    let l2 = job.l2();
+    let out = job.work.join("full.rexic");
+    let j = json(&job.ok(&["restore", "--l2", &l2, "--out", s(&out), "--json"]));
+    assert!(compare_ic_files(&out, &seq1).unwrap().is_equal());
+    let fetched = j["l2_transfer"]["bytes_fetched"].as_u64().unwrap();
+    assert!(
+        fetched >= rps,
+        "a full restore fetched {fetched} bytes, the RPS alone is {rps}"
+    );
+    job.ok(&["verify", "--l2", &l2]);
+
+    // A few pages: only the manifests, the P-Tables, the headers and chunk
+    // tables, and the chunks those pages need are fetched; the pages are
+    // those of a whole read (the library's default).
+    let pages: Vec<u64> = w.image().keys().copied().skip(1000).take(4).collect();
+    let ranges = format!("{:#x}-{:#x}", pages[0], pages[3]);
+    let part = job.work.join("part.rexic");
+    let j = json(&job.ok(&[
+        "restore",
+        "--l2",
+        &l2,
+        "--out",
+        s(&part),
+        "--pages",
+        &ranges,
+        "--json",
+    ]));
+    assert_eq!(j["pages"], 4, "{j}");
+    let fetched = j["l2_transfer"]["bytes_fetched"].as_u64().unwrap();
+    assert!(
+        fetched < 4 << 20,
+        "a 4-page restore fetched {fetched} bytes of a {rps}-byte RPS"
+    );
+    let whole = job.work.join("part-whole.rexic");
+    let opts = rexctl::restore::RestoreOptions {
+        pages: Some(rexctl::restore::parse_page_ranges(&ranges).unwrap()),
+        ..Default::default()
+    };
+    rexctl::restore::restore_l2(job.store().as_ref(), &opts, &whole).unwrap();
+    assert!(compare_ic_files(&part, &whole).unwrap().is_equal());
+    eprintln!("4-page restore fetched {fetched} bytes (RPS {rps} bytes)");
+}
+
+/// Several ranks of a job push to one bucket at once, each under its own
+/// prefix; each restores exactly its own image.
+#[test]
+fn s3_ranks_push_to_one_bucket_at_once() {
+    let Some(server) = S3Server::start("rex-ranks") else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let ranks: Vec<Job> = (0..4)
+        .map(|r| {
+            let mut j = s3_job(d.path(), &server, "shared");
+            j.rank = r.to_string();
+            j.l1 = d.path().join(format!("l1-rank{r}"));
+            j.work = d.path().join(format!("work-rank{r}"));
+            std::fs::create_dir_all(&j.work).unwrap();
+            std::fs::write(j.work.join("empty.toml"), "").unwrap();
+            j
+        })
+        .collect();
+    let mut wants = Vec::new();
+    for (r, j) in ranks.iter().enumerate() {
+        let mut w = workload("balanced", 512, 100 + r as u64);
+        wants.push(take_until(&mut w, &j.l1, 3, &j.work.join("truth")));
+    }
+    let children: Vec<_> = ranks
+        .iter()
+        .map(|j| {
+            let l2 = j.l2();
+            j.cmd(&["push-l2", "--l1", s(&j.l1), "--l2", &l2])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for c in children {
+        let out = c.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", show(&["push-l2"], &out));
+    }
+    for (j, want) in ranks.iter().zip(&wants) {
+        assert_eq!(j.names(), gen_names(&[1]), "rank {}", j.rank);
+        j.restore_exact(false, &[], want, &format!("rank {}", j.rank));
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Faults
+// ---------------------------------------------------------------------------
+
+/// Waits until the server holds a multipart part of an upload in progress,
+/// then runs `then`. Returns false if `child` ended first.
+fn when_parts_arrive(
+    server: &S3Server,
+    child: &mut std::process::Child,
+    then: impl FnOnce(),
+) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while server.pending_parts().is_empty() {
+        if child.try_wait().unwrap().is_some() || Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    then();
+    true
+}
+
+/// A job with one small generation in a bucket and a large `--full` push
+/// pending (an incompressible 48 MiB footprint, 5 MiB parts, one in
+/// flight: ten parts and more).
+fn big_push_setup<'a>(d: &Path, server: &'a S3Server, name: &str) -> (Job<'a>, PathBuf, PathBuf) {
+    let mut job = s3_job(d, server, name);
+    job.env
+        .push(("REX_S3_PART_SIZE".into(), (5u64 << 20).to_string()));
+    job.env.push(("REX_S3_PARTS_IN_FLIGHT".into(), "1".into()));
+    let truth = job.work.join("truth");
+    let mut w = workload("incompressible", 12288, 5);
+    let seq0 = take_until(&mut w, &job.l1, 0, &truth);
+    job.push(&[]);
+    let seq2 = take_until(&mut w, &job.l1, 2, &truth);
+    (job, seq0, seq2)
+}
+
+/// The server is killed while a push uploads its parts: the push fails
+/// cleanly (I/O exit code, naming the endpoint and the bucket), no manifest
+/// appears, a restore gives the last good generation; once the server is
+/// back, the next push aborts the dead upload (no parts left), pushes, and
+/// restores exactly.
+#[test]
+fn s3_server_killed_mid_push_fails_cleanly_and_the_next_push_recovers() {
+    let Some(server) = S3Server::start("rex-kill") else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let (mut job, seq0, seq2) = big_push_setup(d.path(), &server, "killed");
+    job.env.push(("REX_S3_MAX_RETRIES".into(), "1".into()));
+    let l2 = job.l2();
+    let args = ["push-l2", "--l1", s(&job.l1), "--l2", &l2, "--full"];
+    let mut child = job
+        .cmd(&args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let endpoint = server.endpoint();
+    let killed = when_parts_arrive(&server, &mut child, || server.kill());
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        killed,
+        "the push ended before any part reached the server:\n{}",
+        show(&args, &out)
+    );
+    assert_fails(
+        &out,
+        1,
+        &[&endpoint, "rex-kill", "g00000002.rps"],
+        "push with the server killed",
+    );
+    let err = stderr(&out);
+    assert!(err.contains("next push or `rexctl gc` aborts it"), "{err}");
+
+    server.restart();
+    assert!(
+        !server.pending_parts().is_empty(),
+        "the dead push's parts should still be on the server"
+    );
+    assert!(
+        !job.names().contains("g00000002.manifest"),
+        "a manifest appeared for the failed push: {:?}",
+        job.names()
+    );
+    job.restore_exact(
+        false,
+        &[],
+        &seq0,
+        "restore --l2 after the failed push: the last good generation",
+    );
+    job.restore_exact(
+        true,
+        &[],
+        &seq2,
+        "restore --l1 --l2 after the failed push: L1 still has the batch",
+    );
+
+    let out = job.push(&["--full"]);
+    assert!(
+        out.contains("aborted an unfinished multipart upload of g00000002.rps"),
+        "{out}"
+    );
+    assert!(
+        server.pending_parts().is_empty(),
+        "parts left: {:?}",
+        server.pending_parts()
+    );
+    job.restore_exact(false, &[], &seq2, "restore --l2 after the next push");
+    job.ok(&["verify", "--l2", &l2, "--l1", s(&job.l1)]);
+}
+
+/// The server dies while a push uploads and comes back a moment later:
+/// the requests in flight are retried with backoff and the push succeeds.
+#[test]
+fn s3_server_restarted_mid_push_is_retried() {
+    let Some(server) = S3Server::start("rex-retry") else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let (mut job, _seq0, seq2) = big_push_setup(d.path(), &server, "retried");
+    job.env.push(("REX_S3_MAX_RETRIES".into(), "10".into()));
+    let l2 = job.l2();
+    let args = ["push-l2", "--l1", s(&job.l1), "--l2", &l2, "--full"];
+    let mut child = job
+        .cmd(&args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let bounced = when_parts_arrive(&server, &mut child, || {
+        server.kill();
+        std::thread::sleep(Duration::from_millis(700));
+        server.restart();
+    });
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        bounced,
+        "the push ended before any part reached the server:\n{}",
+        show(&args, &out)
+    );
+    assert!(out.status.success(), "{}", show(&args, &out));
+    assert!(
+        server.pending_parts().is_empty(),
+        "parts left: {:?}",
+        server.pending_parts()
+    );
+    job.restore_exact(false, &[], &seq2, "restore --l2 after a retried push");
+}
+
+/// Wrong credentials: every command fails with the configuration exit
+/// code and a message that names the endpoint and the bucket.
+#[test]
+fn s3_wrong_credentials_are_a_configuration_error() {
+    let Some(server) = S3Server::start("rex-auth") else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let job = s3_job(d.path(), &server, "auth");
+    let mut w = workload("balanced", 64, 1);
+    take_until(&mut w, &job.l1, 1, &job.work.join("truth"));
+    job.push(&[]);
+    let endpoint = server.endpoint();
+    let l2 = job.l2();
+    let out_file = job.work.join("x.rexic");
+    for (var, value) in [
+        ("AWS_SECRET_ACCESS_KEY", "not-the-secret"),
+        ("AWS_ACCESS_KEY_ID", "nobody"),
+    ] {
+        for args in [
+            vec!["push-l2", "--l1", s(&job.l1), "--l2", &l2],
+            vec!["restore", "--l2", &l2, "--out", s(&out_file)],
+            vec!["verify", "--l2", &l2],
+            vec!["gc", "--l2", &l2],
+        ] {
+            let out = job.cmd(&args).env(var, value).output().unwrap();
+            assert_fails(
+                &out,
+                5,
+                &[&endpoint, "bucket rex-auth", "credentials"],
+                &format!("{var} wrong: {args:?}"),
+            );
+        }
+    }
+    assert!(!out_file.exists());
+    // The secret never appears in a message.
+    let out = job
+        .cmd(&["verify", "--l2", &l2])
+        .env("AWS_SECRET_ACCESS_KEY", "s3cr3t-v4lue")
+        .output()
+        .unwrap();
+    assert!(!stderr(&out).contains("s3cr3t-v4lue"));
+}
+
+/// A bucket that does not exist is a configuration error naming it and the
+/// endpoint; an endpoint nobody listens on is an I/O failure naming it.
+#[test]
+fn s3_missing_bucket_and_unreachable_endpoint() {
+    let Some(server) = S3Server::start("rex-exists") else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let job = s3_job(d.path(), &server, "nb");
+    let mut w = workload("balanced", 64, 1);
+    take_until(&mut w, &job.l1, 1, &job.work.join("truth"));
+    let endpoint = server.endpoint();
+    let url = "s3://no-such-bucket/ckpt";
+    for args in [
+        vec!["push-l2", "--l1", s(&job.l1), "--l2", url],
+        vec!["verify", "--l2", url],
+    ] {
+        let out = job.run(&args);
+        assert_fails(
+            &out,
+            5,
+            &[&endpoint, "no-such-bucket", "does not exist"],
+            &format!("{args:?}"),
+        );
+    }
+    let l2 = job.l2();
+    drop(job);
+    server.kill();
+    let job = s3_job(d.path(), &server, "nb2");
+    let started = Instant::now();
+    let out = job.run(&["verify", "--l2", &l2]);
+    assert_fails(&out, 1, &[&endpoint, "rex-exists"], "unreachable endpoint");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "gave up after {:?}",
+        started.elapsed()
+    );
+}
+
+/// Objects altered or deleted in the bucket behind rexctl's back: verify
+/// and restore detect it by CRC (or absence) and name the object by its
+/// s3:// URL; `--fallback` restores the last generation still intact.
+#[test]
+fn s3_altered_or_deleted_objects_are_detected_and_named() {
+    let Some(server) = S3Server::start("rex-damage") else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let job = s3_job(d.path(), &server, "dmg");
+    let truth = job.work.join("truth");
+    let mut w = workload("balanced", 256, 4);
+    let seq1 = take_until(&mut w, &job.l1, 1, &truth);
+    job.push(&[]);
+    take_until(&mut w, &job.l1, 3, &truth);
+    job.push(&[]);
+    let l2 = job.l2();
+    let url = |name: &str| format!("s3://rex-damage/ckpt/dmg/0/{name}");
+    let out_file = job.work.join("x.rexic");
+
+    // Altered: one byte of generation 2's RPS, in the server's storage.
+    let f = job.object_file("g00000002.rps");
+    let original = std::fs::read(&f).unwrap();
+    let mut bad = original.clone();
+    let mid = bad.len() / 2;
+    bad[mid] ^= 0x55;
+    std::fs::write(&f, &bad).unwrap();
+    let out = job.run(&["verify", "--l2", &l2]);
+    assert_fails(
+        &out,
+        3,
+        &[&url("g00000002.rps")],
+        "verify of an altered object",
+    );
+    let out = job.run(&["restore", "--l2", &l2, "--out", s(&out_file)]);
+    assert_fails(
+        &out,
+        3,
+        &[&url("g00000002.rps")],
+        "restore of an altered object",
+    );
+    assert!(!out_file.exists());
+    std::fs::write(&f, &original).unwrap();
+    job.ok(&["verify", "--l2", &l2]);
+
+    // Altered manifest: invalid, named.
+    let m = job.object_file("g00000002.manifest");
+    let text = std::fs::read_to_string(&m).unwrap();
+    std::fs::write(
+        &m,
+        text.replacen("\"live_pages\": ", "\"live_pages\": 1", 1),
+    )
+    .unwrap();
+    let out = job.run(&["verify", "--l2", &l2]);
+    assert_fails(
+        &out,
+        3,
+        &["g00000002.manifest"],
+        "verify of an altered manifest",
+    );
+    std::fs::write(&m, text).unwrap();
+
+    // Deleted: generation 2's Pointer File; `--fallback` restores
+    // generation 1, loudly.
+    let pf = job.object_file("g00000002.pf");
+    let keep = std::fs::read(&pf).unwrap();
+    std::fs::remove_file(&pf).unwrap();
+    let out = job.run(&["restore", "--l2", &l2, "--out", s(&out_file)]);
+    assert_fails(
+        &out,
+        3,
+        &["ckpt/dmg/0/g00000002.pf", "no such object"],
+        "restore with a deleted object",
+    );
+    let said = job.restore_exact(
+        false,
+        &["--fallback"],
+        &seq1,
+        "restore --fallback past a deleted object",
+    );
+    assert!(
+        said.contains("FALLBACK") && said.contains("generation 1"),
+        "{said}"
+    );
+    std::fs::write(&pf, keep).unwrap();
+    job.ok(&["verify", "--l2", &l2]);
+
+    // Deleted: the P-Table of generation 1, which generation 2 needs too.
+    std::fs::remove_file(job.object_file("g00000001.ptab")).unwrap();
+    let out = job.run(&["restore", "--l2", &l2, "--out", s(&out_file)]);
+    assert_fails(
+        &out,
+        3,
+        &["ckpt/dmg/0/g00000001.ptab", "no such object"],
+        "restore with a deleted object",
+    );
+    let out = job.run(&["verify", "--l2", &l2]);
+    assert_fails(&out, 3, &["g00000001.ptab"], "verify with a deleted object");
+    assert!(!out_file.exists());
+}
+
+/// `flush` takes an s3:// L2 and the endpoint and credentials from its
+/// configuration file alone (no `AWS_*` variable), pushes, and says how
+/// much it uploaded and how fast.
+#[test]
+fn s3_flush_takes_the_bucket_and_credentials_from_rex_toml() {
+    let Some(server) = S3Server::start("rex-flush") else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let job = s3_job(d.path(), &server, "fl");
+    let mut w = workload("balanced", 256, 9);
+    let seq2 = take_until(&mut w, &job.l1, 2, &job.work.join("truth"));
+    let cfg = job.work.join("rex.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "l1 = {:?}\nl2 = {:?}\njob = \"fl\"\nrank = \"0\"\ns3_endpoint = {:?}\ns3_region = \"us-east-1\"\n\
+             s3_allow_http = true\ns3_access_key_id = {:?}\ns3_secret_access_key = {:?}\ns3_max_retries = 2\n",
+            s(&job.l1),
+            job.l2(),
+            server.endpoint(),
+            server::ACCESS_KEY,
+            server::SECRET_KEY
+        ),
+    )
+    .unwrap();
+    let mut c = rexctl();
+    c.args(["flush", "--config", s(&cfg)]);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("AWS_") || k.starts_with("REX_") || k.starts_with("SLURM_") {
+            c.env_remove(k);
+        }
+    }
+    let out = c.output().unwrap();
+    assert!(out.status.success(), "{}", show(&["flush"], &out));
+    let line = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        line.contains("flush: pushed generation 1")
+            && line.contains("uploaded")
+            && line.contains("MB/s"),
+        "{line}"
+    );
+    job.restore_exact(false, &[], &seq2, "restore after flush");
+}
