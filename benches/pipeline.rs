@@ -86,7 +86,12 @@ fn fixture(name: &str) -> Fixture {
     };
     let disk = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let root = tmp.path();
-    let (icdir, l1, l2, out) = (root.join("ics"), root.join("l1"), root.join("l2"), root.join("out"));
+    let (icdir, l1, l2, out) = (
+        root.join("ics"),
+        root.join("l1"),
+        root.join("l2"),
+        root.join("out"),
+    );
     for d in [&icdir, &l1, &out] {
         std::fs::create_dir_all(d).unwrap();
     }
@@ -94,7 +99,9 @@ fn fixture(name: &str) -> Fixture {
     p.pages = PAGES;
     p.checkpoints = CHECKPOINTS;
     let mut w = Workload::new(p, 1).unwrap();
-    let ics: Vec<PathBuf> = (0..=CHECKPOINTS).map(|_| w.checkpoint(&icdir).unwrap()).collect();
+    let ics: Vec<PathBuf> = (0..=CHECKPOINTS)
+        .map(|_| w.checkpoint(&icdir).unwrap())
+        .collect();
     let image_bytes = w.image().values().map(|v| v.len() as u64).sum();
     let job = Job::open(&l1, Box::new(DirStore::create(&l2).unwrap())).unwrap();
     let mut seq = 0usize;
@@ -120,7 +127,10 @@ fn fixture(name: &str) -> Fixture {
 
 fn register(g: &mut BenchmarkGroup<'_, WallTime>, group: &str, id: &str, bytes: u64) {
     g.throughput(Throughput::BytesDecimal(bytes));
-    REGISTERED.lock().unwrap().push((group.into(), id.into(), bytes));
+    REGISTERED
+        .lock()
+        .unwrap()
+        .push((group.into(), id.into(), bytes));
 }
 
 /// Copies `bytes` bytes between two pre-faulted buffers, 1 MiB at a time.
@@ -145,7 +155,9 @@ fn metas(paths: &[PathBuf]) -> Vec<IcMeta> {
 fn dedup_group(c: &mut Criterion, name: &str, fx: &Fixture) {
     let group = format!("dedup-{name}");
     let mut g = c.benchmark_group(&group);
-    g.sample_size(10).warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(2));
+    g.sample_size(10)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
     let store = DirStore::open(&fx.l2).unwrap();
     let index = ChainIndex::load(&store).unwrap();
     let g1 = *index.manifests.keys().next().unwrap();
@@ -224,7 +236,9 @@ fn ic_apply(paths: &[PathBuf]) -> BTreeMap<u64, Vec<u8>> {
 fn restore_group(c: &mut Criterion, name: &str, fx: &Fixture) {
     let group = format!("restore-{name}");
     let mut g = c.benchmark_group(&group);
-    g.sample_size(10).warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(2));
+    g.sample_size(10)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
     let bytes = fx.image_bytes;
     let store = DirStore::open(&fx.l2).unwrap();
     let mut image = vec![0u8; bytes as usize];
@@ -243,21 +257,34 @@ fn restore_group(c: &mut Criterion, name: &str, fx: &Fixture) {
         }
         at
     };
-    assert_eq!(decode(&mut image) as u64, bytes, "the chain restores the generator's image");
+    assert_eq!(
+        decode(&mut image) as u64,
+        bytes,
+        "the chain restores the generator's image"
+    );
     register(&mut g, &group, "decode", bytes);
     g.bench_function("decode", |b| b.iter(|| black_box(decode(&mut image))));
     for (id, dir) in [("restore-tmpfs", &fx.out), ("restore-disk", &fx.disk_out)] {
         let out = dir.join("image.rexic");
         register(&mut g, &group, id, bytes);
         g.bench_function(id, |b| {
-            b.iter(|| black_box(restore_l2(&store, &RestoreOptions::default(), &out).unwrap().bytes))
+            b.iter(|| {
+                black_box(
+                    restore_l2(&store, &RestoreOptions::default(), &out)
+                        .unwrap()
+                        .bytes,
+                )
+            })
         });
     }
     memcpy_bench(&mut g, &group, bytes);
     // The output's I/O alone: the image's bytes written to a new file and
     // renamed over the previous one, as the restore publishes its output.
     let src = vec![7u8; bytes as usize];
-    for (id, dir, sync) in [("write-tmpfs", &fx.out, false), ("write-disk", &fx.disk_out, true)] {
+    for (id, dir, sync) in [
+        ("write-tmpfs", &fx.out, false),
+        ("write-disk", &fx.disk_out, true),
+    ] {
         let (tmp, out) = (dir.join("w.tmp"), dir.join("w.out"));
         register(&mut g, &group, id, bytes);
         g.bench_function(id, |b| {
@@ -277,7 +304,9 @@ fn restore_group(c: &mut Criterion, name: &str, fx: &Fixture) {
     assert_eq!(applied.len() as u64 * 4096, bytes);
     drop(applied);
     register(&mut g, &group, "ic-apply", bytes);
-    g.bench_function("ic-apply", |b| b.iter(|| black_box(ic_apply(&fx.ics).len())));
+    g.bench_function("ic-apply", |b| {
+        b.iter(|| black_box(ic_apply(&fx.ics).len()))
+    });
     g.finish();
 }
 
@@ -286,7 +315,9 @@ fn restore_group(c: &mut Criterion, name: &str, fx: &Fixture) {
 fn mean_seconds(group: &str, id: &str, since: SystemTime) -> Option<f64> {
     let home = std::env::var_os("CRITERION_HOME")
         .map(PathBuf::from)
-        .or_else(|| std::env::var_os("CARGO_TARGET_DIR").map(|t| PathBuf::from(t).join("criterion")))
+        .or_else(|| {
+            std::env::var_os("CARGO_TARGET_DIR").map(|t| PathBuf::from(t).join("criterion"))
+        })
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/criterion"));
     let path = home.join(group).join(id).join("new/estimates.json");
     if std::fs::metadata(&path).ok()?.modified().ok()? < since {
@@ -300,7 +331,10 @@ fn summary(since: SystemTime) {
     let reg = REGISTERED.lock().unwrap().clone();
     let mut groups: Vec<&str> = reg.iter().map(|r| r.0.as_str()).collect();
     groups.dedup();
-    println!("\n{:<26} {:<14} {:>10} {:>10} {:>10}", "group", "bench", "MB/s", "/memcpy", "/ic-apply");
+    println!(
+        "\n{:<26} {:<14} {:>10} {:>10} {:>10}",
+        "group", "bench", "MB/s", "/memcpy", "/ic-apply"
+    );
     for grp in groups {
         let rate = |id: &str| {
             let (_, _, bytes) = reg.iter().find(|r| r.0 == grp && r.1 == id)?;
@@ -309,8 +343,15 @@ fn summary(since: SystemTime) {
         let (memcpy, apply) = (rate("memcpy"), rate("ic-apply"));
         for (_, id, _) in reg.iter().filter(|r| r.0 == grp) {
             let Some(r) = rate(id) else { continue };
-            let ratio = |base: Option<f64>| base.map(|b| format!("{:.3}", r / b)).unwrap_or_else(|| "-".into());
-            println!("{grp:<26} {id:<14} {r:>10.0} {:>10} {:>10}", ratio(memcpy), ratio(apply));
+            let ratio = |base: Option<f64>| {
+                base.map(|b| format!("{:.3}", r / b))
+                    .unwrap_or_else(|| "-".into())
+            };
+            println!(
+                "{grp:<26} {id:<14} {r:>10.0} {:>10} {:>10}",
+                ratio(memcpy),
+                ratio(apply)
+            );
         }
     }
 }
@@ -321,7 +362,10 @@ fn main() {
     // REX_BENCH_PROFILES=balanced,small-inc limits the (slow) setups.
     let only = std::env::var("REX_BENCH_PROFILES").ok();
     for name in PROFILES {
-        if only.as_ref().is_some_and(|o| !o.split(',').any(|p| p == name)) {
+        if only
+            .as_ref()
+            .is_some_and(|o| !o.split(',').any(|p| p == name))
+        {
             continue;
         }
         let fx = fixture(name);

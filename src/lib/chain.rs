@@ -133,7 +133,10 @@ pub fn read_manifest(store: &dyn Store, g: u64) -> Result<Manifest> {
             &path,
             0,
             "generation",
-            format!("manifest says generation {}, its name says {g}", m.generation),
+            format!(
+                "manifest says generation {}, its name says {g}",
+                m.generation
+            ),
         ));
     }
     Ok(m)
@@ -167,9 +170,12 @@ impl PageLayer for OpenGeneration {
     }
 }
 
-fn entry<'a>(m: &'a Manifest, role: Role) -> Result<&'a FileEntry> {
+fn entry(m: &Manifest, role: Role) -> Result<&FileEntry> {
     m.file(role).ok_or_else(|| {
-        Error::Invalid(format!("generation {} manifest has no {role:?} file", m.generation))
+        Error::Invalid(format!(
+            "generation {} manifest has no {role:?} file",
+            m.generation
+        ))
     })
 }
 
@@ -186,13 +192,36 @@ impl OpenGeneration {
                     &p,
                     len.min(e.bytes),
                     "file length",
-                    format!("file is {len} bytes, manifest of generation {} says {}", m.generation, e.bytes),
+                    format!(
+                        "file is {len} bytes, manifest of generation {} says {}",
+                        m.generation, e.bytes
+                    ),
                 ));
             }
             Ok(p)
         };
-        let rps_path = open(Role::Rps)?;
-        let rps = ChunkedFile::open(&rps_path, Kind::Rps)?;
+        // A remote store may fetch an RPS or Pointer File in part
+        // (`Store::open_chunked`); otherwise it is mapped whole.
+        let chunked = |role: Role, kind: Kind| -> Result<ChunkedFile> {
+            let e = entry(m, role)?;
+            match store.open_chunked(&e.name, kind)? {
+                Some(f) if f.file_len() != e.bytes => Err(Error::corrupt(
+                    f.path(),
+                    f.file_len().min(e.bytes),
+                    "file length",
+                    format!(
+                        "file is {} bytes, manifest of generation {} says {}",
+                        f.file_len(),
+                        m.generation,
+                        e.bytes
+                    ),
+                )),
+                Some(f) => Ok(f),
+                None => ChunkedFile::open(open(role)?, kind),
+            }
+        };
+        let rps = chunked(Role::Rps, Kind::Rps)?;
+        let rps_path = rps.path().to_path_buf();
         let h = *rps.header();
         if h.generation != m.generation
             || h.record_size != m.pattern_size
@@ -205,15 +234,26 @@ impl OpenGeneration {
                 "header",
                 format!(
                     "RPS header (generation {}, pattern size {}, first pattern {}, {} patterns) disagrees with the manifest (generation {}, {}, {}, {})",
-                    h.generation, h.record_size, h.first_record, h.record_count, m.generation, m.pattern_size, m.pattern_base, m.patterns
+                    h.generation,
+                    h.record_size,
+                    h.first_record,
+                    h.record_count,
+                    m.generation,
+                    m.pattern_size,
+                    m.pattern_base,
+                    m.patterns
                 ),
             ));
         }
-        let pf_path = open(Role::Pf)?;
-        let pf = ChunkedFile::open(&pf_path, Kind::Pf)?;
+        let pf = chunked(Role::Pf, Kind::Pf)?;
+        let pf_path = pf.path().to_path_buf();
         let h = *pf.header();
         let alpha = m.alpha();
-        if h.generation != m.generation || h.record_size != 4 || u64::from(h.aux) != alpha || h.record_count != m.dirty_pages * alpha {
+        if h.generation != m.generation
+            || h.record_size != 4
+            || u64::from(h.aux) != alpha
+            || h.record_count != m.dirty_pages * alpha
+        {
             return Err(Error::corrupt(
                 &pf_path,
                 0,
@@ -327,7 +367,11 @@ impl OpenChain {
     /// The live P-Table: every live page and where its pointers are.
     pub fn live_pages(&self) -> Vec<LivePage> {
         let layers: Vec<&dyn PageLayer> = self.gens.iter().map(|g| g as &dyn PageLayer).collect();
-        merge_layers(&layers).entries.into_iter().map(LivePage::from).collect()
+        merge_layers(&layers)
+            .entries
+            .into_iter()
+            .map(LivePage::from)
+            .collect()
     }
 
     /// Verifies every chunk of every RPS and PF (a full restore does this
@@ -381,8 +425,14 @@ impl OpenChain {
             }
         }
         Err(Error::chain(
-            self.gens.last().map(|g| g.pf.path().to_path_buf()).unwrap_or_default(),
-            format!("pointer {ptr} lies outside the chain's pattern space 0..{}", self.pattern_end()),
+            self.gens
+                .last()
+                .map(|g| g.pf.path().to_path_buf())
+                .unwrap_or_default(),
+            format!(
+                "pointer {ptr} lies outside the chain's pattern space 0..{}",
+                self.pattern_end()
+            ),
         ))
     }
 
@@ -441,7 +491,11 @@ impl OpenChain {
             let g = &self.gens[i];
             segs.push((base, g.manifest.patterns, g.rps.payload()?));
         }
-        let pfs = self.gens.iter().map(|g| g.pf.payload()).collect::<Result<Vec<_>>>()?;
+        let pfs = self
+            .gens
+            .iter()
+            .map(|g| g.pf.payload())
+            .collect::<Result<Vec<_>>>()?;
         Ok(PageDecoder {
             chain: self,
             segs,

@@ -82,7 +82,7 @@ pub struct ConfigLayer {
     pub s3_timeout_s: Option<f64>,
     /// Timeout of connecting to the endpoint, seconds.
     pub s3_connect_timeout_s: Option<f64>,
-    /// Part size of multipart uploads and of ranged reads, bytes.
+    /// Part size of multipart uploads, bytes.
     pub s3_part_size: Option<u64>,
     /// Parts of one multipart upload in flight at once.
     pub s3_parts_in_flight: Option<usize>,
@@ -289,7 +289,7 @@ pub struct S3Settings {
     pub timeout_s: f64,
     /// Connect timeout, seconds.
     pub connect_timeout_s: f64,
-    /// Part size of multipart uploads and ranged reads, bytes.
+    /// Part size of multipart uploads, bytes.
     pub part_size: u64,
     /// Parts of one upload in flight.
     pub parts_in_flight: usize,

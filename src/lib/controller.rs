@@ -85,14 +85,21 @@ impl IntervalTable {
     /// Checks the table's shape: at least one point per axis, axes strictly
     /// ascending and positive, values finite.
     pub fn check(&self) -> Result<()> {
-        let axis_ok = |a: &[f64]| !a.is_empty() && a.iter().all(|x| x.is_finite() && *x > 0.0) && a.windows(2).all(|w| w[0] < w[1]);
+        let axis_ok = |a: &[f64]| {
+            !a.is_empty()
+                && a.iter().all(|x| x.is_finite() && *x > 0.0)
+                && a.windows(2).all(|w| w[0] < w[1])
+        };
         if !axis_ok(&self.ic) || !axis_ok(&self.cr) {
             return Err(Error::Invalid(
                 "interval table: the ic and cr axes must be non-empty, positive and strictly ascending".into(),
             ));
         }
         if self.chi.len() != self.ic.len()
-            || self.chi.iter().any(|r| r.len() != self.cr.len() || r.iter().any(|v| !v.is_finite()))
+            || self
+                .chi
+                .iter()
+                .any(|r| r.len() != self.cr.len() || r.iter().any(|v| !v.is_finite()))
         {
             return Err(Error::Invalid(format!(
                 "interval table: chi must have {} rows of {} finite values",
@@ -109,7 +116,10 @@ impl IntervalTable {
         let (i, u) = locate(&self.ic, ic);
         let (j, v) = locate(&self.cr, cr);
         let at = |a: usize, b: usize| self.chi[a.min(self.ic.len() - 1)][b.min(self.cr.len() - 1)];
-        let (i1, j1) = ((i + 1).min(self.ic.len() - 1), (j + 1).min(self.cr.len() - 1));
+        let (i1, j1) = (
+            (i + 1).min(self.ic.len() - 1),
+            (j + 1).min(self.cr.len() - 1),
+        );
         let top = at(i, j) * (1.0 - v) + at(i, j1) * v;
         let bottom = at(i1, j) * (1.0 - v) + at(i1, j1) * v;
         top * (1.0 - u) + bottom * u
@@ -197,12 +207,20 @@ mod tests {
     #[test]
     fn f_is_monotone_where_the_table_is_and_between_its_values() {
         let t = IntervalTable::default();
-        let grid: Vec<f64> = (0..=160).map(|k| 2f64.powf(-4.0 + 4.0 * k as f64 / 160.0)).collect();
-        let crs: Vec<f64> = (0..=160).map(|k| 2f64.powf(4.0 * k as f64 / 160.0)).collect();
+        let grid: Vec<f64> = (0..=160)
+            .map(|k| 2f64.powf(-4.0 + 4.0 * k as f64 / 160.0))
+            .collect();
+        let crs: Vec<f64> = (0..=160)
+            .map(|k| 2f64.powf(4.0 * k as f64 / 160.0))
+            .collect();
         // Every row of Table 1 is non-increasing in CR, so f is too.
         for &ic in &grid {
             for w in crs.windows(2) {
-                assert!(t.chi(ic, w[1]) <= t.chi(ic, w[0]) + 1e-12, "IC {ic}: not monotone in CR at {}", w[0]);
+                assert!(
+                    t.chi(ic, w[1]) <= t.chi(ic, w[0]) + 1e-12,
+                    "IC {ic}: not monotone in CR at {}",
+                    w[0]
+                );
             }
         }
         // Between two adjacent table points, f stays within their values.
@@ -210,12 +228,22 @@ mod tests {
             for j in 0..6 {
                 let (a, b) = (PAPER_CHI[i][j], PAPER_CHI[i + 1][j]);
                 for k in 0..=10 {
-                    let ic = 2f64.powf(PAPER_IC[i].log2() + (PAPER_IC[i + 1].log2() - PAPER_IC[i].log2()) * k as f64 / 10.0);
+                    let ic = 2f64.powf(
+                        PAPER_IC[i].log2()
+                            + (PAPER_IC[i + 1].log2() - PAPER_IC[i].log2()) * k as f64 / 10.0,
+                    );
                     let v = t.chi(ic, PAPER_CR[j]);
                     assert!(v >= a.min(b) - 1e-12 && v <= a.max(b) + 1e-12);
                     if a >= b {
-                        let prev = if k == 0 { v } else {
-                            let ic0 = 2f64.powf(PAPER_IC[i].log2() + (PAPER_IC[i + 1].log2() - PAPER_IC[i].log2()) * (k - 1) as f64 / 10.0);
+                        let prev = if k == 0 {
+                            v
+                        } else {
+                            let ic0 = 2f64.powf(
+                                PAPER_IC[i].log2()
+                                    + (PAPER_IC[i + 1].log2() - PAPER_IC[i].log2())
+                                        * (k - 1) as f64
+                                        / 10.0,
+                            );
                             t.chi(ic0, PAPER_CR[j])
                         };
                         assert!(v <= prev + 1e-12);
@@ -247,7 +275,11 @@ mod tests {
     fn cost_rule_on_the_worked_numbers() {
         let r = CostRule::new(10.0, 5.0, 60.0, 600.0, 10_000.0);
         assert!((r.p - 0.05824).abs() < 5e-6, "p = {}", r.p);
-        assert!((r.threshold - 170.7).abs() < 0.05, "threshold = {}", r.threshold);
+        assert!(
+            (r.threshold - 170.7).abs() < 0.05,
+            "threshold = {}",
+            r.threshold
+        );
         assert!(!r.due(170));
         assert!(r.due(171));
     }

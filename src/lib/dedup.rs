@@ -86,11 +86,20 @@ fn space_full(generation: u64, needed: u64) -> Error {
 /// Where the bytes of a page being deduplicated come from.
 enum PageSource<'a> {
     /// An IC file's page (CRC-checked), at `offset` in file `file`.
-    Ic { file: u32, data: &'a [u8], offset: u64, crc: u32 },
+    Ic {
+        file: u32,
+        data: &'a [u8],
+        offset: u64,
+        crc: u32,
+    },
     /// A page rebuilt (and CRC-checked) from the old chain into `data`;
     /// `ptrs` are its old pointers, through which its new patterns are found
     /// again.
-    Old { data: &'a [u8], ptrs: &'a [u8], crc: u32 },
+    Old {
+        data: &'a [u8],
+        ptrs: &'a [u8],
+        crc: u32,
+    },
 }
 
 /// How the `i`-th pattern of a page is resolved (see [`Unit::page`]).
@@ -109,9 +118,9 @@ enum Way {
 /// sizes are powers of two from 16).
 #[inline(always)]
 fn is_zero(p: &[u8]) -> bool {
-    p.chunks_exact(8)
-        .fold(0u64, |a, w| a | u64::from_ne_bytes(w.try_into().expect("8 bytes")))
-        == 0
+    p.chunks_exact(8).fold(0u64, |a, w| {
+        a | u64::from_ne_bytes(w.try_into().expect("8 bytes"))
+    }) == 0
 }
 
 /// Pattern equality for the usual sizes as fixed-size arrays (inlined
@@ -200,14 +209,19 @@ fn resolve<'a>(
             return &[];
         };
         if loc & OLD != 0 {
-            return chain.and_then(|c| c.pattern(loc as u32).ok()).unwrap_or(&[]);
+            return chain
+                .and_then(|c| c.pattern(loc as u32).ok())
+                .unwrap_or(&[]);
         }
         let (file, off) = ((loc >> 48) as usize, loc & ((1 << 48) - 1));
         let Some(&(data_off, data)) = ic.get(file) else {
             return &[];
         };
         let at = off.wrapping_sub(data_off) as usize;
-        return at.checked_add(ps).and_then(|end| data.get(at..end)).unwrap_or(&[]);
+        return at
+            .checked_add(ps)
+            .and_then(|end| data.get(at..end))
+            .unwrap_or(&[]);
     }
     if chain_shared {
         return chain.and_then(|c| c.pattern(p as u32).ok()).unwrap_or(&[]);
@@ -249,7 +263,12 @@ impl<'a, H: PatternHasher> Unit<'a, H> {
     /// [`prepare`](Self::prepare) for patterns of `N` bytes (0: any size),
     /// so that the usual sizes get fixed-size compares and copies.
     #[inline(always)]
-    fn prepare_n<const N: usize>(&mut self, slot: usize, data: &[u8], prev: Option<LivePage>) -> Result<()> {
+    fn prepare_n<const N: usize>(
+        &mut self,
+        slot: usize,
+        data: &[u8],
+        prev: Option<LivePage>,
+    ) -> Result<()> {
         let ps = if N > 0 { N } else { self.pattern_size };
         let sc = &mut self.scratch[slot];
         sc.prev.clear();
@@ -293,7 +312,13 @@ impl<'a, H: PatternHasher> Unit<'a, H> {
     /// Passes 2 and 3 of a page prepared into `scratch[slot]`: inserts the
     /// previous version's patterns under their pointers, in order, then
     /// probes the new contents, in order, appending misses to the ΔRPS.
-    fn commit(&mut self, slot: usize, page: u64, src: PageSource<'_>, ptab: &mut PTableDelta) -> Result<()> {
+    fn commit(
+        &mut self,
+        slot: usize,
+        page: u64,
+        src: PageSource<'_>,
+        ptab: &mut PTableDelta,
+    ) -> Result<()> {
         match self.pattern_size {
             16 => self.commit_n::<16>(slot, page, src, ptab),
             32 => self.commit_n::<32>(slot, page, src, ptab),
@@ -305,7 +330,13 @@ impl<'a, H: PatternHasher> Unit<'a, H> {
 
     /// [`commit`](Self::commit) for patterns of `N` bytes (0: any size).
     #[inline(always)]
-    fn commit_n<const N: usize>(&mut self, slot: usize, page: u64, src: PageSource<'_>, ptab: &mut PTableDelta) -> Result<()> {
+    fn commit_n<const N: usize>(
+        &mut self,
+        slot: usize,
+        page: u64,
+        src: PageSource<'_>,
+        ptab: &mut PTableDelta,
+    ) -> Result<()> {
         let ps = if N > 0 { N } else { self.pattern_size };
         let (data, crc) = match &src {
             PageSource::Ic { data, crc, .. } | PageSource::Old { data, crc, .. } => (*data, *crc),
@@ -343,7 +374,9 @@ impl<'a, H: PatternHasher> Unit<'a, H> {
         let pf_at = self.pf_buf.len();
         self.pf_buf.resize(pf_at + alpha * 4, 0);
         let pf_out = self.pf_buf[pf_at..].chunks_exact_mut(4);
-        for (i, ((pat, out), &(way, h))) in data.chunks_exact(ps).zip(pf_out).zip(&sc.new).enumerate() {
+        for (i, ((pat, out), &(way, h))) in
+            data.chunks_exact(ps).zip(pf_out).zip(&sc.new).enumerate()
+        {
             if self.next > u64::from(u32::MAX) {
                 return Err(space_full(self.generation, self.next));
             }
@@ -370,9 +403,13 @@ impl<'a, H: PatternHasher> Unit<'a, H> {
                 }
                 None => {
                     let loc = match &src {
-                        PageSource::Ic { file, offset, .. } => (u64::from(*file) << 48) | (offset + (i * ps) as u64),
+                        PageSource::Ic { file, offset, .. } => {
+                            (u64::from(*file) << 48) | (offset + (i * ps) as u64)
+                        }
                         PageSource::Old { ptrs, .. } => {
-                            OLD | u64::from(u32::from_le_bytes(ptrs[i * 4..i * 4 + 4].try_into().expect("4")))
+                            OLD | u64::from(u32::from_le_bytes(
+                                ptrs[i * 4..i * 4 + 4].try_into().expect("4"),
+                            ))
                         }
                     };
                     let p = self.next as u32;
@@ -402,9 +439,20 @@ impl<'a, H: PatternHasher> Unit<'a, H> {
 
 /// A page prepared and waiting for its commit: where its bytes are.
 enum Pending<'i> {
-    Ic { page: u64, file: u32, data: &'i [u8], offset: u64, crc: u32 },
+    Ic {
+        page: u64,
+        file: u32,
+        data: &'i [u8],
+        offset: u64,
+        crc: u32,
+    },
     /// Rebuilt into `old_bufs[buf]`.
-    Old { page: u64, ptrs: &'i [u8], crc: u32, buf: usize },
+    Old {
+        page: u64,
+        ptrs: &'i [u8],
+        crc: u32,
+        buf: usize,
+    },
 }
 
 /// Parameters of one deduplication run.
@@ -462,8 +510,26 @@ pub fn deduplicate<H: PatternHasher>(job: &DedupJob<'_>, hasher: H) -> Result<De
         Ic(CListEntry),
         Old(LivePage),
     }
-    let (plan, drops, live_pages, full_flag): (Vec<(u64, Src, Option<LivePage>)>, Vec<DropRange>, u64, bool) =
-        if job.full || job.clist.full || job.chain.is_none() {
+    /// (page, source, previous version) for every page to write.
+    type Plan = Vec<(u64, Src, Option<LivePage>)>;
+    let delta_chain = job.chain.filter(|_| !(job.full || job.clist.full));
+    let (plan, drops, live_pages, full_flag): (Plan, Vec<DropRange>, u64, bool) =
+        if let Some(chain) = delta_chain {
+            let old_live = chain.live_pages();
+            let mut plan = Vec::with_capacity(job.clist.len());
+            let mut j = 0usize;
+            for e in &job.clist.entries {
+                while j < old_live.len() && old_live[j].page < e.page {
+                    j += 1;
+                }
+                let prev = (j < old_live.len() && old_live[j].page == e.page).then(|| old_live[j]);
+                plan.push((e.page, Src::Ic(*e), prev));
+            }
+            let old_layer = LiveLayer(&old_live);
+            let layers: Vec<&dyn PageLayer> = vec![&old_layer, job.clist];
+            let live = merge_layers(&layers).entries.len() as u64;
+            (plan, job.clist.drops.clone(), live, false)
+        } else {
             // Every live page: the batch's newest copies over the old chain.
             let old_live = match (job.chain, job.clist.full) {
                 (Some(c), false) => c.live_pages(),
@@ -485,22 +551,6 @@ pub fn deduplicate<H: PatternHasher>(job: &DedupJob<'_>, hasher: H) -> Result<De
                 .collect();
             let n = plan.len() as u64;
             (plan, Vec::new(), n, true)
-        } else {
-            let chain = job.chain.expect("checked above");
-            let old_live = chain.live_pages();
-            let mut plan = Vec::with_capacity(job.clist.len());
-            let mut j = 0usize;
-            for e in &job.clist.entries {
-                while j < old_live.len() && old_live[j].page < e.page {
-                    j += 1;
-                }
-                let prev = (j < old_live.len() && old_live[j].page == e.page).then(|| old_live[j]);
-                plan.push((e.page, Src::Ic(*e), prev));
-            }
-            let old_layer = LiveLayer(&old_live);
-            let layers: Vec<&dyn PageLayer> = vec![&old_layer, job.clist];
-            let live = merge_layers(&layers).entries.len() as u64;
-            (plan, job.clist.drops.clone(), live, false)
         };
 
     // Size the table for the most entries it can get, so that it never
@@ -555,7 +605,10 @@ pub fn deduplicate<H: PatternHasher>(job: &DedupJob<'_>, hasher: H) -> Result<De
                 f.as_ref()
                     .and_then(|f| {
                         let l = f.meta().layout;
-                        Some((l.data_off, f.raw(l.data_off, usize::try_from(l.file_len - l.data_off).ok()?)?))
+                        Some((
+                            l.data_off,
+                            f.raw(l.data_off, usize::try_from(l.file_len - l.data_off).ok()?)?,
+                        ))
                     })
                     .unwrap_or((0, &[]))
             })
@@ -600,13 +653,18 @@ pub fn deduplicate<H: PatternHasher>(job: &DedupJob<'_>, hasher: H) -> Result<De
     // while page k is being processed. Rebuilt old pages alternate between
     // two buffers, as a prepared page's bytes must outlive the next
     // page's preparation.
-    let mut old_bufs = [vec![0u8; job.page_size as usize], vec![0u8; job.page_size as usize]];
+    let mut old_bufs = [
+        vec![0u8; job.page_size as usize],
+        vec![0u8; job.page_size as usize],
+    ];
     let mut pending: Option<Pending<'_>> = None;
     for (k, (page, src, prev)) in plan.iter().enumerate() {
         let slot = k % 2;
         let next = match src {
             Src::Ic(e) => {
-                let f = ic[e.chk as usize].as_ref().expect("referenced files are open");
+                let f = ic[e.chk as usize]
+                    .as_ref()
+                    .expect("referenced files are open");
                 let data = f.page(e.pp as usize)?;
                 unit.prepare(slot, data, *prev)?;
                 Pending::Ic {
@@ -624,7 +682,12 @@ pub fn deduplicate<H: PatternHasher>(job: &DedupJob<'_>, hasher: H) -> Result<De
                 let crc = chain.gens[lp.layer as usize].ptable.page_crcs[lp.pos as usize];
                 let ptrs = chain.pointers(*lp)?;
                 unit.prepare(slot, &old_bufs[slot], None)?;
-                Pending::Old { page: *page, ptrs, crc, buf: slot }
+                Pending::Old {
+                    page: *page,
+                    ptrs,
+                    crc,
+                    buf: slot,
+                }
             }
         };
         if let Some(p) = pending.replace(next) {
@@ -642,15 +705,32 @@ pub fn deduplicate<H: PatternHasher>(job: &DedupJob<'_>, hasher: H) -> Result<De
         unit.pf.write(&unit.pf_buf)?;
     }
     let mut out = unit.out;
-    out.table_bytes = out.table_bytes.max(unit.table.memory_bytes() as u64 + unit.locs.capacity() as u64 * 8);
+    out.table_bytes = out
+        .table_bytes
+        .max(unit.table.memory_bytes() as u64 + unit.locs.capacity() as u64 * 8);
     out.patterns = unit.next - base;
     let (rps_len, rps_crc) = unit.rps.finish()?;
     let (pf_len, pf_crc) = unit.pf.finish()?;
     let (pt_len, pt_crc) = ptab.write(&job.dir.join(&names[2]))?;
     out.files = vec![
-        FileEntry { role: Role::Rps, name: names[0].clone(), bytes: rps_len, crc32: rps_crc },
-        FileEntry { role: Role::Pf, name: names[1].clone(), bytes: pf_len, crc32: pf_crc },
-        FileEntry { role: Role::Ptable, name: names[2].clone(), bytes: pt_len, crc32: pt_crc },
+        FileEntry {
+            role: Role::Rps,
+            name: names[0].clone(),
+            bytes: rps_len,
+            crc32: rps_crc,
+        },
+        FileEntry {
+            role: Role::Pf,
+            name: names[1].clone(),
+            bytes: pf_len,
+            crc32: pf_crc,
+        },
+        FileEntry {
+            role: Role::Ptable,
+            name: names[2].clone(),
+            bytes: pt_len,
+            crc32: pt_crc,
+        },
     ];
     out.seconds = started.elapsed().as_secs_f64();
     Ok(out)
@@ -665,12 +745,38 @@ fn commit<H: PatternHasher>(
     ptab: &mut PTableDelta,
 ) -> Result<()> {
     match p {
-        Pending::Ic { page, file, data, offset, crc } => {
-            unit.commit(slot, page, PageSource::Ic { file, data, offset, crc }, ptab)
-        }
-        Pending::Old { page, ptrs, crc, buf } => {
-            unit.commit(slot, page, PageSource::Old { data: &old_bufs[buf], ptrs, crc }, ptab)
-        }
+        Pending::Ic {
+            page,
+            file,
+            data,
+            offset,
+            crc,
+        } => unit.commit(
+            slot,
+            page,
+            PageSource::Ic {
+                file,
+                data,
+                offset,
+                crc,
+            },
+            ptab,
+        ),
+        Pending::Old {
+            page,
+            ptrs,
+            crc,
+            buf,
+        } => unit.commit(
+            slot,
+            page,
+            PageSource::Old {
+                data: &old_bufs[buf],
+                ptrs,
+                crc,
+            },
+            ptab,
+        ),
     }
 }
 

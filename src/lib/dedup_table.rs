@@ -302,10 +302,17 @@ unsafe fn crc32_blocks(p: &[u8]) -> u32 {
             x = arch::_mm_xor_si128(arch::_mm_xor_si128(load(b), t1), t2);
         }
         // 128 -> 64 bits, then Barrett reduction to 32, bit-reflected.
-        let x = arch::_mm_xor_si128(arch::_mm_clmulepi64_si128(x, k3k4, 0x10), arch::_mm_srli_si128(x, 8));
+        let x = arch::_mm_xor_si128(
+            arch::_mm_clmulepi64_si128(x, k3k4, 0x10),
+            arch::_mm_srli_si128(x, 8),
+        );
         let low32 = arch::_mm_set_epi32(0, 0, 0, !0);
         let x = arch::_mm_xor_si128(
-            arch::_mm_clmulepi64_si128(arch::_mm_and_si128(x, low32), arch::_mm_set_epi64x(0, K5), 0x00),
+            arch::_mm_clmulepi64_si128(
+                arch::_mm_and_si128(x, low32),
+                arch::_mm_set_epi64x(0, K5),
+                0x00,
+            ),
             arch::_mm_srli_si128(x, 4),
         );
         let pu = arch::_mm_set_epi64x(U_PRIME, P_X);

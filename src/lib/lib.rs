@@ -25,14 +25,14 @@ pub mod dedup_table;
 pub mod durable;
 pub mod error;
 pub mod flush;
-pub mod gc;
 pub mod format;
+pub mod gc;
 pub mod image;
 pub mod l1;
+pub mod lock;
 pub mod push;
 pub mod restore;
 pub mod status;
-pub mod lock;
 pub mod store;
 pub mod workload;
 

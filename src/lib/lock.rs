@@ -78,7 +78,8 @@ impl JobLock {
         );
         file.set_len(0).ctx(&path, "truncate lock file")?;
         file.seek(SeekFrom::Start(0)).ctx(&path, "seek lock file")?;
-        file.write_all(info.as_bytes()).ctx(&path, "write lock file")?;
+        file.write_all(info.as_bytes())
+            .ctx(&path, "write lock file")?;
         Ok(JobLock { file, path })
     }
 
@@ -106,7 +107,10 @@ mod tests {
         let a = JobLock::acquire(d.path(), "push-l2").unwrap();
         match JobLock::acquire(d.path(), "flush") {
             Err(Error::Busy { holder, .. }) => {
-                assert!(holder.contains(&format!("pid {}", std::process::id())), "{holder}");
+                assert!(
+                    holder.contains(&format!("pid {}", std::process::id())),
+                    "{holder}"
+                );
                 assert!(holder.contains("push-l2"), "{holder}");
             }
             other => panic!("expected Busy, got {other:?}"),

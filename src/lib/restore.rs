@@ -56,7 +56,9 @@ pub fn parse_page_ranges(s: &str) -> Result<PageRanges> {
             }
         };
         if b < a {
-            return Err(Error::Invalid(format!("--pages: range {part:?} ends before it starts")));
+            return Err(Error::Invalid(format!(
+                "--pages: range {part:?} ends before it starts"
+            )));
         }
         out.push((a, b));
     }
@@ -124,7 +126,10 @@ pub fn restore_l1_l2(job: &Job, opts: &RestoreOptions, out: &Path) -> Result<Res
         // Nothing in L2 yet: the L1 checkpoints alone.
         let pending = L1Dir::scan(&job.l1)?.files;
         if pending.is_empty() {
-            return Err(Error::chain(&job.l1, "nothing to restore: no L2 generation and no L1 checkpoint"));
+            return Err(Error::chain(
+                &job.l1,
+                "nothing to restore: no L2 generation and no L1 checkpoint",
+            ));
         }
         let mut report = RestoreReport::default();
         write_image(None, &pending, opts, out, &mut report)?;
@@ -161,7 +166,12 @@ fn restore_with_fallback(
         Some(g) => g,
         None => match (index.newest(), index.invalid.iter().map(|(g, _)| *g).max()) {
             (Some(m), Some(bad)) if bad > m.generation && !opts.fallback => {
-                let e = &index.invalid.iter().find(|(g, _)| *g == bad).expect("present").1;
+                let e = &index
+                    .invalid
+                    .iter()
+                    .find(|(g, _)| *g == bad)
+                    .expect("present")
+                    .1;
                 return Err(Error::chain(
                     format!("generation {bad}"),
                     format!(
@@ -178,7 +188,10 @@ fn restore_with_fallback(
                     .first()
                     .map(|(g, e)| format!(" (generation {g}: {})", e.report()))
                     .unwrap_or_default();
-                return Err(Error::chain("L2", format!("no valid generation to restore{why}")));
+                return Err(Error::chain(
+                    "L2",
+                    format!("no valid generation to restore{why}"),
+                ));
             }
         },
     };
@@ -189,7 +202,12 @@ fn restore_with_fallback(
                     .invalid
                     .iter()
                     .find(|(g, _)| *g > target)
-                    .map(|(g, e)| format!("generation {g} is invalid ({}); restored generation {target}", e.report()));
+                    .map(|(g, e)| {
+                        format!(
+                            "generation {g} is invalid ({}); restored generation {target}",
+                            e.report()
+                        )
+                    });
             }
             return Ok(r);
         }
@@ -212,7 +230,12 @@ fn restore_with_fallback(
 
 /// Opens a lineage generation by generation from L1's copy, each falling
 /// back to L2 when its L1 copy cannot be opened or verified.
-fn open_mixed(job: &Job, l1: &ChainIndex, l2: &ChainIndex, g: u64) -> Result<(OpenChain, Vec<String>)> {
+fn open_mixed(
+    job: &Job,
+    l1: &ChainIndex,
+    l2: &ChainIndex,
+    g: u64,
+) -> Result<(OpenChain, Vec<String>)> {
     let lineage = l2.lineage(g, job.l2.as_ref())?;
     let mut gens = Vec::new();
     let mut notes = Vec::new();
@@ -224,12 +247,18 @@ fn open_mixed(job: &Job, l1: &ChainIndex, l2: &ChainIndex, g: u64) -> Result<(Op
                 Ok(og)
             })
         } else {
-            Err(Error::chain(job.l1_chain.root(), format!("generation {} is not in L1", m.generation)))
+            Err(Error::chain(
+                job.l1_chain.root(),
+                format!("generation {} is not in L1", m.generation),
+            ))
         };
         match local {
             Ok(og) => gens.push(og),
             Err(e) => {
-                notes.push(format!("generation {}: L1 copy unusable ({e}); read from L2", m.generation));
+                notes.push(format!(
+                    "generation {}: L1 copy unusable ({e}); read from L2",
+                    m.generation
+                ));
                 gens.push(OpenGeneration::open(job.l2.as_ref(), m)?);
             }
         }
@@ -278,7 +307,13 @@ fn write_image(
         pending
             .iter()
             .zip(used)
-            .map(|(m, u)| if u { IcFile::open(&m.path).map(Some) } else { Ok(None) })
+            .map(|(m, u)| {
+                if u {
+                    IcFile::open(&m.path).map(Some)
+                } else {
+                    Ok(None)
+                }
+            })
             .collect::<Result<_>>()?
     };
     // The image's page size is that of its base layer: the chain, or a
@@ -287,7 +322,10 @@ fn write_image(
     let page_size = match (base_ic, chain) {
         (Some(i), _) => pending[i].header.page_size,
         (None, Some(c)) => c.manifest().page_size,
-        (None, None) => pending.first().map(|m| m.header.page_size).expect("something to restore"),
+        (None, None) => pending
+            .first()
+            .map(|m| m.header.page_size)
+            .expect("something to restore"),
     };
     if let Some(m) = pending[base_ic.unwrap_or(0)..]
         .iter()
@@ -337,7 +375,9 @@ fn write_image(
     };
     if opts.raw {
         let (Some(first), Some(last)) = (entries.first(), entries.last()) else {
-            return Err(Error::Invalid("--raw: no page to restore in the requested ranges".into()));
+            return Err(Error::Invalid(
+                "--raw: no page to restore in the requested ranges".into(),
+            ));
         };
         let first_page = opts.pages.as_ref().map(|r| r[0].0).unwrap_or(first.page);
         let span = (last.page - first_page + 1).checked_mul(u64::from(page_size));
@@ -354,7 +394,8 @@ fn write_image(
             let off = (e.page - first_page) * u64::from(page_size);
             if off != at {
                 use std::io::{Seek, SeekFrom};
-                f.seek(SeekFrom::Start(off)).map_err(|e| Error::io(out, "seek", e))?;
+                f.seek(SeekFrom::Start(off))
+                    .map_err(|e| Error::io(out, "seek", e))?;
             }
             f.write_all(&buf)?;
             at = off + u64::from(page_size);
@@ -421,10 +462,16 @@ impl VerifyReport {
 /// Checks a store's generations end to end: every manifest, every file's
 /// size and whole-file CRC, every chunk, and every live page of each
 /// generation rebuilt against its recorded CRC (no image is written).
-pub fn verify_store(store: &dyn Store, level: &'static str, report: &mut VerifyReport) -> Result<()> {
+pub fn verify_store(
+    store: &dyn Store,
+    level: &'static str,
+    report: &mut VerifyReport,
+) -> Result<()> {
     let index = ChainIndex::load(store)?;
     for (g, e) in &index.invalid {
-        report.invalid_manifests.push(format!("{level} generation {g}: {e}"));
+        report
+            .invalid_manifests
+            .push(format!("{level} generation {g}: {e}"));
     }
     for m in index.manifests.values() {
         let r = verify_generation(store, &index, m, report);
@@ -437,7 +484,12 @@ pub fn verify_store(store: &dyn Store, level: &'static str, report: &mut VerifyR
     Ok(())
 }
 
-fn verify_generation(store: &dyn Store, index: &ChainIndex, m: &Manifest, report: &mut VerifyReport) -> Result<()> {
+fn verify_generation(
+    store: &dyn Store,
+    index: &ChainIndex,
+    m: &Manifest,
+    report: &mut VerifyReport,
+) -> Result<()> {
     for f in &m.files {
         let p: PathBuf = store.open_local(&f.name)?;
         let (bytes, crc) = file_crc(&p)?;

@@ -86,12 +86,24 @@ pub fn status(job: &Job) -> Result<Status> {
     let mut bases: Vec<u64> = generations.iter().map(|g| g.chain_base).collect();
     bases.dedup();
     let newest_chain_length = match l2.newest() {
-        Some(n) => generations.iter().filter(|g| g.chain_base == n.chain_base).count(),
+        Some(n) => generations
+            .iter()
+            .filter(|g| g.chain_base == n.chain_base)
+            .count(),
         None => 0,
     };
-    let mut invalid: Vec<String> = l2.invalid.iter().map(|(g, e)| format!("L2 generation {g}: {e}")).collect();
-    invalid.extend(l1.invalid.iter().map(|(g, e)| format!("L1 generation {g}: {e}")));
-    let (pending, pending_error) = match L1Dir::scan_after(&job.l1, l2.newest().map(|m| m.last_seq)) {
+    let mut invalid: Vec<String> = l2
+        .invalid
+        .iter()
+        .map(|(g, e)| format!("L2 generation {g}: {e}"))
+        .collect();
+    invalid.extend(
+        l1.invalid
+            .iter()
+            .map(|(g, e)| format!("L1 generation {g}: {e}")),
+    );
+    let (pending, pending_error) = match L1Dir::scan_after(&job.l1, l2.newest().map(|m| m.last_seq))
+    {
         Ok(d) => (d.files, None),
         Err(e) => (Vec::new(), Some(e.report())),
     };
@@ -102,7 +114,9 @@ pub fn status(job: &Job) -> Result<Status> {
         generations,
         invalid,
         pending_ics: pending.len(),
-        pending_seqs: pending.first().map(|f| (f.seq(), pending[pending.len() - 1].seq())),
+        pending_seqs: pending
+            .first()
+            .map(|f| (f.seq(), pending[pending.len() - 1].seq())),
         pending_bytes: pending.iter().map(|m| m.layout.file_len).sum(),
         pending_error,
     })

@@ -25,7 +25,10 @@ fn assert_image(path: &Path, want: &Image, what: &str) {
     assert_eq!(got.len(), keys.len(), "{what}: page count");
     assert!(got == keys, "{what}: page sets differ");
     for (pp, (p, data)) in want.iter().enumerate() {
-        assert!(f.page(pp).unwrap() == data.as_slice(), "{what}: page {p:#x} differs");
+        assert!(
+            f.page(pp).unwrap() == data.as_slice(),
+            "{what}: page {p:#x} differs"
+        );
     }
 }
 
@@ -87,15 +90,26 @@ fn run(s: &Scenario) {
             ..Default::default()
         };
         restore_l2(job.l2.as_ref(), &opts, &out).unwrap();
-        assert_image(&out, &truth[&last_seq], &format!("L2 generation {g} (seq {last_seq})"));
+        assert_image(
+            &out,
+            &truth[&last_seq],
+            &format!("L2 generation {g} (seq {last_seq})"),
+        );
     }
     // The newest state, from L1 plus L2 (pending IC files on top).
     let newest_seq = *truth.keys().next_back().unwrap();
     restore_l1_l2(&job, &RestoreOptions::default(), &out).unwrap();
-    assert_image(&out, &truth[&newest_seq], &format!("L1+L2 at seq {newest_seq}"));
+    assert_image(
+        &out,
+        &truth[&newest_seq],
+        &format!("L1+L2 at seq {newest_seq}"),
+    );
     // A page-aware restore of a slice equals that slice.
     let want = &truth[&generations.last().unwrap().1];
-    if let (Some(&a), Some(&b)) = (want.keys().nth(want.len() / 3), want.keys().nth(want.len() / 2)) {
+    if let (Some(&a), Some(&b)) = (
+        want.keys().nth(want.len() / 3),
+        want.keys().nth(want.len() / 2),
+    ) {
         let opts = RestoreOptions {
             pages: Some(vec![(a, b)]),
             ..Default::default()
@@ -131,7 +145,14 @@ fn every_profile_restores_every_generation_of_a_ten_generation_chain() {
 
 #[test]
 fn sixty_four_kib_pages_and_every_pattern_size() {
-    for (ps, pat) in [(65536, 16), (65536, 128), (4096, 16), (4096, 64), (4096, 128), (512, 512)] {
+    for (ps, pat) in [
+        (65536, 16),
+        (65536, 128),
+        (4096, 16),
+        (4096, 64),
+        (4096, 128),
+        (512, 512),
+    ] {
         run(&Scenario {
             profile: small("churn", ps, 24),
             seed: u64::from(pat),

@@ -29,11 +29,20 @@ fn assert_restores(d: &Path, l1: &Path, l2: &Path, truth: &BTreeMap<u64, Image>,
     let idx = ChainIndex::load(&DirStore::open(l2).unwrap()).unwrap();
     if let Some(newest) = idx.newest() {
         ok(&["restore", "--l2", s(l2), "--out", s(&out)]);
-        assert_eq!(read_image(&out), truth[&newest.last_seq], "{what}: L2 restore of seq {}", newest.last_seq);
+        assert_eq!(
+            read_image(&out),
+            truth[&newest.last_seq],
+            "{what}: L2 restore of seq {}",
+            newest.last_seq
+        );
     }
     let last = *truth.keys().next_back().unwrap();
     ok(&["restore", "--l2", s(l2), "--l1", s(l1), "--out", s(&out)]);
-    assert_eq!(read_image(&out), truth[&last], "{what}: L1+L2 restore of seq {last}");
+    assert_eq!(
+        read_image(&out),
+        truth[&last],
+        "{what}: L1+L2 restore of seq {last}"
+    );
 }
 
 fn read_image(p: &Path) -> Image {
@@ -51,7 +60,12 @@ fn read_image(p: &Path) -> Image {
 fn expected_due(l1: &Path, l2: &Path) -> (bool, u64) {
     let idx = ChainIndex::load(&DirStore::create(l2).unwrap()).unwrap();
     let Some(newest) = idx.newest() else {
-        return (L1Dir::scan(l1).map(|d| !d.files.is_empty()).unwrap_or(false), 0);
+        return (
+            L1Dir::scan(l1)
+                .map(|d| !d.files.is_empty())
+                .unwrap_or(false),
+            0,
+        );
     };
     let pending = L1Dir::scan_after(l1, Some(newest.last_seq)).unwrap().files;
     let Some(latest) = pending.last() else {
@@ -79,27 +93,63 @@ fn flush_pushes_exactly_when_the_controller_says() {
         truth.insert(c.seq, w.image().clone());
         let (due, chi) = expected_due(&l1, &l2);
         let before = ChainIndex::load(&DirStore::create(&l2).unwrap()).unwrap();
-        let out = ok(&["flush", "--l1", s(&l1), "--l2", s(&l2), "--max-chain-length", "3", "--json"]);
+        let out = ok(&[
+            "flush",
+            "--l1",
+            s(&l1),
+            "--l2",
+            s(&l2),
+            "--max-chain-length",
+            "3",
+            "--json",
+        ]);
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
         let after = ChainIndex::load(&DirStore::open(&l2).unwrap()).unwrap();
         let pushed = after.newest().map(|m| m.generation) != before.newest().map(|m| m.generation);
-        assert_eq!(v["decision"]["due"].as_bool().unwrap(), due, "seq {}: decision; {out}", c.seq);
+        assert_eq!(
+            v["decision"]["due"].as_bool().unwrap(),
+            due,
+            "seq {}: decision; {out}",
+            c.seq
+        );
         assert_eq!(pushed, due, "seq {}: pushed exactly when due", c.seq);
         if before.newest().is_some() {
-            assert_eq!(v["decision"]["chi_int"].as_u64().unwrap(), chi, "seq {}: [chi]", c.seq);
+            assert_eq!(
+                v["decision"]["chi_int"].as_u64().unwrap(),
+                chi,
+                "seq {}: [chi]",
+                c.seq
+            );
         }
         if pushed {
             pushes += 1;
             let m = after.newest().unwrap();
             let full = v["decision"]["full"].as_bool().unwrap();
-            assert_eq!(m.kind == GenKind::Full, full, "seq {}: kind follows the decision", c.seq);
+            assert_eq!(
+                m.kind == GenKind::Full,
+                full,
+                "seq {}: kind follows the decision",
+                c.seq
+            );
             // The chain never grows past max_chain_length = 3.
-            let len = after.manifests.values().filter(|x| x.chain_base == m.chain_base).count();
+            let len = after
+                .manifests
+                .values()
+                .filter(|x| x.chain_base == m.chain_base)
+                .count();
             assert!(len <= 3, "chain of {len}");
             if let Some(prev) = before.newest() {
-                let prev_len = before.manifests.values().filter(|x| x.chain_base == prev.chain_base).count();
+                let prev_len = before
+                    .manifests
+                    .values()
+                    .filter(|x| x.chain_base == prev.chain_base)
+                    .count();
                 if prev_len == 3 {
-                    assert!(full, "seq {}: a chain of 3 must be closed by a complete coalescence", c.seq);
+                    assert!(
+                        full,
+                        "seq {}: a chain of 3 must be closed by a complete coalescence",
+                        c.seq
+                    );
                 }
             }
             if full {
@@ -108,13 +158,25 @@ fn flush_pushes_exactly_when_the_controller_says() {
             }
             // Retention: at most 2 chains in L2, and an old chain disappears
             // only in the push whose full generation supersedes it.
-            let bases: std::collections::BTreeSet<u64> = after.manifests.values().map(|x| x.chain_base).collect();
+            let bases: std::collections::BTreeSet<u64> =
+                after.manifests.values().map(|x| x.chain_base).collect();
             assert!(bases.len() <= 2, "{bases:?}");
-            let lost: Vec<u64> = before.manifests.keys().filter(|g| !after.manifests.contains_key(g)).copied().collect();
+            let lost: Vec<u64> = before
+                .manifests
+                .keys()
+                .filter(|g| !after.manifests.contains_key(g))
+                .copied()
+                .collect();
             if !lost.is_empty() {
                 pruned_seen = true;
                 assert!(full, "generations {lost:?} pruned by a Δ push");
-                assert!(after.manifests.keys().all(|g| *g > *lost.iter().max().unwrap() || bases.contains(&after.manifests[g].chain_base)));
+                assert!(
+                    after
+                        .manifests
+                        .keys()
+                        .all(|g| *g > *lost.iter().max().unwrap()
+                            || bases.contains(&after.manifests[g].chain_base))
+                );
             }
         }
         assert_restores(d.path(), &l1, &l2, &truth, &format!("after seq {}", c.seq));
@@ -139,13 +201,26 @@ fn the_cost_rule_triggers_a_complete_coalescence() {
     for _ in 0..40 {
         let c = w.step();
         w.write(&c, &l1, 1_000_000_000 * c.seq).unwrap();
-        let out = ok(&["flush", "--l1", s(&l1), "--l2", s(&l2), "--mtbf", "0.001", "--json"]);
+        let out = ok(&[
+            "flush",
+            "--l1",
+            s(&l1),
+            "--l2",
+            s(&l2),
+            "--mtbf",
+            "0.001",
+            "--json",
+        ]);
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
         let dec = &v["decision"];
         if dec["due"].as_bool().unwrap() && !dec["rule"].is_null() {
             let n = dec["n"].as_f64().unwrap();
             let th = dec["rule"]["threshold"].as_f64().unwrap();
-            assert_eq!(dec["full"].as_bool().unwrap(), n >= th || dec["full_reason"].as_str().unwrap_or("").contains("FULL"), "{dec}");
+            assert_eq!(
+                dec["full"].as_bool().unwrap(),
+                n >= th || dec["full_reason"].as_str().unwrap_or("").contains("FULL"),
+                "{dec}"
+            );
             saw |= n >= th;
         }
     }
@@ -159,11 +234,26 @@ fn dry_run_and_plan_change_nothing() {
     ok(&["gen", s(&l1), "--pages", "32", "--count", "2"]);
     let out = ok(&["flush", "--l1", s(&l1), "--l2", s(&l2), "--dry-run"]);
     assert!(out.contains("would push"), "{out}");
-    assert_eq!(std::fs::read_dir(&l1).unwrap().filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "rexic")).count(), 3);
+    assert_eq!(
+        std::fs::read_dir(&l1)
+            .unwrap()
+            .filter(|e| e
+                .as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "rexic"))
+            .count(),
+        3
+    );
     let plan = ok(&["plan", "--l1", s(&l1), "--l2", s(&l2)]);
-    assert!(plan.contains("IC \\ CR") && plan.contains("[chi]"), "{plan}");
+    assert!(
+        plan.contains("IC \\ CR") && plan.contains("[chi]"),
+        "{plan}"
+    );
     ok(&["flush", "--l1", s(&l1), "--l2", s(&l2)]);
-    let plan: serde_json::Value = serde_json::from_str(&ok(&["plan", "--l1", s(&l1), "--l2", s(&l2), "--json"])).unwrap();
+    let plan: serde_json::Value =
+        serde_json::from_str(&ok(&["plan", "--l1", s(&l1), "--l2", s(&l2), "--json"])).unwrap();
     assert_eq!(plan["table"]["chi"][0][0], 9.0);
 }
 
@@ -173,7 +263,11 @@ fn configuration_precedence_and_errors() {
     let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
     ok(&["gen", s(&l1), "--pages", "16", "--count", "1"]);
     let cfg = d.path().join("job.toml");
-    std::fs::write(&cfg, format!("l1 = {:?}\nl2 = {:?}\nmtbf_s = 5000.0\n", s(&l1), s(&l2))).unwrap();
+    std::fs::write(
+        &cfg,
+        format!("l1 = {:?}\nl2 = {:?}\nmtbf_s = 5000.0\n", s(&l1), s(&l2)),
+    )
+    .unwrap();
     // The file alone is enough.
     ok(&["flush", "--config", s(&cfg), "--dry-run"]);
     // An environment variable beats the file, a flag beats the variable.
@@ -189,9 +283,18 @@ fn configuration_precedence_and_errors() {
     std::fs::write(&cfg, "l1 = \"x\"\nmtbf = 3\n").unwrap();
     let out = run(&["flush", "--config", s(&cfg)]);
     crate::util::assert_clean_failure(&out, 5, &["job.toml", "mtbf"]);
-    let out = rexctl().args(["flush", "--l1", s(&l1), "--l2", s(&l2)]).env("REX_MTBF", "soon").output().unwrap();
+    let out = rexctl()
+        .args(["flush", "--l1", s(&l1), "--l2", s(&l2)])
+        .env("REX_MTBF", "soon")
+        .output()
+        .unwrap();
     crate::util::assert_clean_failure(&out, 5, &["REX_MTBF"]);
-    let out = rexctl().args(["flush"]).env_remove("REX_L1").current_dir(d.path()).output().unwrap();
+    let out = rexctl()
+        .args(["flush"])
+        .env_remove("REX_L1")
+        .current_dir(d.path())
+        .output()
+        .unwrap();
     crate::util::assert_clean_failure(&out, 5, &["no L1 directory"]);
 }
 
@@ -209,7 +312,16 @@ fn concurrent_flushes_never_run_two_pushes() {
         let children: Vec<_> = (0..8)
             .map(|_| {
                 rexctl()
-                    .args(["flush", "--l1", s(&l1), "--l2", s(&l2), "--max-age", "0.000001", "--json"])
+                    .args([
+                        "flush",
+                        "--l1",
+                        s(&l1),
+                        "--l2",
+                        s(&l2),
+                        "--max-age",
+                        "0.000001",
+                        "--json",
+                    ])
                     .stdout(Stdio::piped())
                     .stderr(Stdio::piped())
                     .spawn()
@@ -230,7 +342,10 @@ fn concurrent_flushes_never_run_two_pushes() {
                     let e = String::from_utf8_lossy(&out.stderr);
                     assert!(e.contains("busy") && e.contains("pid "), "{e}");
                 }
-                other => panic!("flush exited {other:?}: {}", String::from_utf8_lossy(&out.stderr)),
+                other => panic!(
+                    "flush exited {other:?}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                ),
             }
         }
         assert!(pushed <= 1, "round {round}: {pushed} pushes");
@@ -272,7 +387,15 @@ fn a_flush_killed_at_any_file_operation_recovers() {
         copy_tree(&template, &case);
         let (l1, l2) = (case.join("l1"), case.join("l2"));
         let out = rexctl()
-            .args(["flush", "--l1", s(&l1), "--l2", s(&l2), "--max-age", "0.000001"])
+            .args([
+                "flush",
+                "--l1",
+                s(&l1),
+                "--l2",
+                s(&l2),
+                "--max-age",
+                "0.000001",
+            ])
             .env("REX_FAILPOINT", n.to_string())
             .output()
             .unwrap();
@@ -282,20 +405,40 @@ fn a_flush_killed_at_any_file_operation_recovers() {
         let r = case.join("r.rexic");
         ok(&["restore", "--l2", s(&l2), "--out", s(&r)]);
         let got = read_image(&r);
-        assert!(got == truth[&old_seq] || got == truth[&new_seq], "failpoint {n}: L2 restore is neither state");
+        assert!(
+            got == truth[&old_seq] || got == truth[&new_seq],
+            "failpoint {n}: L2 restore is neither state"
+        );
         ok(&["restore", "--l2", s(&l2), "--l1", s(&l1), "--out", s(&r)]);
-        assert!(read_image(&r) == truth[&new_seq], "failpoint {n}: L1+L2 restore");
+        assert!(
+            read_image(&r) == truth[&new_seq],
+            "failpoint {n}: L1+L2 restore"
+        );
         // The next flush recovers and pushes.
-        ok(&["flush", "--l1", s(&l1), "--l2", s(&l2), "--max-age", "0.000001"]);
+        ok(&[
+            "flush",
+            "--l1",
+            s(&l1),
+            "--l2",
+            s(&l2),
+            "--max-age",
+            "0.000001",
+        ]);
         ok(&["restore", "--l2", s(&l2), "--out", s(&r)]);
-        assert!(read_image(&r) == truth[&new_seq], "failpoint {n}: after recovery");
+        assert!(
+            read_image(&r) == truth[&new_seq],
+            "failpoint {n}: after recovery"
+        );
         ok(&["verify", "--l2", s(&l2), "--l1", s(&l1)]);
         let leftovers: Vec<_> = std::fs::read_dir(&l1)
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .filter(|n| n.ends_with(".rexic") || n.contains(".tmp-"))
             .collect();
-        assert!(leftovers.is_empty(), "failpoint {n}: left in L1: {leftovers:?}");
+        assert!(
+            leftovers.is_empty(),
+            "failpoint {n}: left in L1: {leftovers:?}"
+        );
         std::fs::remove_dir_all(&case).unwrap();
         if finished {
             break;

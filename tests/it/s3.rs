@@ -832,6 +832,31 @@ fn s3_altered_or_deleted_objects_are_detected_and_named() {
     std::fs::write(&f, &original).unwrap();
     job.ok(&["verify", "--l2", &l2]);
 
+    // Altered on demand: a `--pages` restore fetches chunks as it needs
+    // them, checks each, and names the object.
+    let f = job.object_file("g00000002.pf");
+    let original = std::fs::read(&f).unwrap();
+    let mut bad = original.clone();
+    bad[64] ^= 0x01;
+    std::fs::write(&f, &bad).unwrap();
+    let out = job.run(&[
+        "restore",
+        "--l2",
+        &l2,
+        "--out",
+        s(&out_file),
+        "--pages",
+        "0-0xffffffffff",
+    ]);
+    assert_fails(
+        &out,
+        3,
+        &[&url("g00000002.pf"), "chunk data"],
+        "restore --pages of an altered chunk",
+    );
+    assert!(!out_file.exists());
+    std::fs::write(&f, &original).unwrap();
+
     // Altered manifest: invalid, named.
     let m = job.object_file("g00000002.manifest");
     let text = std::fs::read_to_string(&m).unwrap();

@@ -16,6 +16,7 @@ use std::fs::File;
 use std::io::{Seek, SeekFrom};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::durable::AtomicFile;
@@ -27,6 +28,36 @@ pub const HEADER_LEN: u64 = 64;
 pub const VERSION: u32 = 1;
 /// Default chunk size.
 pub const DEFAULT_CHUNK: u32 = 1 << 20;
+
+/// Supplies the bytes of a chunked file opened before all of them were
+/// there: a remote object materialized on demand, whose header and chunk
+/// table were fetched and whose chunks are fetched on first use (see
+/// [`ChunkedFile::open_lazy`]).
+pub trait ChunkFill: Send + Sync {
+    /// Writes bytes `offset .. offset + len` of the object into the file,
+    /// in place. Called at most once per chunk, before the chunk's CRC is
+    /// checked and before any byte of it is handed out.
+    fn fill(&self, offset: u64, len: u64) -> Result<()>;
+}
+
+/// Where the chunk table of a chunked file starts, from its first
+/// [`HEADER_LEN`] bytes: what a reader that fetches parts of a file needs
+/// to fetch besides the header. `None` when the header is too short or
+/// its counts overflow (the reader then reports the problem).
+pub fn table_offset(header: &[u8]) -> Option<u64> {
+    let le32 = |o: usize| {
+        header
+            .get(o..o + 4)
+            .map(|b| u32::from_le_bytes(b.try_into().expect("4")))
+    };
+    let le64 = |o: usize| {
+        header
+            .get(o..o + 8)
+            .map(|b| u64::from_le_bytes(b.try_into().expect("8")))
+    };
+    let payload = le64(32)?.checked_mul(u64::from(le32(12)?))?;
+    HEADER_LEN.checked_add(payload)
+}
 
 /// Which kind of chunked file: its magic and what its records are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -146,7 +177,8 @@ impl ChunkedHeader {
                 format!("{} is not a power of two in 1..=1048576", h.record_size),
             ));
         }
-        if !h.chunk_size.is_power_of_two() || h.chunk_size < h.record_size || h.chunk_size > 1 << 30 {
+        if !h.chunk_size.is_power_of_two() || h.chunk_size < h.record_size || h.chunk_size > 1 << 30
+        {
             return Err(Error::corrupt(
                 path,
                 40,
@@ -185,6 +217,9 @@ pub struct ChunkedFile {
     record_shift: u32,
     chunk_crcs: Vec<u32>,
     verified: Vec<AtomicBool>,
+    /// For a file opened with [`ChunkedFile::open_lazy`]: what fills its
+    /// chunks, and a lock that makes each chunk filled once.
+    fill: Option<(Box<dyn ChunkFill>, Mutex<()>)>,
 }
 
 impl std::fmt::Debug for ChunkedFile {
@@ -214,7 +249,15 @@ impl ChunkedFile {
         file.read_exact_at(&mut hb, 0).ctx(path, "read header")?;
         let header = ChunkedHeader::decode(path, kind, &hb)?;
         let (payload_len, chunks, file_len) = header.layout().ok_or_else(|| {
-            Error::corrupt(path, 32, "record_count", format!("{} records overflow a 64-bit file size", header.record_count))
+            Error::corrupt(
+                path,
+                32,
+                "record_count",
+                format!(
+                    "{} records overflow a 64-bit file size",
+                    header.record_count
+                ),
+            )
         })?;
         if actual != file_len {
             return Err(Error::corrupt(
@@ -226,13 +269,18 @@ impl ChunkedFile {
                     header.record_count,
                     header.record_size,
                     header.chunk_size,
-                    if actual < file_len { " (truncated)" } else { " (trailing bytes)" }
+                    if actual < file_len {
+                        " (truncated)"
+                    } else {
+                        " (trailing bytes)"
+                    }
                 ),
             ));
         }
         let table_off = HEADER_LEN + payload_len;
         let mut table = vec![0u8; (chunks * 4 + 4) as usize];
-        file.read_exact_at(&mut table, table_off).ctx(path, "read chunk table")?;
+        file.read_exact_at(&mut table, table_off)
+            .ctx(path, "read chunk table")?;
         let n = chunks as usize * 4;
         let (stored, actual_crc) = (
             u32::from_le_bytes(table[n..n + 4].try_into().expect("4")),
@@ -253,14 +301,25 @@ impl ChunkedFile {
         // SAFETY: the file is never modified in place once published: rexctl
         // writes every L2 file under a temporary name and renames it, and
         // deletes (unlinks) rather than rewrites, which keeps a mapped inode
-        // intact. The map is read-only; its length is checked against the
-        // validated layout before any byte is used, and every byte handed
-        // out lies in a chunk whose CRC was checked first.
+        // intact. The one exception, a file opened with `open_lazy`, is a
+        // private cache file whose chunks are written (by `fill`, under the
+        // fill lock) only before they are verified, hence before any byte of
+        // them is handed out; its length never changes. The map is
+        // read-only; its length is checked against the validated layout
+        // before any byte is used, and every byte handed out lies in a chunk
+        // whose CRC was checked first.
         let map = unsafe { memmap2::MmapOptions::new().map(&file) }.ctx(path, "mmap")?;
         if map.len() as u64 != file_len {
-            return Err(Error::corrupt(path, map.len() as u64, "file length", "file changed while being opened"));
+            return Err(Error::corrupt(
+                path,
+                map.len() as u64,
+                "file length",
+                "file changed while being opened",
+            ));
         }
-        let verified = (0..chunk_crcs.len()).map(|_| AtomicBool::new(false)).collect();
+        let verified = (0..chunk_crcs.len())
+            .map(|_| AtomicBool::new(false))
+            .collect();
         Ok(ChunkedFile {
             path: path.to_path_buf(),
             header,
@@ -270,7 +329,24 @@ impl ChunkedFile {
             record_shift: header.record_size.trailing_zeros(),
             chunk_crcs,
             verified,
+            fill: None,
         })
+    }
+
+    /// Opens `path`, expecting a file of `kind`, whose header and chunk
+    /// table are in place but whose chunks may not be (a sparse file of the
+    /// object's length): `fill` writes each chunk's bytes into the file the
+    /// first time a reader needs them, then the chunk's CRC is checked as
+    /// for any file. A `--pages` restore from an object store reads this
+    /// way, fetching only the chunks it touches.
+    pub fn open_lazy(
+        path: impl AsRef<Path>,
+        kind: Kind,
+        fill: Box<dyn ChunkFill>,
+    ) -> Result<ChunkedFile> {
+        let mut f = Self::open(path, kind)?;
+        f.fill = Some((fill, Mutex::new(())));
+        Ok(f)
     }
 
     /// The file's path.
@@ -300,7 +376,7 @@ impl ChunkedFile {
 
     #[inline]
     fn verify_chunk(&self, i: usize) -> Result<()> {
-        if self.verified[i].load(Ordering::Relaxed) {
+        if self.verified[i].load(Ordering::Acquire) {
             return Ok(());
         }
         self.verify_chunk_slow(i)
@@ -312,6 +388,20 @@ impl ChunkedFile {
         let cs = u64::from(self.header.chunk_size);
         let start = i as u64 * cs;
         let end = (start + cs).min(self.payload_len);
+        // A lazily filled file: bring the chunk in first, once, under the
+        // lock (no byte of an unverified chunk has been handed out, so
+        // writing it cannot change bytes a reader holds).
+        let _filling = match &self.fill {
+            Some((fill, lock)) => {
+                let guard = lock.lock().unwrap_or_else(|e| e.into_inner());
+                if self.verified[i].load(Ordering::Acquire) {
+                    return Ok(());
+                }
+                fill.fill(HEADER_LEN + start, end - start)?;
+                Some(guard)
+            }
+            None => None,
+        };
         let data = &self.map[(HEADER_LEN + start) as usize..(HEADER_LEN + end) as usize];
         let actual = crc32fast::hash(data);
         if actual != self.chunk_crcs[i] {
@@ -327,7 +417,7 @@ impl ChunkedFile {
                 ),
             ));
         }
-        self.verified[i].store(true, Ordering::Relaxed);
+        self.verified[i].store(true, Ordering::Release);
         Ok(())
     }
 
@@ -340,7 +430,9 @@ impl ChunkedFile {
     /// indexes), CRC-checked. Errors if the range is out of bounds.
     pub fn records(&self, first: u64, count: u64) -> Result<&[u8]> {
         let rs = u64::from(self.header.record_size);
-        let end = first.checked_add(count).filter(|&e| e <= self.header.record_count);
+        let end = first
+            .checked_add(count)
+            .filter(|&e| e <= self.header.record_count);
         let Some(end) = end else {
             return Err(Error::corrupt(
                 &self.path,
@@ -387,7 +479,11 @@ impl ChunkedFile {
             return None;
         }
         let a = i << self.record_shift;
-        if !self.verified.get((a >> self.chunk_shift) as usize)?.load(Ordering::Relaxed) {
+        if !self
+            .verified
+            .get((a >> self.chunk_shift) as usize)?
+            .load(Ordering::Acquire)
+        {
             return None;
         }
         let start = (HEADER_LEN + a) as usize;
@@ -493,5 +589,95 @@ impl ChunkedWriter {
         let len = HEADER_LEN + self.bytes + table.len() as u64;
         self.out.commit()?;
         Ok((len, whole.finalize()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU64;
+
+    /// Fills a sparse copy from the complete file, counting the calls.
+    struct CopyFill {
+        from: PathBuf,
+        to: File,
+        calls: std::sync::Arc<AtomicU64>,
+    }
+
+    impl ChunkFill for CopyFill {
+        fn fill(&self, offset: u64, len: u64) -> Result<()> {
+            self.calls.fetch_add(1, Ordering::Relaxed);
+            let mut b = vec![0u8; len as usize];
+            File::open(&self.from)
+                .unwrap()
+                .read_exact_at(&mut b, offset)
+                .unwrap();
+            self.to.write_all_at(&b, offset).unwrap();
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_lazy_file_fills_only_the_chunks_it_reads_and_checks_them() {
+        let d = tempfile::tempdir().unwrap();
+        let full = d.path().join("g1.rps");
+        let header = ChunkedHeader {
+            kind: Kind::Rps,
+            record_size: 32,
+            generation: 1,
+            first_record: 0,
+            record_count: 0,
+            chunk_size: 1024,
+            aux: 0,
+        };
+        let mut w = ChunkedWriter::create(&full, header).unwrap();
+        let data: Vec<u8> = (0..32 * 1000u32).map(|i| (i * 7 % 251) as u8).collect();
+        w.write(&data).unwrap();
+        let (len, _) = w.finish().unwrap();
+        let bytes = std::fs::read(&full).unwrap();
+        let table = table_offset(&bytes[..64]).unwrap();
+        assert_eq!(table, 64 + 32 * 1000);
+
+        let open_sparse = |name: &str, calls: &std::sync::Arc<AtomicU64>| {
+            let p = d.path().join(name);
+            let f = File::options()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(&p)
+                .unwrap();
+            f.set_len(len).unwrap();
+            f.write_all_at(&bytes[..64], 0).unwrap();
+            f.write_all_at(&bytes[table as usize..], table).unwrap();
+            let fill = CopyFill {
+                from: full.clone(),
+                to: f,
+                calls: std::sync::Arc::clone(calls),
+            };
+            ChunkedFile::open_lazy(&p, Kind::Rps, Box::new(fill)).unwrap()
+        };
+        let calls = std::sync::Arc::new(AtomicU64::new(0));
+        let lazy = open_sparse("lazy.rps", &calls);
+        // Records 40..=41 lie in chunk 1 (bytes 1024..2048 of the payload).
+        assert_eq!(lazy.records(40, 2).unwrap(), &data[40 * 32..42 * 32]);
+        assert_eq!(lazy.record(33).unwrap(), &data[33 * 32..34 * 32]);
+        assert_eq!(calls.load(Ordering::Relaxed), 1, "one chunk fetched, once");
+        lazy.verify_all().unwrap();
+        assert_eq!(calls.load(Ordering::Relaxed), 32, "every chunk, each once");
+        assert_eq!(lazy.payload().unwrap(), &data[..]);
+
+        // The source changes behind the reader's back: the chunk fails its
+        // CRC when it is filled, and nothing of it is handed out.
+        let mut bad = bytes.clone();
+        bad[64 + 5 * 1024 + 3] ^= 1;
+        std::fs::write(&full, &bad).unwrap();
+        let lazy = open_sparse("lazy2.rps", &calls);
+        assert!(lazy.record(0).is_ok());
+        match lazy.record(5 * 32 + 1) {
+            Err(Error::Corrupt { field, offset, .. }) => {
+                assert_eq!((field, offset), ("chunk data", 64 + 5 * 1024));
+            }
+            other => panic!("expected a chunk CRC error, got {other:?}"),
+        }
     }
 }

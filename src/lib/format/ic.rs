@@ -361,7 +361,11 @@ pub(crate) fn parse_meta(path: &Path, pc: u64, dc: u64, meta: &[u8]) -> Result<P
     }
     .layout()
     .expect("the caller checked the block fits in the file");
-    let h = IcHeader { page_count: pc, drop_count: dc, ..Default::default() };
+    let h = IcHeader {
+        page_count: pc,
+        drop_count: dc,
+        ..Default::default()
+    };
     let rel = |abs: u64| (abs - HEADER_LEN) as usize;
     let stored = le32(meta, rel(l.meta_crc_off));
     let actual = crc32fast::hash(&meta[..rel(l.meta_crc_off)]);

@@ -151,21 +151,40 @@ impl Manifest {
     pub fn decode(path: &Path, b: &[u8]) -> Result<Manifest> {
         let magic = format!("{MAGIC_LINE}\n");
         if !b.starts_with(magic.as_bytes()) {
-            return Err(Error::corrupt(path, 0, "magic", format!("expected the line {MAGIC_LINE:?} (a rexctl manifest)")));
+            return Err(Error::corrupt(
+                path,
+                0,
+                "magic",
+                format!("expected the line {MAGIC_LINE:?} (a rexctl manifest)"),
+            ));
         }
         let body_end = b[..b.len().saturating_sub(1)]
             .iter()
             .rposition(|&c| c == b'\n')
             .map(|i| i + 1)
             .filter(|&i| i >= magic.len())
-            .ok_or_else(|| Error::corrupt(path, b.len() as u64, "crc32", "missing the final `crc32` line"))?;
+            .ok_or_else(|| {
+                Error::corrupt(
+                    path,
+                    b.len() as u64,
+                    "crc32",
+                    "missing the final `crc32` line",
+                )
+            })?;
         let line = std::str::from_utf8(&b[body_end..]).unwrap_or("");
         let stored = line
             .strip_prefix("crc32 ")
             .and_then(|h| h.strip_suffix('\n'))
             .filter(|h| h.len() == 8)
             .and_then(|h| u32::from_str_radix(h, 16).ok())
-            .ok_or_else(|| Error::corrupt(path, body_end as u64, "crc32", format!("malformed last line {line:?} (truncated?)")))?;
+            .ok_or_else(|| {
+                Error::corrupt(
+                    path,
+                    body_end as u64,
+                    "crc32",
+                    format!("malformed last line {line:?} (truncated?)"),
+                )
+            })?;
         let actual = crc32fast::hash(&b[..body_end]);
         if stored != actual {
             return Err(Error::corrupt(
@@ -176,7 +195,12 @@ impl Manifest {
             ));
         }
         let m: Manifest = serde_json::from_slice(&b[magic.len()..body_end]).map_err(|e| {
-            Error::corrupt(path, magic.len() as u64 + e.column() as u64, "json", e.to_string())
+            Error::corrupt(
+                path,
+                magic.len() as u64 + e.column() as u64,
+                "json",
+                e.to_string(),
+            )
         })?;
         m.check(path)?;
         Ok(m)
@@ -186,13 +210,20 @@ impl Manifest {
     pub fn check(&self, path: &Path) -> Result<()> {
         let bad = |field: &'static str, why: String| Err(Error::corrupt(path, 0, field, why));
         if self.format != FORMAT {
-            return bad("format", format!("unsupported manifest format {} (this rexctl reads {FORMAT})", self.format));
+            return bad(
+                "format",
+                format!(
+                    "unsupported manifest format {} (this rexctl reads {FORMAT})",
+                    self.format
+                ),
+            );
         }
         if let Err((_, field, why)) = check_sizes(self.page_size, self.pattern_size) {
             return bad(field, why);
         }
         match (self.kind, self.parent) {
-            (GenKind::Full, None) if self.chain_base == self.generation && self.pattern_base == 0 => {}
+            (GenKind::Full, None)
+                if self.chain_base == self.generation && self.pattern_base == 0 => {}
             (GenKind::Delta, Some(p)) if p < self.generation && self.chain_base <= p => {}
             _ => {
                 return bad(
@@ -204,7 +235,11 @@ impl Manifest {
                 );
             }
         }
-        if self.pattern_base.checked_add(self.patterns).is_none_or(|end| end > 1 << 32) {
+        if self
+            .pattern_base
+            .checked_add(self.patterns)
+            .is_none_or(|end| end > 1 << 32)
+        {
             return bad(
                 "patterns",
                 format!(
@@ -214,10 +249,16 @@ impl Manifest {
             );
         }
         if self.dirty_pages.checked_mul(self.alpha()).is_none() {
-            return bad("dirty_pages", format!("{} pages overflow the pointer count", self.dirty_pages));
+            return bad(
+                "dirty_pages",
+                format!("{} pages overflow the pointer count", self.dirty_pages),
+            );
         }
         if self.first_seq > self.last_seq {
-            return bad("first_seq", format!("first_seq {} > last_seq {}", self.first_seq, self.last_seq));
+            return bad(
+                "first_seq",
+                format!("first_seq {} > last_seq {}", self.first_seq, self.last_seq),
+            );
         }
         for role in [Role::Rps, Role::Pf, Role::Ptable] {
             if self.files.iter().filter(|f| f.role == role).count() != 1 {
@@ -226,7 +267,10 @@ impl Manifest {
         }
         for f in &self.files {
             if f.name.contains('/') || f.name.starts_with('.') || f.name.is_empty() {
-                return bad("files", format!("file name {:?} is not a plain name", f.name));
+                return bad(
+                    "files",
+                    format!("file name {:?} is not a plain name", f.name),
+                );
             }
         }
         Ok(())

@@ -91,7 +91,12 @@ impl PTableDelta {
         let file = File::open(path).ctx(path, "open")?;
         let len = file.metadata().ctx(path, "stat")?.len();
         if len < HEADER_LEN {
-            return Err(Error::corrupt(path, len, "header", format!("file is {len} bytes, shorter than the 64-byte header")));
+            return Err(Error::corrupt(
+                path,
+                len,
+                "header",
+                format!("file is {len} bytes, shorter than the 64-byte header"),
+            ));
         }
         let mut h = [0u8; HEADER_LEN as usize];
         file.read_exact_at(&mut h, 0).ctx(path, "read header")?;
@@ -102,19 +107,40 @@ impl PTableDelta {
                 path,
                 0,
                 "magic",
-                format!("expected \"REXPT01\\n\" (P-Table), found {:?}", String::from_utf8_lossy(&h[0..8])),
+                format!(
+                    "expected \"REXPT01\\n\" (P-Table), found {:?}",
+                    String::from_utf8_lossy(&h[0..8])
+                ),
             ));
         }
         if le32(8) != VERSION {
-            return Err(Error::corrupt(path, 8, "version", format!("unsupported version {} (this rexctl reads version {VERSION})", le32(8))));
+            return Err(Error::corrupt(
+                path,
+                8,
+                "version",
+                format!(
+                    "unsupported version {} (this rexctl reads version {VERSION})",
+                    le32(8)
+                ),
+            ));
         }
         let (stored, actual) = (le32(56), crc32fast::hash(&h[0..56]));
         if stored != actual {
-            return Err(Error::corrupt(path, 56, "header_crc", format!("stored {stored:#010x}, computed {actual:#010x} over bytes 0..56")));
+            return Err(Error::corrupt(
+                path,
+                56,
+                "header_crc",
+                format!("stored {stored:#010x}, computed {actual:#010x} over bytes 0..56"),
+            ));
         }
         let flags = le32(24);
         if flags & !FLAG_FULL != 0 {
-            return Err(Error::corrupt(path, 24, "flags", format!("unknown flag bits {:#x} set", flags & !FLAG_FULL)));
+            return Err(Error::corrupt(
+                path,
+                24,
+                "flags",
+                format!("unknown flag bits {:#x} set", flags & !FLAG_FULL),
+            ));
         }
         for off in [48usize, 52, 60] {
             if le32(off) != 0 {
@@ -122,7 +148,8 @@ impl PTableDelta {
             }
         }
         let (page_size, pattern_size) = (le32(12), le32(28));
-        check_sizes(page_size, pattern_size).map_err(|(off, field, why)| Error::corrupt(path, off, field, why))?;
+        check_sizes(page_size, pattern_size)
+            .map_err(|(off, field, why)| Error::corrupt(path, off, field, why))?;
         let (pc, dc) = (le64(32), le64(40));
         let meta_len = pc
             .checked_mul(12)
@@ -137,7 +164,8 @@ impl PTableDelta {
             ));
         };
         let mut meta = vec![0u8; meta_len as usize];
-        file.read_exact_at(&mut meta, HEADER_LEN).ctx(path, "read metadata")?;
+        file.read_exact_at(&mut meta, HEADER_LEN)
+            .ctx(path, "read metadata")?;
         let (pages, drops, page_crcs) = parse_meta(path, pc, dc, &meta)?;
         Ok(PTableDelta {
             path: path.to_path_buf(),
@@ -155,15 +183,24 @@ impl PTableDelta {
 /// Checks a page size and pattern size pair: both powers of two, the page
 /// 512 B ..= 1 MiB, the pattern 16 B ..= one page. Returns (offset, field,
 /// reason) for error reporting.
-pub fn check_sizes(page_size: u32, pattern_size: u32) -> std::result::Result<(), (u64, &'static str, String)> {
+pub fn check_sizes(
+    page_size: u32,
+    pattern_size: u32,
+) -> std::result::Result<(), (u64, &'static str, String)> {
     if !page_size.is_power_of_two() || !(512..=1 << 20).contains(&page_size) {
-        return Err((12, "page_size", format!("{page_size} is not a power of two in 512..=1048576")));
+        return Err((
+            12,
+            "page_size",
+            format!("{page_size} is not a power of two in 512..=1048576"),
+        ));
     }
     if !pattern_size.is_power_of_two() || !(16..=page_size).contains(&pattern_size) {
         return Err((
             28,
             "pattern_size",
-            format!("{pattern_size} is not a power of two between 16 and the page size {page_size}"),
+            format!(
+                "{pattern_size} is not a power of two between 16 and the page size {page_size}"
+            ),
         ));
     }
     Ok(())

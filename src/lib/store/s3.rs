@@ -40,13 +40,21 @@
 //! Readers map local files, so [`Store::open_local`] materializes an object
 //! in a cache directory: a fresh directory under `cache_dir` (default: the
 //! system's temporary directory), removed when the store is dropped. The
-//! object is fetched with ranged GETs of `s3_part_size` bytes,
+//! object is fetched with ranged GETs of [`RANGE_SIZE`] bytes,
 //! `s3_get_concurrency` of them in flight, into a temporary file renamed
 //! into place when complete. A cache file is never modified once renamed
 //! (a re-fetch writes a new file and renames it over the old name), so
 //! mappings stay valid. Listing the store also fetches every manifest it
 //! finds, concurrently, so that indexing a chain costs one round trip per
 //! listing rather than one per generation.
+//!
+//! A `--pages` restore asks for reads on demand ([`Store::read_on_demand`]):
+//! an RPS or Pointer File is then materialized as a sparse file of the
+//! object's length holding only its header and chunk table, fetched at
+//! once; each chunk is fetched with one ranged GET the first time a reader
+//! needs it, just before its CRC is checked
+//! ([`ChunkedFile::open_lazy`]). Restoring a few pages fetches the
+//! manifests, the P-Tables, and the few chunks those pages point into.
 //!
 //! # Errors
 //!
@@ -61,23 +69,30 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use futures_util::StreamExt;
 use object_store::aws::{AmazonS3, AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::multipart::{MultipartStore, PartId};
 use object_store::path::Path as Key;
 use object_store::{
-    BackoffConfig, ClientConfigKey, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload,
-    RetryConfig,
+    BackoffConfig, ClientConfigKey, GetOptions, ObjectStore, ObjectStoreExt, PutMode, PutOptions,
+    PutPayload, RetryConfig,
 };
 use tokio::task::JoinSet;
 
 use super::{ObjectInfo, Progress, Store, StoreStats, check_name};
 use crate::config::StoreSettings;
 use crate::error::{Error, IoContext, RemoteKind, Result};
+use crate::format::chunked::{ChunkFill, ChunkedFile, HEADER_LEN, Kind, table_offset};
 use crate::format::manifest::parse_manifest_name;
+
+/// Bytes per ranged GET when an object is fetched whole: large enough that
+/// a request's latency is small beside its transfer, small enough that
+/// several are in flight for any object worth splitting.
+pub const RANGE_SIZE: u64 = 8 << 20;
 
 /// The sub-prefix of upload intents.
 const UPLOADS: &str = ".uploads";
@@ -93,9 +108,11 @@ pub struct S3Store {
     parts_in_flight: usize,
     get_concurrency: usize,
     state: Mutex<State>,
-    fetched: AtomicU64,
+    fetched: Arc<AtomicU64>,
     uploaded: AtomicU64,
-    requests: AtomicU64,
+    requests: Arc<AtomicU64>,
+    /// Fetch RPS and Pointer Files on demand ([`Store::read_on_demand`]).
+    on_demand: AtomicBool,
     /// Cache files for readers; removed on drop (after the runtime).
     cache: tempfile::TempDir,
     /// Declared last but one: dropped after every in-flight request.
@@ -257,9 +274,10 @@ impl S3Store {
             parts_in_flight: s.parts_in_flight,
             get_concurrency: s.get_concurrency,
             state: Mutex::new(State::default()),
-            fetched: AtomicU64::new(0),
+            fetched: Arc::new(AtomicU64::new(0)),
             uploaded: AtomicU64::new(0),
-            requests: AtomicU64::new(0),
+            requests: Arc::new(AtomicU64::new(0)),
+            on_demand: AtomicBool::new(false),
             cache,
             rt,
         };
@@ -360,6 +378,26 @@ impl S3Store {
             .block_on(self.s3.head(key))
             .map_err(|e| self.remote(key, "head", &e))?;
         Ok(m.size)
+    }
+
+    /// Bytes `range` of `key`, in one request.
+    fn get_range(&self, key: &Key, range: std::ops::Range<u64>) -> Result<Vec<u8>> {
+        self.count();
+        let want = range.end - range.start;
+        let b = self
+            .rt
+            .block_on(self.s3.get_range(key, range.clone()))
+            .map_err(|e| self.remote(key, "get", &e))?;
+        if b.len() as u64 != want {
+            return Err(Error::Invalid(format!(
+                "{key}: asked for bytes {}..{}, received {} bytes (did the object change while being read?)",
+                range.start,
+                range.end,
+                b.len()
+            )));
+        }
+        self.fetched.fetch_add(want, Ordering::Relaxed);
+        Ok(b.to_vec())
     }
 
     /// Uploads `len` bytes of `file` as a multipart upload; returns the
@@ -523,7 +561,7 @@ impl S3Store {
         ));
         let file = Arc::new(File::create(&tmp).ctx(&tmp, "create cache file")?);
         file.set_len(size).ctx(&tmp, "size cache file")?;
-        let step = self.part_size;
+        let step = RANGE_SIZE;
         let ranges: Vec<(u64, u64)> = (0..size.div_ceil(step))
             .map(|i| (i * step, ((i + 1) * step).min(size)))
             .collect();
@@ -538,16 +576,27 @@ impl S3Store {
                     let (s3, k, f, t) = (Arc::clone(&self.s3), key.clone(), Arc::clone(&file), tmp.clone());
                     self.count();
                     set.spawn(async move {
-                        let bytes = s3.get_range(&k, a..b).await.map_err(TaskError::Remote)?;
-                        if bytes.len() as u64 != b - a {
+                        // Streamed into place: no copy of the range in memory.
+                        let opts = GetOptions::new().with_range(Some(a..b));
+                        let r = s3.get_opts(&k, opts).await.map_err(TaskError::Remote)?;
+                        let mut body = r.into_stream();
+                        let mut at = a;
+                        while let Some(chunk) = body.next().await {
+                            let chunk = chunk.map_err(TaskError::Remote)?;
+                            if at + chunk.len() as u64 > b {
+                                break;
+                            }
+                            f.write_all_at(&chunk, at)
+                                .ctx(&t, "write cache file")
+                                .map_err(TaskError::Local)?;
+                            at += chunk.len() as u64;
+                        }
+                        if at != b {
                             return Err(TaskError::Local(Error::Invalid(format!(
                                 "{k}: asked for bytes {a}..{b}, received {} bytes (did the object change while being read?)",
-                                bytes.len()
+                                at - a
                             ))));
                         }
-                        f.write_all_at(&bytes, a)
-                            .ctx(&t, "write cache file")
-                            .map_err(TaskError::Local)?;
                         Ok(b - a)
                     });
                 }
@@ -583,6 +632,11 @@ impl S3Store {
     /// The `s3://` URL of a cache path, if it is one.
     fn url_of(&self, p: &Path) -> Option<PathBuf> {
         let rel = p.strip_prefix(self.cache.path()).ok()?;
+        let rel = match rel.strip_prefix("on-demand") {
+            // `<key>.<n>`: drop the open's number.
+            Ok(r) => r.with_extension(""),
+            Err(_) => rel.to_path_buf(),
+        };
         Some(PathBuf::from(format!(
             "s3://{}/{}",
             self.bucket,
@@ -700,6 +754,43 @@ fn remote_error(
         op,
         kind,
         reason: format!("{why}: {text}"),
+    }
+}
+
+/// Fetches the chunks of an object opened on demand into its sparse cache
+/// file, one ranged GET per chunk (see [`ChunkFill`]).
+struct RangeFill {
+    s3: Arc<AmazonS3>,
+    rt: tokio::runtime::Handle,
+    endpoint: String,
+    bucket: String,
+    key: Key,
+    file: File,
+    path: PathBuf,
+    fetched: Arc<AtomicU64>,
+    requests: Arc<AtomicU64>,
+}
+
+impl ChunkFill for RangeFill {
+    fn fill(&self, offset: u64, len: u64) -> Result<()> {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let b = self
+            .rt
+            .block_on(self.s3.get_range(&self.key, offset..offset + len))
+            .map_err(|e| remote_error(&self.endpoint, &self.bucket, &self.key, "get", &e))?;
+        if b.len() as u64 != len {
+            return Err(Error::Invalid(format!(
+                "{}: asked for bytes {offset}..{}, received {} bytes (did the object change while being read?)",
+                self.key,
+                offset + len,
+                b.len()
+            )));
+        }
+        self.file
+            .write_all_at(&b, offset)
+            .ctx(&self.path, "write cache file")?;
+        self.fetched.fetch_add(len, Ordering::Relaxed);
+        Ok(())
     }
 }
 
@@ -908,6 +999,71 @@ impl Store for S3Store {
         Ok(notes)
     }
 
+    fn read_on_demand(&self, on: bool) {
+        self.on_demand.store(on, Ordering::Relaxed);
+    }
+
+    fn open_chunked(&self, name: &str, kind: Kind) -> Result<Option<ChunkedFile>> {
+        if !self.on_demand.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
+        let key = self.key(name)?;
+        let known = {
+            let st = self.state.lock().expect("state lock");
+            if st.local.contains_key(name) {
+                // Fetched whole already: map that.
+                return Ok(None);
+            }
+            st.sizes.get(name).copied()
+        };
+        let size = match known {
+            Some(s) => s,
+            None => self.head_size(&key)?,
+        };
+        if size < HEADER_LEN + 4 {
+            return Ok(None);
+        }
+        let header = self.get_range(&key, 0..HEADER_LEN)?;
+        let Some(table_off) = table_offset(&header).filter(|&t| t < size) else {
+            // Not a sound header: fetch it whole and let the reader say why.
+            return Ok(None);
+        };
+        let table = self.get_range(&key, table_off..size)?;
+        // A file of its own for each open: a sparse file being filled is
+        // never shared with (or truncated under) another reader's map.
+        let n = self.requests.fetch_add(1, Ordering::Relaxed);
+        let dst = self
+            .cache
+            .path()
+            .join("on-demand")
+            .join(format!("{}.{n}", key.as_ref()));
+        let dir = dst.parent().expect("a cache file has a directory");
+        std::fs::create_dir_all(dir).ctx(dir, "create cache directory")?;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&dst)
+            .ctx(&dst, "create cache file")?;
+        file.set_len(size).ctx(&dst, "size cache file")?;
+        file.write_all_at(&header, 0)
+            .ctx(&dst, "write cache file")?;
+        file.write_all_at(&table, table_off)
+            .ctx(&dst, "write cache file")?;
+        let fill = RangeFill {
+            s3: Arc::clone(&self.s3),
+            rt: self.rt.handle().clone(),
+            endpoint: self.endpoint.clone(),
+            bucket: self.bucket.clone(),
+            key,
+            file,
+            path: dst.clone(),
+            fetched: Arc::clone(&self.fetched),
+            requests: Arc::clone(&self.requests),
+        };
+        ChunkedFile::open_lazy(&dst, kind, Box::new(fill)).map(Some)
+    }
+
     fn stats(&self) -> Option<StoreStats> {
         Some(StoreStats {
             bytes_fetched: self.fetched.load(Ordering::Relaxed),
@@ -922,7 +1078,9 @@ impl Store for S3Store {
 
     fn public_text(&self, text: &str) -> String {
         let root = format!("{}/", self.cache.path().display());
-        text.replace(&root, &format!("s3://{}/", self.bucket))
+        let lazy = format!("{root}on-demand/");
+        text.replace(&lazy, &format!("s3://{}/", self.bucket))
+            .replace(&root, &format!("s3://{}/", self.bucket))
     }
 }
 

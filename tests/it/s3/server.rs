@@ -23,7 +23,13 @@ pub const INSTALL: &str = "cargo install s3s-fs@0.14.1 --features binary";
 /// Finds the `s3s-fs` binary.
 pub fn find_binary() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("REX_S3S_FS").filter(|p| !p.is_empty()) {
-        return Some(PathBuf::from(p));
+        let p = PathBuf::from(p);
+        assert!(
+            p.is_file(),
+            "REX_S3S_FS={} is not a file: install the S3 test server with `{INSTALL}`",
+            p.display()
+        );
+        return Some(p);
     }
     let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).collect())

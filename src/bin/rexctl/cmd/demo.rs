@@ -89,7 +89,11 @@ fn demo(a: &Args, dir: &Path) -> anyhow::Result<i32> {
                 m.first_seq,
                 m.last_seq,
                 m.generation,
-                if m.parent.is_none() { "full RPS" } else { "ΔRPS" },
+                if m.parent.is_none() {
+                    "full RPS"
+                } else {
+                    "ΔRPS"
+                },
                 ui::bytes(m.bytes_in),
                 ui::bytes(m.bytes_out),
                 m.compression_ratio,

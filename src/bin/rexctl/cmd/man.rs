@@ -80,7 +80,9 @@ fn write_page(
         writeln!(
             buf,
             "{}",
-            escape("Configuration of flush and plan; see rex.toml(5) for every variable and the precedence.")
+            escape(
+                "Configuration of flush and plan; see rex.toml(5) for every variable and the precedence."
+            )
         )?;
         writeln!(buf, ".TP\nREX_FAILPOINT=N")?;
         writeln!(

@@ -23,7 +23,9 @@ use crate::ui;
 /// and appears only when complete and verified.
 ///
 /// From a bucket (s3://BUCKET/PREFIX), objects are fetched into a cache
-/// directory (removed afterwards) with several ranged GETs in flight; the
+/// directory (removed afterwards) with several ranged GETs in flight; with
+/// `--pages`, only the headers, chunk tables and P-Tables are fetched, and
+/// each chunk of an RPS or Pointer File when a page first needs it. The
 /// summary (and `l2_transfer` in the JSON) gives the bytes fetched.
 #[derive(clap::Args, Debug)]
 pub struct Args {
