@@ -411,23 +411,7 @@ fn open_chain(job: &Job, rec: &Recovered, g: u64, report: &mut PushReport) -> Re
 /// turned out damaged), so later pushes and transient restores use L1 again.
 fn heal_l1(job: &Job, rec: &Recovered, g: u64, report: &mut PushReport, why: &str) -> Result<()> {
     for m in rec.l2_index.lineage(g, job.l2.as_ref())? {
-        for f in &m.files {
-            let src = job.l2.open_local(&f.name)?;
-            let (bytes, crc) = job.l1_chain.put_file(&f.name, &src, &NoProgress)?;
-            if (bytes, crc) != (f.bytes, f.crc32) {
-                return Err(Error::corrupt(
-                    &src,
-                    0,
-                    "file",
-                    format!(
-                        "L2 copy has {bytes} bytes with CRC {crc:08x}, the manifest of generation {} says {} bytes with CRC {:08x}",
-                        m.generation, f.bytes, f.crc32
-                    ),
-                ));
-            }
-        }
-        job.l1_chain
-            .put_bytes(&manifest_name(m.generation), &m.encode())?;
+        copy_generation(job.l2.as_ref(), &job.l1_chain, &m, &NoProgress, true)?;
     }
     report.recovered.push(format!(
         "L1's copy of the chain was damaged ({why}); copied generation {g}'s lineage back from L2"
@@ -543,23 +527,7 @@ pub fn recover(job: &Job, opts: &PushOptions, report: &mut PushReport) -> Result
                         .is_some_and(|md| md.len() == f.bytes)
                 });
             if !in_l1 {
-                for f in &m.files {
-                    let src = job.l2.open_local(&f.name)?;
-                    let (bytes, crc) = job.l1_chain.put_file(&f.name, &src, &NoProgress)?;
-                    if (bytes, crc) != (f.bytes, f.crc32) {
-                        return Err(Error::corrupt(
-                            &src,
-                            0,
-                            "file",
-                            format!(
-                                "{bytes} bytes with CRC {crc:08x}, the manifest of generation {} says {} bytes with CRC {:08x}",
-                                m.generation, f.bytes, f.crc32
-                            ),
-                        ));
-                    }
-                }
-                job.l1_chain
-                    .put_bytes(&manifest_name(m.generation), &m.encode())?;
+                copy_generation(job.l2.as_ref(), &job.l1_chain, &m, &NoProgress, true)?;
                 l1_index.manifests.insert(m.generation, m.clone());
                 report.recovered.push(format!(
                     "copied generation {} from L2 back to L1",
@@ -627,26 +595,47 @@ pub fn recover(job: &Job, opts: &PushOptions, report: &mut PushReport) -> Result
     })
 }
 
-/// Uploads generation `m` from L1 to L2, data files first. With
-/// `replace_invalid`, L2 holds an invalid manifest of that generation: it is
-/// no generation, and gives way to L1's valid copy (deleted first, because
-/// stores never overwrite a manifest).
-fn upload_generation(job: &Job, m: &Manifest, replace_invalid: bool) -> Result<()> {
+/// Copies generation `m`'s data files from `from` to `to`, checking that
+/// what arrived has the size and CRC its manifest records, then (with
+/// `manifest`) publishes the manifest there: the one copy routine behind
+/// uploads, recovery's copy back to L1 and healing L1 from L2.
+fn copy_generation(
+    from: &dyn Store,
+    to: &dyn Store,
+    m: &Manifest,
+    progress: &dyn Progress,
+    manifest: bool,
+) -> Result<()> {
     for f in &m.files {
-        let src = job.l1_chain.open_local(&f.name)?;
-        let (bytes, crc) = job.l2.put_file(&f.name, &src, job.progress())?;
+        let src = from.open_local(&f.name)?;
+        let (bytes, crc) = to.put_file(&f.name, &src, progress)?;
         if (bytes, crc) != (f.bytes, f.crc32) {
             return Err(Error::corrupt(
                 &src,
                 0,
                 "file",
                 format!(
-                    "{bytes} bytes with CRC {crc:08x}, the manifest of generation {} says {} bytes with CRC {:08x}",
-                    m.generation, f.bytes, f.crc32
+                    "{bytes} bytes with CRC {crc:08x} reached {}, the manifest of generation {} says {} bytes with CRC {:08x}",
+                    to.describe(),
+                    m.generation,
+                    f.bytes,
+                    f.crc32
                 ),
             ));
         }
     }
+    if manifest {
+        to.put_bytes(&manifest_name(m.generation), &m.encode())?;
+    }
+    Ok(())
+}
+
+/// Uploads generation `m` from L1 to L2, data files first. With
+/// `replace_invalid`, L2 holds an invalid manifest of that generation: it is
+/// no generation, and gives way to L1's valid copy (deleted first, because
+/// stores never overwrite a manifest).
+fn upload_generation(job: &Job, m: &Manifest, replace_invalid: bool) -> Result<()> {
+    copy_generation(&job.l1_chain, job.l2.as_ref(), m, job.progress(), false)?;
     if replace_invalid {
         job.l2.delete(&manifest_name(m.generation))?;
     }
