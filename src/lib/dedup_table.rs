@@ -114,7 +114,7 @@
 //! the same CRC-32 with a PCLMULQDQ fold specialised to whole 16-byte blocks
 //! (`crc32_short`), which cut its extra cost on a 32-byte pattern by more
 //! than half: in the Deduplication Unit the two hashers are now within
-//! about 10% of each other (docs/PERFORMANCE.md has the current figures).
+//! about 15% of each other (docs/PERFORMANCE.md has the current figures).
 //! Measured on the development machine (a 2-vCPU Xeon Sapphire Rapids KVM
 //! guest; release build; thread CPU time, best of 3; 32-byte patterns):
 //!
