@@ -124,37 +124,7 @@ impl ChunkedHeader {
     fn decode(path: &Path, kind: Kind, b: &[u8; HEADER_LEN as usize]) -> Result<Self> {
         let le32 = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4"));
         let le64 = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8"));
-        if b[0..8] != kind.magic() {
-            return Err(Error::corrupt(
-                path,
-                0,
-                "magic",
-                format!(
-                    "expected {:?} ({}), found {:?}",
-                    String::from_utf8_lossy(&kind.magic()),
-                    kind.name(),
-                    String::from_utf8_lossy(&b[0..8])
-                ),
-            ));
-        }
-        let version = le32(8);
-        if version != VERSION {
-            return Err(Error::corrupt(
-                path,
-                8,
-                "version",
-                format!("unsupported version {version} (this rexctl reads version {VERSION})"),
-            ));
-        }
-        let (stored, actual) = (le32(56), crc32fast::hash(&b[0..56]));
-        if stored != actual {
-            return Err(Error::corrupt(
-                path,
-                56,
-                "header_crc",
-                format!("stored {stored:#010x}, computed {actual:#010x} over bytes 0..56"),
-            ));
-        }
+        super::check_prefix(path, b, &kind.magic(), kind.name(), VERSION)?;
         for (off, name) in [(48usize, "reserved"), (52, "reserved"), (60, "reserved")] {
             if le32(off) != 0 {
                 return Err(Error::corrupt(path, off as u64, name, "must be 0"));
@@ -236,17 +206,7 @@ impl ChunkedFile {
     pub fn open(path: impl AsRef<Path>, kind: Kind) -> Result<ChunkedFile> {
         let path = path.as_ref();
         let file = File::open(path).ctx(path, "open")?;
-        let actual = file.metadata().ctx(path, "stat")?.len();
-        if actual < HEADER_LEN {
-            return Err(Error::corrupt(
-                path,
-                actual,
-                "header",
-                format!("file is {actual} bytes, shorter than the {HEADER_LEN}-byte header"),
-            ));
-        }
-        let mut hb = [0u8; HEADER_LEN as usize];
-        file.read_exact_at(&mut hb, 0).ctx(path, "read header")?;
+        let (actual, hb) = super::read_header(path, &file)?;
         let header = ChunkedHeader::decode(path, kind, &hb)?;
         let (payload_len, chunks, file_len) = header.layout().ok_or_else(|| {
             Error::corrupt(

@@ -116,37 +116,7 @@ impl IcHeader {
 
     /// Decodes and checks a header read from `path`.
     pub fn decode(path: &Path, b: &[u8; HEADER_LEN as usize]) -> Result<IcHeader> {
-        if b[0..8] != MAGIC {
-            return Err(Error::corrupt(
-                path,
-                0,
-                "magic",
-                format!(
-                    "expected {:?}, found {:?} (not a REX-IC file)",
-                    String::from_utf8_lossy(&MAGIC),
-                    String::from_utf8_lossy(&b[0..8])
-                ),
-            ));
-        }
-        let version = le32(b, 8);
-        if version != VERSION {
-            return Err(Error::corrupt(
-                path,
-                8,
-                "version",
-                format!("unsupported version {version} (this rexctl reads version {VERSION})"),
-            ));
-        }
-        let stored = le32(b, 56);
-        let actual = crc32fast::hash(&b[0..56]);
-        if stored != actual {
-            return Err(Error::corrupt(
-                path,
-                56,
-                "header_crc",
-                format!("stored {stored:#010x}, computed {actual:#010x} over bytes 0..56"),
-            ));
-        }
+        super::check_prefix(path, b, &MAGIC, "a REX-IC file", VERSION)?;
         let flags = le32(b, 24);
         if flags & !FLAG_FULL != 0 {
             return Err(Error::corrupt(
@@ -246,17 +216,7 @@ impl IcMeta {
 
     /// As [`IcMeta::read`], from an already open file.
     pub fn read_from(path: &Path, file: &File) -> Result<IcMeta> {
-        let actual_len = file.metadata().ctx(path, "stat")?.len();
-        if actual_len < HEADER_LEN {
-            return Err(Error::corrupt(
-                path,
-                actual_len,
-                "header",
-                format!("file is {actual_len} bytes, shorter than the {HEADER_LEN}-byte header"),
-            ));
-        }
-        let mut hb = [0u8; HEADER_LEN as usize];
-        file.read_exact_at(&mut hb, 0).ctx(path, "read header")?;
+        let (actual_len, hb) = super::read_header(path, file)?;
         let header = IcHeader::decode(path, &hb)?;
         let layout = header.layout().ok_or_else(|| {
             // Name the field that overflows on its own, page_count first.

@@ -12,3 +12,75 @@ pub mod chunked;
 pub mod ic;
 pub mod manifest;
 pub mod ptable;
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use crate::error::{Error, IoContext, Result};
+
+/// Every rexctl binary format starts with a 64-byte header: an 8-byte magic,
+/// a `u32` version at 8, and a `u32` CRC-32 of bytes 0..56 at 56.
+pub const HEADER_LEN: usize = 64;
+
+/// Reads a file's 64-byte header, after checking the file is long enough.
+/// Returns the file's length and the header.
+pub(crate) fn read_header(path: &Path, file: &File) -> Result<(u64, [u8; HEADER_LEN])> {
+    let len = file.metadata().ctx(path, "stat")?.len();
+    if len < HEADER_LEN as u64 {
+        return Err(Error::corrupt(
+            path,
+            len,
+            "header",
+            format!("file is {len} bytes, shorter than the {HEADER_LEN}-byte header"),
+        ));
+    }
+    let mut b = [0u8; HEADER_LEN];
+    file.read_exact_at(&mut b, 0).ctx(path, "read header")?;
+    Ok((len, b))
+}
+
+/// Checks the common prefix of a header, in the order every read procedure
+/// of docs/FORMAT.md gives: magic (`what` names the format), then version
+/// (before the CRC, so a future version may change the header), then
+/// `header_crc`.
+pub(crate) fn check_prefix(
+    path: &Path,
+    b: &[u8; HEADER_LEN],
+    magic: &[u8; 8],
+    what: &str,
+    version: u32,
+) -> Result<()> {
+    if &b[0..8] != magic {
+        return Err(Error::corrupt(
+            path,
+            0,
+            "magic",
+            format!(
+                "expected {:?} ({what}), found {:?}",
+                String::from_utf8_lossy(magic),
+                String::from_utf8_lossy(&b[0..8])
+            ),
+        ));
+    }
+    let found = u32::from_le_bytes(b[8..12].try_into().expect("4 bytes"));
+    if found != version {
+        return Err(Error::corrupt(
+            path,
+            8,
+            "version",
+            format!("unsupported version {found} (this rexctl reads version {version})"),
+        ));
+    }
+    let stored = u32::from_le_bytes(b[56..60].try_into().expect("4 bytes"));
+    let actual = crc32fast::hash(&b[0..56]);
+    if stored != actual {
+        return Err(Error::corrupt(
+            path,
+            56,
+            "header_crc",
+            format!("stored {stored:#010x}, computed {actual:#010x} over bytes 0..56"),
+        ));
+    }
+    Ok(())
+}

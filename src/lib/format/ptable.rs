@@ -89,50 +89,10 @@ impl PTableDelta {
     pub fn read(path: impl AsRef<Path>) -> Result<PTableDelta> {
         let path = path.as_ref();
         let file = File::open(path).ctx(path, "open")?;
-        let len = file.metadata().ctx(path, "stat")?.len();
-        if len < HEADER_LEN {
-            return Err(Error::corrupt(
-                path,
-                len,
-                "header",
-                format!("file is {len} bytes, shorter than the 64-byte header"),
-            ));
-        }
-        let mut h = [0u8; HEADER_LEN as usize];
-        file.read_exact_at(&mut h, 0).ctx(path, "read header")?;
+        let (len, h) = super::read_header(path, &file)?;
         let le32 = |o: usize| u32::from_le_bytes(h[o..o + 4].try_into().expect("4"));
         let le64 = |o: usize| u64::from_le_bytes(h[o..o + 8].try_into().expect("8"));
-        if h[0..8] != MAGIC {
-            return Err(Error::corrupt(
-                path,
-                0,
-                "magic",
-                format!(
-                    "expected \"REXPT01\\n\" (P-Table), found {:?}",
-                    String::from_utf8_lossy(&h[0..8])
-                ),
-            ));
-        }
-        if le32(8) != VERSION {
-            return Err(Error::corrupt(
-                path,
-                8,
-                "version",
-                format!(
-                    "unsupported version {} (this rexctl reads version {VERSION})",
-                    le32(8)
-                ),
-            ));
-        }
-        let (stored, actual) = (le32(56), crc32fast::hash(&h[0..56]));
-        if stored != actual {
-            return Err(Error::corrupt(
-                path,
-                56,
-                "header_crc",
-                format!("stored {stored:#010x}, computed {actual:#010x} over bytes 0..56"),
-            ));
-        }
+        super::check_prefix(path, &h, &MAGIC, "a P-Table delta", VERSION)?;
         let flags = le32(24);
         if flags & !FLAG_FULL != 0 {
             return Err(Error::corrupt(
