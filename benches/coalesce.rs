@@ -12,7 +12,7 @@ use std::hint::black_box;
 use std::io::Write;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use rexctl::coalesce::CList;
+use rexctl::l1::coalesce::CList;
 use rexctl::format::ic::{IcHeader, IcMeta, encode_meta};
 use rexctl::l1::L1Dir;
 

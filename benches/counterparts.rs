@@ -20,8 +20,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput};
-use rexctl::compare::{self, Input, NAMES, Plan, Workspace};
-use rexctl::workload::{Workload, profile};
+use rexctl::eval::compare::{self, Input, NAMES, Plan, Workspace};
+use rexctl::eval::workload::{Workload, profile};
 
 const PAGES: u64 = 2048;
 const CHECKPOINTS: u64 = 12;

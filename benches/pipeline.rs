@@ -39,15 +39,15 @@ use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
 use criterion::{BenchmarkGroup, Criterion, Throughput, measurement::WallTime};
-use rexctl::chain::{ChainIndex, OpenChain};
-use rexctl::coalesce::CList;
-use rexctl::dedup::{DedupJob, deduplicate};
-use rexctl::dedup_table::{Crc32Hasher, Xxh3Hasher};
+use rexctl::l2::chain::{ChainIndex, OpenChain};
+use rexctl::l1::coalesce::CList;
+use rexctl::l2::dedup::{DedupJob, deduplicate};
+use rexctl::l2::dedup_table::{Crc32Hasher, Xxh3Hasher};
 use rexctl::format::ic::{IcFile, IcMeta};
-use rexctl::push::{Job, PushOptions, push_l2};
-use rexctl::restore::{RestoreOptions, restore_l2};
+use rexctl::l2::push::{Job, PushOptions, push_l2};
+use rexctl::l2::restore::{RestoreOptions, restore_l2};
 use rexctl::store::DirStore;
-use rexctl::workload::{Workload, profile};
+use rexctl::eval::workload::{Workload, profile};
 
 const PAGES: u64 = 8192;
 const CHECKPOINTS: u64 = 12;

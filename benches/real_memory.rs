@@ -1,7 +1,7 @@
 //! Real-memory benchmark: rexctl on checkpoints captured from real
 //! programs, not on the generator's data.
 //!
-//! For each program of `rexctl::capture::programs` that is installed
+//! For each program of `rexctl::eval::capture::programs` that is installed
 //! (`python3` updating a 32 MiB array, `xz -9` compressing text, `sqlite3`
 //! updating an in-memory table; a missing one is skipped with a note), the
 //! setup captures 9 checkpoints, 0.4 s apart, into a temporary L1 directory
@@ -32,13 +32,13 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use criterion::{BatchSize, Criterion, Throughput};
-use rexctl::capture::programs::{Program, find_on_path};
-use rexctl::capture::{Capture, CaptureOptions, DirtyMode, Step};
+use rexctl::eval::capture::programs::{Program, find_on_path};
+use rexctl::eval::capture::{Capture, CaptureOptions, DirtyMode, Step};
 use rexctl::format::ic::IcMeta;
-use rexctl::image::compare_ic_files;
+use rexctl::eval::image::compare_ic_files;
 use rexctl::l1::L1Dir;
-use rexctl::push::{Job, PushOptions, push_l2};
-use rexctl::restore::{RestoreOptions, restore_l2};
+use rexctl::l2::push::{Job, PushOptions, push_l2};
+use rexctl::l2::restore::{RestoreOptions, restore_l2};
 use rexctl::store::DirStore;
 
 const CHECKPOINTS: u64 = 9;

@@ -13,27 +13,13 @@
 //! Incremental Checkpoint Files for Restore-Express Multi-Level
 //! Checkpointing", IEEE TPDS 2018.
 
-pub mod analyze;
-pub mod capture;
-pub mod chain;
-pub mod coalesce;
-pub mod compare;
-pub mod config;
-pub mod controller;
-pub mod dedup;
-pub mod dedup_table;
+pub mod control;
 pub mod durable;
 pub mod error;
-pub mod flush;
+pub mod eval;
 pub mod format;
-pub mod gc;
-pub mod image;
 pub mod l1;
-pub mod lock;
-pub mod push;
-pub mod restore;
-pub mod status;
+pub mod l2;
 pub mod store;
-pub mod workload;
 
 pub use error::{Error, Result};

@@ -7,14 +7,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
-use rexctl::capture::programs::{Program, find_on_path};
-use rexctl::capture::{Capture, CaptureOptions, CaptureState, Step};
-use rexctl::coalesce::CList;
+use rexctl::eval::capture::programs::{Program, find_on_path};
+use rexctl::eval::capture::{Capture, CaptureOptions, CaptureState, Step};
+use rexctl::l1::coalesce::CList;
 use rexctl::format::ic::IcFile;
-use rexctl::image::compare_ic_files;
+use rexctl::eval::image::compare_ic_files;
 use rexctl::l1::L1Dir;
-use rexctl::push::{Job, PushOptions, push_l2};
-use rexctl::restore::{RestoreOptions, restore_l1_l2, restore_l2};
+use rexctl::l2::push::{Job, PushOptions, push_l2};
+use rexctl::l2::restore::{RestoreOptions, restore_l1_l2, restore_l2};
 use rexctl::store::DirStore;
 
 use crate::util::{assert_clean_failure, ok, rexctl};
@@ -53,7 +53,7 @@ for line in sys.stdin:
 const PAGES: u64 = 2048;
 
 fn page_size() -> u64 {
-    rexctl::capture::system_page_size() as u64
+    rexctl::eval::capture::system_page_size() as u64
 }
 
 /// The bytes the child writes into page `i` at `step`.
@@ -127,7 +127,7 @@ impl Drop for Kid {
     }
 }
 
-fn taken(step: Step) -> rexctl::capture::CheckpointReport {
+fn taken(step: Step) -> rexctl::eval::capture::CheckpointReport {
     match step {
         Step::Taken(r) => *r,
         Step::Exited => panic!("the child exited"),
@@ -551,7 +551,7 @@ fn real_program_round_trip(p: Program) {
     assert!(last.live_pages > 256, "{last:?}");
 
     // The analysis reads the chain before it is pushed.
-    let a = rexctl::analyze::analyze(&l1, &rexctl::analyze::AnalyzeOptions::default()).unwrap();
+    let a = rexctl::eval::analyze::analyze(&l1, &rexctl::eval::analyze::AnalyzeOptions::default()).unwrap();
     assert_eq!(a.checkpoints, 5);
     assert!(a.predicted.compression_ratio > 1.0, "{:?}", a.predicted);
 
@@ -626,8 +626,8 @@ fn every_thread_is_stopped_with_either_stop_method() {
         .unwrap();
     assert_eq!(line.trim(), "ready");
     for method in [
-        rexctl::capture::StopMethod::Ptrace,
-        rexctl::capture::StopMethod::Signal,
+        rexctl::eval::capture::StopMethod::Ptrace,
+        rexctl::eval::capture::StopMethod::Signal,
     ] {
         let l1 = d.path().join(format!("l1-{method:?}"));
         let full = d.path().join(format!("full-{method:?}.rexic"));
@@ -648,7 +648,7 @@ fn every_thread_is_stopped_with_either_stop_method() {
         }
         let last = last.unwrap();
         assert!(
-            last.threads >= 5 || method == rexctl::capture::StopMethod::Signal,
+            last.threads >= 5 || method == rexctl::eval::capture::StopMethod::Signal,
             "{last:?}"
         );
         assert!(

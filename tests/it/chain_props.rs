@@ -9,10 +9,10 @@ use std::path::Path;
 
 use proptest::prelude::*;
 use rexctl::format::ic::IcFile;
-use rexctl::push::{HashChoice, Job, PushOptions, push_l2};
-use rexctl::restore::{RestoreOptions, restore_l1_l2, restore_l2};
+use rexctl::l2::push::{HashChoice, Job, PushOptions, push_l2};
+use rexctl::l2::restore::{RestoreOptions, restore_l1_l2, restore_l2};
 use rexctl::store::DirStore;
-use rexctl::workload::{Profile, Workload, profile};
+use rexctl::eval::workload::{Profile, Workload, profile};
 
 type Image = BTreeMap<u64, Vec<u8>>;
 
@@ -129,7 +129,7 @@ fn small(name: &str, page_size: u32, pages: u64) -> Profile {
 
 #[test]
 fn every_profile_restores_every_generation_of_a_ten_generation_chain() {
-    for p in rexctl::workload::profiles() {
+    for p in rexctl::eval::workload::profiles() {
         run(&Scenario {
             profile: small(p.name, 4096, 96),
             seed: 3,

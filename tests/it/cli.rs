@@ -71,7 +71,7 @@ fn every_profile_generates_a_valid_chain_that_coalesces_to_the_truth() {
         ]);
         ok(&["coalesce", s(&l1), "--out", s(&out)]);
         ok(&["inspect", s(&out)]);
-        let diff = rexctl::image::compare_ic_files(&out, &truth).unwrap();
+        let diff = rexctl::eval::image::compare_ic_files(&out, &truth).unwrap();
         assert!(diff.is_equal(), "profile {name}: {diff}");
     }
 }

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use proptest::prelude::*;
-use rexctl::coalesce::CList;
+use rexctl::l1::coalesce::CList;
 use rexctl::format::ic::{DropRange, IcFile, IcMeta, write_ic};
 
 const PS: u32 = 512;

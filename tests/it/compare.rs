@@ -6,12 +6,12 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use rexctl::compare::{
+use rexctl::eval::compare::{
     self, Executor, InProcess, Input, Measured, NAMES, Options, Plan, PushOutcome, RestoreOutcome,
     Status, Workspace, XDELTA3_BUILT, report,
 };
 use rexctl::format::ic::IcFile;
-use rexctl::workload::{Workload, profile, profiles};
+use rexctl::eval::workload::{Workload, profile, profiles};
 
 use crate::util::{ok, run};
 

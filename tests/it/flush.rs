@@ -9,12 +9,12 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Stdio;
 
-use rexctl::chain::ChainIndex;
-use rexctl::controller::{IntervalTable, chi_int};
+use rexctl::l2::chain::ChainIndex;
+use rexctl::control::controller::{IntervalTable, chi_int};
 use rexctl::format::manifest::GenKind;
 use rexctl::l1::L1Dir;
 use rexctl::store::DirStore;
-use rexctl::workload::{Workload, profile};
+use rexctl::eval::workload::{Workload, profile};
 
 use crate::util::{ok, rexctl, run};
 

@@ -14,17 +14,17 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use rexctl::chain::{ChainIndex, OpenChain};
-use rexctl::coalesce::CList;
-use rexctl::dedup::{DedupJob, deduplicate};
-use rexctl::dedup_table::{Crc32Hasher, PatternHash, PatternHasher};
+use rexctl::l2::chain::{ChainIndex, OpenChain};
+use rexctl::l1::coalesce::CList;
+use rexctl::l2::dedup::{DedupJob, deduplicate};
+use rexctl::l2::dedup_table::{Crc32Hasher, PatternHash, PatternHasher};
 use rexctl::format::ic::IcMeta;
 use rexctl::format::manifest::{FORMAT, GenKind, Manifest, Timings, manifest_name};
-use rexctl::image::compare_ic_files;
+use rexctl::eval::image::compare_ic_files;
 use rexctl::l1::{L1Dir, list_ic_files};
-use rexctl::restore::{RestoreOptions, restore_l2};
+use rexctl::l2::restore::{RestoreOptions, restore_l2};
 use rexctl::store::{DirStore, Store};
-use rexctl::workload::{Workload, profile};
+use rexctl::eval::workload::{Workload, profile};
 
 use crate::util::rexctl;
 
@@ -226,7 +226,7 @@ fn assert_clean(l1: &Path, l2: &Path, ctx: &str) {
             idx.invalid
         );
         for n in names_in(&dir) {
-            if let Some(g) = rexctl::push::generation_of(&n) {
+            if let Some(g) = rexctl::l2::push::generation_of(&n) {
                 assert!(
                     idx.manifests.contains_key(&g),
                     "{ctx}: {n} in {} belongs to no generation (no manifest for generation {g}); files: {:?}",
@@ -1215,7 +1215,7 @@ fn push_while_locked_is_busy_and_harmless() {
     let before_l2 = names_in(&l2);
     let before_l1 = names_in(&l1);
     {
-        let _lock = rexctl::lock::JobLock::acquire(&l1, "l2_faults test").unwrap();
+        let _lock = rexctl::l1::lock::JobLock::acquire(&l1, "l2_faults test").unwrap();
         let out = rex(&push_args(&l1, &l2, &[]), None);
         crate::util::assert_clean_failure(
             &out,

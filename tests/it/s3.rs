@@ -22,10 +22,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
-use rexctl::config::{S3Settings, Secret, StoreSettings};
-use rexctl::image::compare_ic_files;
+use rexctl::control::config::{S3Settings, Secret, StoreSettings};
+use rexctl::eval::image::compare_ic_files;
 use rexctl::store::{Store, open_l2};
-use rexctl::workload::{Workload, profile};
+use rexctl::eval::workload::{Workload, profile};
 use server::S3Server;
 
 use crate::util::rexctl;
@@ -348,7 +348,7 @@ fn conformance(job: &Job) {
     assert_eq!(json_names(&r, "deleted"), ["g00000099.rps"], "{r}");
     assert!(job.names().contains("g00000099.rps"), "a dry run deleted");
     {
-        let _lock = rexctl::lock::JobLock::acquire(&job.l1, "conformance test").unwrap();
+        let _lock = rexctl::l1::lock::JobLock::acquire(&job.l1, "conformance test").unwrap();
         let out = job.run(&["gc", "--l2", &l2, "--l1", s(&job.l1), "--grace", "0"]);
         assert_fails(
             &out,
@@ -499,11 +499,11 @@ fn s3_multipart_upload_restores_exactly_and_leaves_nothing_behind() {
         "a 4-page restore fetched {fetched} bytes of a {rps}-byte RPS"
     );
     let whole = job.work.join("part-whole.rexic");
-    let opts = rexctl::restore::RestoreOptions {
-        pages: Some(rexctl::restore::parse_page_ranges(&ranges).unwrap()),
+    let opts = rexctl::l2::restore::RestoreOptions {
+        pages: Some(rexctl::l2::restore::parse_page_ranges(&ranges).unwrap()),
         ..Default::default()
     };
-    rexctl::restore::restore_l2(job.store().as_ref(), &opts, &whole).unwrap();
+    rexctl::l2::restore::restore_l2(job.store().as_ref(), &opts, &whole).unwrap();
     assert!(compare_ic_files(&part, &whole).unwrap().is_equal());
     eprintln!("4-page restore fetched {fetched} bytes (RPS {rps} bytes)");
 }

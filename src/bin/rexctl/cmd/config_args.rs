@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use rexctl::config::{Config, ConfigLayer, StoreSettings};
+use rexctl::control::config::{Config, ConfigLayer, StoreSettings};
 use rexctl::store::Store;
 
 /// The job and controller settings a command line may override.

@@ -1,18 +1,8 @@
-//! One module per subcommand.
+//! One module per subcommand, grouped like the library's layers.
 
-pub mod analyze;
-pub mod capture;
-pub mod coalesce;
-pub mod compare;
 pub mod config_args;
-pub mod demo;
-pub mod flush;
-pub mod gc;
-pub mod generate;
-pub mod inspect;
+pub mod control;
+pub mod eval;
+pub mod l1;
+pub mod l2;
 pub mod man;
-pub mod plan;
-pub mod push;
-pub mod restore;
-pub mod status;
-pub mod verify;

@@ -1,0 +1,122 @@
+//! `rexctl flush`: the cron entry point.
+
+use std::sync::Arc;
+
+use rexctl::control::flush::{Decision, FlushReport, flush};
+use rexctl::l2::push::Job;
+
+use crate::cmd::config_args::ConfigArgs;
+use crate::ui;
+
+/// Push an L2 checkpoint if one is due: meant to run from cron or a systemd
+/// timer every minute or so.
+///
+/// Takes the job's lock without waiting (a concurrent flush exits 4 and says
+/// who holds it; a lock left by a dead process is free again), recovers from
+/// any interrupted push, and asks the controller whether an L2 checkpoint is
+/// due (at least [chi] pending L1 checkpoints, chi interpolated from the
+/// interval table at the job's IC and CR; or the oldest pending checkpoint
+/// too old, or too many pending bytes) and whether it must be a complete
+/// coalescence (cost rule, pointer space, chain length). Prints one line per
+/// run, with the bytes uploaded and the throughput when it pushed (and a
+/// progress bar on a terminal). Exit status 0 when pushed or nothing was
+/// due. The L2 location may be a bucket (s3://BUCKET/PREFIX), see
+/// rex.toml(5).
+///
+/// Example crontab line:
+///   * * * * * rexctl flush --config /etc/rex/job42.toml >>/var/log/rex-job42.log 2>&1
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(flatten)]
+    cfg: ConfigArgs,
+    /// Explain the decision without acting.
+    #[arg(long)]
+    dry_run: bool,
+    /// Print a JSON object instead of a line.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(a: Args) -> anyhow::Result<i32> {
+    let cfg = a.cfg.load()?;
+    let pb = ui::spinner("flush");
+    let l2 = rexctl::store::open_l2(&cfg.l2, &cfg.store, true)?;
+    let job = Job::open(&cfg.l1, l2)?.with_progress(Arc::new(ui::UploadBar::new(pb.clone())));
+    let report = flush(&job, &cfg, a.dry_run);
+    pb.finish_and_clear();
+    let report = report.map_err(|e| job.l2.public_error(e))?;
+    if a.json {
+        ui::print_json(&report)?;
+    } else {
+        println!("{}", line(&report));
+    }
+    Ok(0)
+}
+
+/// The inputs of a decision, as a short text.
+pub fn inputs(d: &Decision) -> String {
+    let mut s = format!(
+        "IC {:.3}, CR {:.2}, chi {:.2}, [chi] {}, pending {}",
+        d.ic, d.cr, d.chi, d.chi_int, d.pending
+    );
+    if let Some(r) = &d.rule {
+        s.push_str(&format!(
+            "; n {}, threshold {:.1} (Psi {:.3}s, C {:.3}s, delta {:.3}s, T {:.0}s, M {:.0}s, p {:.5})",
+            d.n, r.threshold, r.psi, r.c, r.delta, r.t, r.m, r.p
+        ));
+    }
+    s
+}
+
+fn line(r: &FlushReport) -> String {
+    let d = &r.decision;
+    let mut prefix = String::new();
+    for note in &r.recovered {
+        prefix.push_str(&format!("recovered: {note}\n"));
+    }
+    let kind = if d.full {
+        format!(
+            "complete coalescence ({})",
+            d.full_reason.as_deref().unwrap_or("")
+        )
+    } else {
+        "ΔRPS".into()
+    };
+    match (&r.push, r.dry_run, d.due) {
+        (Some(p), _, _) => {
+            let Some(m) = &p.manifest else {
+                return format!(
+                    "{prefix}flush: due ({}) but nothing to push; {}",
+                    d.reason,
+                    inputs(d)
+                );
+            };
+            format!(
+                "{prefix}flush: pushed generation {} as {kind}: {}; {}; seq {}..={}, {} -> {} (ratio {:.2}), uploaded {} in {:.3}s ({:.0} MB/s); {:.3}s in all",
+                m.generation,
+                d.reason,
+                inputs(d),
+                m.first_seq,
+                m.last_seq,
+                ui::bytes(m.bytes_in),
+                ui::bytes(m.bytes_out),
+                m.compression_ratio,
+                ui::bytes(m.bytes_out),
+                m.timings.upload_s,
+                ui::mbps(m.bytes_out, m.timings.upload_s),
+                r.seconds
+            )
+        }
+        (None, true, true) => format!(
+            "{prefix}flush --dry-run: would push a {kind}: {}; {}",
+            d.reason,
+            inputs(d)
+        ),
+        _ => format!(
+            "{prefix}flush{}: nothing due: {}; {}",
+            if r.dry_run { " --dry-run" } else { "" },
+            d.reason,
+            inputs(d)
+        ),
+    }
+}

@@ -1,0 +1,182 @@
+//! `rexctl analyze`: the paper's motivation figures on a job's own L1
+//! checkpoints, and what REX would make of them.
+
+use std::path::PathBuf;
+
+use rexctl::eval::analyze::{Analysis, AnalyzeOptions, analyze, write_svg};
+
+use crate::ui;
+
+/// Tell what REX will buy on your own checkpoints: the paper's motivation
+/// figures (Sigdel & Tzeng, §2) computed on an L1 directory, with the
+/// compression ratio rexctl's pipeline achieves on it and the controller's
+/// L2 interval.
+///
+/// The directory is read as chains: a FULL checkpoint, pushed to L2 on its
+/// own, then its incrementals in batches of B (the controller's [chi], or
+/// --batch).
+///
+/// Fig. 1 (what coalescing saves): for the j-th incremental of a batch, the
+/// share of its pages that an earlier incremental of the same batch also
+/// carried; coalescing keeps only the last copy.
+///
+/// Fig. 2 (what page-aware deduplication saves): for batch sizes 2 and 4,
+/// the share of the 32-byte patterns of every rewritten page (written by a
+/// batch, live at the previous L2 checkpoint) found in the page's previous
+/// L2 version; anywhere in the page (what the Deduplication Unit finds) and
+/// at the same offset.
+///
+/// Fig. 3: each incremental's size over the full size at that checkpoint:
+/// mean, standard deviation, min and max.
+///
+/// Prediction: the checkpoints are pushed with rexctl's real pipeline
+/// (coalesce, deduplicate) into a scratch directory (hard links, removed
+/// afterwards), and the compression ratio achieved is reported with
+/// chi = f(IC, CR) from the interval table and [chi]. Without --batch, the
+/// batch size is found the way the controller would: start from CR = 2,
+/// push, recompute [chi] from the ratio achieved, repeat until it settles.
+///
+/// Run it on a capture directory before pushing from it: push-l2 deletes
+/// the IC files it has pushed. --svg draws the figures as one chart.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The L1 directory holding the REX-IC files.
+    l1dir: PathBuf,
+    /// Print the analysis as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Also draw the figures into FILE as an SVG chart.
+    #[arg(long, value_name = "FILE")]
+    svg: Option<PathBuf>,
+    /// Incrementals per L2 checkpoint for Fig. 1 and the prediction
+    /// (default: the controller's [chi]).
+    #[arg(long, value_name = "N")]
+    batch: Option<u64>,
+    /// Pattern size in bytes for Fig. 2 and the pipeline.
+    #[arg(long, value_name = "BYTES", default_value_t = 32)]
+    pattern_size: u32,
+    /// Do not run the pipeline: assume a compression ratio of 2 (the
+    /// controller's value before any L2 checkpoint) and write nothing.
+    #[arg(long)]
+    no_pipeline: bool,
+    /// Scratch directory for the pipeline (default: a hidden directory in
+    /// the L1 directory, where the IC files are hard links that cost no
+    /// space, else the system's temporary directory). It is removed at the
+    /// end.
+    #[arg(long, value_name = "DIR")]
+    work: Option<PathBuf>,
+}
+
+pub fn run(a: Args) -> anyhow::Result<i32> {
+    let opts = AnalyzeOptions {
+        batch: a.batch,
+        pattern_size: a.pattern_size,
+        pipeline: !a.no_pipeline,
+        work: a.work.clone(),
+        ..Default::default()
+    };
+    let pb = ui::spinner("analyze");
+    let r = analyze(&a.l1dir, &opts);
+    pb.finish_and_clear();
+    let r = r?;
+    if let Some(svg) = &a.svg {
+        write_svg(&r, svg)?;
+    }
+    if a.json {
+        ui::print_json(&r)?;
+    } else {
+        print_human(&r);
+        if let Some(svg) = &a.svg {
+            println!("chart: {}", svg.display());
+        }
+    }
+    Ok(0)
+}
+
+fn print_human(r: &Analysis) {
+    println!(
+        "{}: {} checkpoint{} in {} chain{} ({}), {} live pages of {} bytes at the end",
+        r.l1.display(),
+        r.checkpoints,
+        if r.checkpoints == 1 { "" } else { "s" },
+        r.chains,
+        if r.chains == 1 { "" } else { "s" },
+        ui::bytes(r.bytes),
+        r.last_live_pages,
+        r.page_size
+    );
+    let f1 = &r.fig1;
+    println!(
+        "\nFig. 1  pages of the j-th incremental already dirty earlier in its batch (B = {}, {}, {} batches)",
+        f1.batch,
+        if r.batch_source == "option" {
+            "--batch"
+        } else {
+            "the controller's [chi]"
+        },
+        f1.batches
+    );
+    for p in f1.by_position.iter().filter(|p| p.j >= 2) {
+        println!(
+            "        j = {:<2}  {:>6}   (min {}, max {}, {} batches)",
+            p.j,
+            ui::pct(p.mean),
+            ui::pct(p.min),
+            ui::pct(p.max),
+            p.samples
+        );
+    }
+    if f1.by_position.iter().all(|p| p.j < 2) {
+        println!("        (no batch has two incrementals)");
+    }
+    println!(
+        "        coalescing skips {} of {} page copies ({})",
+        f1.pages_skipped,
+        f1.pages_carried,
+        ui::pct(f1.skipped_share)
+    );
+    println!("\nFig. 2  32-byte patterns of rewritten pages repeated from the previous L2 version");
+    for f in &r.fig2 {
+        println!(
+            "        ICB = {}  {:>6} anywhere in the page, {} at the same offset  ({} pages over {} L2 checkpoints)",
+            f.batch,
+            ui::pct(f.share),
+            ui::pct(f.same_offset_share),
+            f.rewritten_pages,
+            f.l2_checkpoints
+        );
+    }
+    let f3 = &r.fig3;
+    println!(
+        "\nFig. 3  incremental size / full size: mean {}, sd {} (variance sd/mean {}), min {}, max {}, {} incrementals",
+        ui::pct(f3.mean),
+        ui::pct(f3.stddev),
+        ui::pct(f3.variation),
+        ui::pct(f3.min),
+        ui::pct(f3.max),
+        f3.ratios.len()
+    );
+    let p = &r.predicted;
+    println!();
+    if p.source == "pipeline" {
+        println!(
+            "Pipeline  batches of {}: {} of IC files -> {} in L2 over {} generations: compression ratio {:.2} (full {}, Δ {}) in {:.2} s",
+            p.batch,
+            ui::bytes(p.bytes_in),
+            ui::bytes(p.bytes_out),
+            p.generations,
+            p.compression_ratio,
+            p.full_compression_ratio
+                .map_or("-".into(), |c| format!("{c:.2}")),
+            p.delta_compression_ratio
+                .map_or("-".into(), |c| format!("{c:.2}")),
+            p.seconds
+        );
+    } else {
+        println!("Pipeline  not run (--no-pipeline): compression ratio assumed to be 2");
+    }
+    println!(
+        "Controller  IC {:.3}, CR {:.2}: chi = {:.2}, [chi] = {} L1 checkpoints per L2 checkpoint",
+        p.ic, p.compression_ratio, p.chi, p.chi_int
+    );
+}

@@ -1,0 +1,325 @@
+//! `rexctl capture`: real L1 checkpoints of a live process.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::bail;
+use rexctl::eval::capture::{
+    AfterCapture, Capture, CaptureOptions, CheckpointReport, DirtyMode, Ended, RunOptions,
+    RunReport, StopMethod, capture_command, interrupt_flag, run as run_capture,
+};
+use serde::Serialize;
+
+use crate::ui;
+
+/// Take real L1 checkpoints of a running program: try rexctl on your own
+/// program before adopting it.
+///
+/// Every --interval seconds, rexctl stops the process, reads the present
+/// pages of its writable private mappings (/proc/PID/maps, /proc/PID/pagemap,
+/// process_vm_readv), resumes it, and writes the pages that changed since
+/// the previous checkpoint as a REX-IC file into the L1 directory: the first
+/// checkpoint FULL, the next ones incremental, with drop ranges for pages
+/// that are gone. Page number = virtual address / page size. The result is
+/// an L1 directory like a job's own, for `rexctl analyze`, `push-l2`,
+/// `restore` and `flush`.
+///
+/// Start the program under rexctl (`-- CMD ARGS...`; rexctl waits for it to
+/// exit after the last checkpoint) or attach to a running one (--pid). The
+/// first checkpoint is taken one interval after the start.
+///
+/// The stop time (what the program pays) is measured from the stop to the
+/// resume and reported per checkpoint and in total. The process is stopped
+/// with PTRACE_SEIZE + PTRACE_INTERRUPT on every thread (invisible to its
+/// parent, detached again right after the read), or with SIGSTOP/SIGCONT
+/// (--stop signal, for a process a debugger already traces). While it is
+/// stopped, pages are read with large vectored reads, hashed (XXH3) and the
+/// changed ones copied to memory; the file is written after the process has
+/// resumed. rexctl needs memory for the pages of one checkpoint (all of them
+/// for the FULL one).
+///
+/// Dirty pages are found with the kernel's soft-dirty bits when it has them
+/// (CONFIG_MEM_SOFT_DIRTY), else by comparing each page's hash with the
+/// previous checkpoint's. The hashes are kept in L1/.capture-state, so a
+/// capture restarted on the same process continues its chain; a capture of
+/// another process (or a new `-- CMD`, or --full) starts a new chain with a
+/// FULL checkpoint at the next seq.
+///
+/// If the program exits, the capture ends with the checkpoints taken so far
+/// (exit status 0); a checkpoint it interrupts is discarded, nothing partial
+/// is published and the chain stays valid. Ctrl-C ends the capture after the
+/// checkpoint in progress.
+///
+/// Only the process itself (all of its threads) is captured, not the
+/// processes it starts, and only its private memory: shared mappings
+/// (MAP_SHARED, System V shared memory) are left out. A program started
+/// with `-- CMD` writes to the same terminal as rexctl; with --json,
+/// redirect its output (`-- sh -c 'exec prog >prog.log'`).
+///
+/// Permissions: rexctl needs ptrace access to the process: the same user
+/// with ptrace allowed (kernel.yama.ptrace_scope 0, or 1 for a program
+/// rexctl starts itself), or CAP_SYS_PTRACE (root). The kernel must provide
+/// /proc/PID/pagemap.
+///
+/// Try rexctl on your own program: take a dozen checkpoints, see what REX
+/// would buy, push them to L2 and restore the image:
+///
+///     rexctl capture --l1 ckpt --interval 2 --count 12 -- ./my-simulation input.dat
+///
+///     rexctl analyze ckpt --svg ckpt.svg
+///
+///     rexctl push-l2 --l1 ckpt --l2 l2
+///
+///     rexctl restore --l2 l2 --out image.rexic
+///
+/// Or attach to a running process: rexctl capture --l1 ckpt --interval 5 --pid 4242
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The L1 directory to write the checkpoints into (created if missing).
+    #[arg(long, value_name = "DIR")]
+    l1: PathBuf,
+    /// Seconds between checkpoints (decimals allowed: 0.5).
+    #[arg(long, value_name = "SECS")]
+    interval: f64,
+    /// Stop after N checkpoints (default: until the program exits or Ctrl-C).
+    #[arg(long, value_name = "N")]
+    count: Option<u64>,
+    /// Capture the running process PID.
+    #[arg(
+        long,
+        value_name = "PID",
+        conflicts_with = "command",
+        required_unless_present = "command"
+    )]
+    pid: Option<u32>,
+    /// How dirty pages are found: soft-dirty bits when the kernel has them
+    /// (auto), page hashes (hash), or soft-dirty bits only (soft-dirty).
+    #[arg(long, value_enum, default_value_t = DirtyMode::Auto)]
+    dirty: DirtyMode,
+    /// How the process is stopped at each checkpoint.
+    #[arg(long, value_enum, default_value_t = StopMethod::Ptrace)]
+    stop: StopMethod,
+    /// Start a new chain with a FULL checkpoint even if this process's chain
+    /// could be continued.
+    #[arg(long)]
+    full: bool,
+    /// Give up a checkpoint when the process has not stopped after SECS.
+    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
+    stop_timeout: f64,
+    /// Threads that read and hash pages while the process is stopped
+    /// (default: up to 4, as the machine allows; one for small processes).
+    #[arg(long, value_name = "N", default_value_t = 0, hide_default_value = true)]
+    threads: usize,
+    /// Print one JSON object at the end instead of a line per checkpoint.
+    #[arg(long)]
+    json: bool,
+    /// The program to start and capture, after `--`.
+    #[arg(last = true, value_name = "CMD", num_args = 1..)]
+    command: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct Output<'a> {
+    #[serde(flatten)]
+    run: &'a RunReport,
+    exit: Option<String>,
+}
+
+fn secs(name: &str, v: f64) -> anyhow::Result<Duration> {
+    if !v.is_finite() || v <= 0.0 || v > 1e9 {
+        return Err(rexctl::Error::Invalid(format!(
+            "--{name} {v}: must be a positive number of seconds"
+        ))
+        .into());
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
+fn ms(s: f64) -> String {
+    format!("{:.1} ms", s * 1e3)
+}
+
+fn line(c: &CheckpointReport) -> String {
+    let what = if c.full {
+        format!(
+            "seq {} FULL: {} pages ({})",
+            c.seq,
+            c.pages,
+            ui::bytes(c.data_bytes)
+        )
+    } else {
+        let mut s = format!(
+            "seq {}: {} pages ({}; {} new, {} changed)",
+            c.seq,
+            c.pages,
+            ui::bytes(c.data_bytes),
+            c.new_pages,
+            c.changed_pages
+        );
+        if c.dropped_pages > 0 {
+            s.push_str(&format!(
+                ", {} dropped in {} range{}",
+                c.dropped_pages,
+                c.drop_ranges,
+                if c.drop_ranges == 1 { "" } else { "s" }
+            ));
+        }
+        s
+    };
+    let mut s = format!(
+        "{what} of {} live; stopped {} (stop {}, pagemap {}, read+hash {}{}, resume {}; {} thread{})",
+        c.live_pages,
+        ms(c.stop.total_s),
+        ms(c.stop.stop_s),
+        ms(c.stop.pagemap_s),
+        ms(c.stop.read_s),
+        if c.scan_threads > 1 {
+            format!(" by {} threads", c.scan_threads)
+        } else {
+            String::new()
+        },
+        ms(c.stop.resume_s),
+        c.threads,
+        if c.threads == 1 { "" } else { "s" }
+    );
+    if c.unreadable_pages > 0 {
+        s.push_str(&format!(
+            "; {} unreadable pages left out",
+            c.unreadable_pages
+        ));
+    }
+    s.push_str(&format!(
+        "; wrote {} ({}) in {}",
+        c.path
+            .file_name()
+            .map(|n| n.to_string_lossy())
+            .unwrap_or_default(),
+        ui::bytes(c.file_bytes),
+        ms(c.write_s)
+    ));
+    s
+}
+
+pub fn run(a: Args) -> anyhow::Result<i32> {
+    let interval = secs("interval", a.interval)?;
+    let stop_timeout = secs("stop-timeout", a.stop_timeout)?;
+    if a.count == Some(0) {
+        bail!(rexctl::Error::Invalid("--count must be at least 1".into()));
+    }
+    let copts = CaptureOptions {
+        dirty: a.dirty,
+        stop: a.stop,
+        full: a.full,
+        stop_timeout,
+        threads: a.threads,
+    };
+    let ropts = RunOptions {
+        interval,
+        count: a.count,
+        full_copy: None,
+        interrupt: Some(interrupt_flag()),
+    };
+    let human = !a.json;
+    let count = a.count;
+    let mut taken = 0u64;
+    let mut on_checkpoint = |c: &CheckpointReport| {
+        taken += 1;
+        if human {
+            println!("{}", line(c));
+            if count == Some(taken) && a.pid.is_none() {
+                println!("capture done; waiting for the program to exit (Ctrl-C to stop waiting)");
+            }
+        }
+    };
+    let (report, exit) = match a.pid {
+        Some(pid) => {
+            let mut cap = Capture::attach(pid, &a.l1, copts)?;
+            if human {
+                header(&cap, &a, interval);
+            }
+            (run_capture(&mut cap, &ropts, on_checkpoint)?, None)
+        }
+        None => {
+            let mut cmd = std::process::Command::new(&a.command[0]);
+            cmd.args(&a.command[1..]);
+            let on_attach = |cap: &Capture| {
+                if human {
+                    header(cap, &a, interval);
+                }
+            };
+            let r = capture_command(
+                &mut cmd,
+                &a.l1,
+                copts,
+                &ropts,
+                AfterCapture::Wait,
+                on_attach,
+                &mut on_checkpoint,
+            )?;
+            (r.run, r.exit)
+        }
+    };
+    if a.json {
+        ui::print_json(&Output { run: &report, exit })?;
+        return Ok(0);
+    }
+    let n = report.checkpoints.len();
+    let how = match report.ended {
+        Ended::Count => "count reached".to_string(),
+        Ended::Exited => format!(
+            "the process exited after {n} checkpoint{}",
+            if n == 1 { "" } else { "s" }
+        ),
+        Ended::Interrupted => "interrupted".to_string(),
+    };
+    if n == 0 {
+        println!("no checkpoint taken ({how})");
+    } else {
+        let s = &report.stop;
+        println!(
+            "{n} checkpoint{} (seq {}..={}), {} written; stop time mean {}{}, max {}, total {}; {how}",
+            if n == 1 { "" } else { "s" },
+            report.checkpoints[0].seq,
+            report.checkpoints[n - 1].seq,
+            ui::bytes(report.bytes_written),
+            ms(s.mean_s),
+            s.incremental_mean_s
+                .map(|m| format!(" ({} for incrementals)", ms(m)))
+                .unwrap_or_default(),
+            ms(s.max_s),
+            ms(s.total_s)
+        );
+    }
+    if let Some(e) = exit {
+        println!("program: {e}");
+    }
+    Ok(0)
+}
+
+fn method(m: StopMethod) -> &'static str {
+    match m {
+        StopMethod::Ptrace => "ptrace",
+        StopMethod::Signal => "SIGSTOP/SIGCONT",
+    }
+}
+
+fn header(cap: &Capture, a: &Args, interval: Duration) {
+    let p = cap.process();
+    println!(
+        "capturing pid {} ({}) into {} every {:?}{}; dirty pages by {}, stops by {}",
+        p.pid,
+        if p.command.is_empty() {
+            "?"
+        } else {
+            &p.command
+        },
+        a.l1.display(),
+        interval,
+        a.count
+            .map(|n| format!(", {n} checkpoints"))
+            .unwrap_or_default(),
+        cap.dirty_detection(),
+        method(cap.stop_method())
+    );
+    println!("{}", cap.start_note());
+}

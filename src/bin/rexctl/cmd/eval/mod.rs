@@ -1,0 +1,7 @@
+//! Evaluation subcommands: `gen`, `demo`, `capture`, `analyze`, `compare`.
+
+pub mod analyze;
+pub mod capture;
+pub mod compare;
+pub mod demo;
+pub mod generate;

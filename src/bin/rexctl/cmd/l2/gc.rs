@@ -1,0 +1,107 @@
+//! `rexctl gc`: remove the L2 objects no manifest references.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use rexctl::l2::gc::{DEFAULT_GRACE, GcOptions, gc};
+
+use crate::cmd::config_args::StoreArgs;
+use crate::ui;
+
+/// Remove the L2 objects that no manifest references.
+///
+/// Those are data files left by pushes that crashed before their commit
+/// point, or by interrupted prunes, and multipart uploads left unfinished
+/// (their parts are billed but invisible). Only objects of the form
+/// g<digits>.<anything> are considered; every manifest, every file a valid
+/// manifest names, and every object of a generation whose manifest is
+/// invalid (evidence) are kept.
+///
+/// An object is deleted only once it is older than the grace period (an
+/// hour by default), which covers the uploads of pushes in progress on
+/// other nodes that share the bucket: a push writes its manifest right
+/// after its data files. With --l1, gc also takes the job's lock without
+/// waiting, and exits 4 while a push holds it.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The L2 location: a directory, file:///DIR or s3://BUCKET/PREFIX.
+    #[arg(long, value_name = "URL")]
+    l2: PathBuf,
+    /// The job's L1 directory: hold its lock while collecting.
+    #[arg(long)]
+    l1: Option<PathBuf>,
+    /// Grace period: only objects at least this old are deleted, seconds.
+    #[arg(long, value_name = "SECS", default_value_t = DEFAULT_GRACE.as_secs_f64())]
+    grace: f64,
+    /// Show what would be deleted; delete nothing.
+    #[arg(long)]
+    dry_run: bool,
+    #[command(flatten)]
+    store: StoreArgs,
+    /// Print a JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(a: Args) -> anyhow::Result<i32> {
+    if !(a.grace.is_finite() && a.grace >= 0.0) {
+        return Err(rexctl::Error::Invalid(format!(
+            "--grace {} must be a number of seconds, at least 0",
+            a.grace
+        ))
+        .into());
+    }
+    let opts = GcOptions {
+        grace: Duration::from_secs_f64(a.grace),
+        dry_run: a.dry_run,
+    };
+    let store = a.store.open(&a.l2, false)?;
+    let pb = ui::spinner("collecting");
+    let r = gc(store.as_ref(), a.l1.as_deref(), &opts);
+    pb.finish_and_clear();
+    let r = r.map_err(|e| store.public_error(e))?;
+    if a.json {
+        ui::print_json(&r)?;
+        return Ok(0);
+    }
+    let verb = if r.dry_run { "would delete" } else { "deleted" };
+    for o in &r.deleted {
+        println!(
+            "{verb} {} ({}, {})",
+            o.name,
+            ui::bytes(o.bytes),
+            o.age_s
+                .map(|s| format!("{s:.0} s old"))
+                .unwrap_or_else(|| "age unknown".into())
+        );
+    }
+    for o in &r.young {
+        println!(
+            "kept {} (unreferenced, but younger than the grace period: {})",
+            o.name,
+            o.age_s
+                .map(|s| format!("{s:.0} s old"))
+                .unwrap_or_else(|| "age unknown".into())
+        );
+    }
+    for o in &r.evidence {
+        println!(
+            "kept {} (its generation's manifest is invalid: evidence)",
+            o.name
+        );
+    }
+    for n in &r.aborted_uploads {
+        println!("{n}");
+    }
+    println!(
+        "gc {}: {verb} {} objects ({}), kept {} referenced, {} young, {} evidence; grace {:.0} s",
+        r.store,
+        r.deleted.len(),
+        ui::bytes(r.bytes_freed),
+        r.referenced,
+        r.young.len(),
+        r.evidence.len(),
+        r.grace_s
+    );
+    Ok(0)
+}

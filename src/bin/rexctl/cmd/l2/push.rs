@@ -1,0 +1,118 @@
+//! `rexctl push-l2`: coalesce, deduplicate and publish the pending batch.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use rexctl::l2::push::{HashChoice, Job, PushOptions, PushReport, push_l2};
+
+use crate::cmd::config_args::StoreArgs;
+use crate::ui;
+
+/// Coalesce the pending L1 checkpoints, deduplicate them page by page, and
+/// publish a new L2 generation (it then replaces those checkpoints in L1).
+///
+/// The first push, a batch holding a FULL checkpoint, or `--full` makes a
+/// complete coalescence (a fresh full RPS starting a new chain); otherwise
+/// the generation is a ΔRPS on top of the newest one. A push first recovers
+/// from any interrupted push. Exits 4 when another rexctl holds the job's
+/// lock.
+///
+/// The L2 location is a directory (created if missing), file:///DIR, or
+/// s3://BUCKET/PREFIX, where the job's objects go under PREFIX/JOB/RANK/
+/// (endpoint, region and credentials from the AWS_* variables or
+/// rex.toml(5)). Large objects go up as multipart uploads, a few parts at a
+/// time, with a progress bar on a terminal; the summary line gives the bytes
+/// uploaded and the throughput.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The job's L1 directory (REX-IC files; the chain's local copy is kept
+    /// in its `rex/` subdirectory).
+    #[arg(long)]
+    l1: PathBuf,
+    /// The L2 location: a directory (created if missing), file:///DIR or
+    /// s3://BUCKET/PREFIX.
+    #[arg(long, value_name = "URL")]
+    l2: PathBuf,
+    #[command(flatten)]
+    store: StoreArgs,
+    /// Force a complete coalescence: a fresh full RPS and a new chain.
+    #[arg(long)]
+    full: bool,
+    /// Pattern size in bytes for a new chain (16, 32, 64, 128, ...).
+    #[arg(long, default_value_t = 32)]
+    pattern_size: u32,
+    /// Hash functions of the DeD-Table.
+    #[arg(long, value_enum, default_value_t = HashChoice::Crc32)]
+    hash: HashChoice,
+    /// Chains to keep in L2 after a complete coalescence.
+    #[arg(long, default_value_t = 2)]
+    keep_chains: usize,
+    /// Print a JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(a: Args) -> anyhow::Result<i32> {
+    let pb = ui::spinner("coalescing, deduplicating and pushing");
+    let job = Job::open(&a.l1, a.store.open(&a.l2, true)?)?
+        .with_progress(Arc::new(ui::UploadBar::new(pb.clone())));
+    let opts = PushOptions {
+        pattern_size: a.pattern_size,
+        full: a.full,
+        keep_chains_l2: a.keep_chains,
+        keep_chains_l1: 1,
+        hash: a.hash,
+    };
+    let report = push_l2(&job, &opts);
+    pb.finish_and_clear();
+    let report = report.map_err(|e| job.l2.public_error(e))?;
+    if a.json {
+        ui::print_json(&report)?;
+    } else {
+        print_human(&report);
+    }
+    Ok(0)
+}
+
+/// One summary line (plus recovery notes) for a push.
+pub fn print_human(r: &PushReport) {
+    for note in &r.recovered {
+        println!("recovered: {note}");
+    }
+    let Some(m) = &r.manifest else {
+        println!("nothing to push: no pending L1 checkpoint");
+        return;
+    };
+    let d = r.dedup.as_ref().expect("dedup with manifest");
+    let mbps = ui::mbps;
+    println!(
+        "pushed generation {} ({}{}, seq {}..={}): {} pages ({} live), {} in -> {} out, ratio {:.2}; dedup {:.3}s ({:.0} MB/s), uploaded {} in {:.3}s ({:.0} MB/s); {} L1 checkpoints replaced{}",
+        m.generation,
+        match m.kind {
+            rexctl::format::manifest::GenKind::Full => "full RPS",
+            rexctl::format::manifest::GenKind::Delta => "ΔRPS",
+        },
+        r.full_reason
+            .as_ref()
+            .map(|w| format!(": {w}"))
+            .unwrap_or_default(),
+        m.first_seq,
+        m.last_seq,
+        m.dirty_pages,
+        m.live_pages,
+        ui::bytes(m.bytes_in),
+        ui::bytes(m.bytes_out),
+        m.compression_ratio,
+        m.timings.dedup_s,
+        mbps(d.bytes_in, m.timings.dedup_s),
+        ui::bytes(m.bytes_out),
+        m.timings.upload_s,
+        mbps(m.bytes_out, m.timings.upload_s),
+        r.deleted_ics,
+        if r.pruned_l2.is_empty() {
+            String::new()
+        } else {
+            format!("; pruned generations {:?} from L2", r.pruned_l2)
+        }
+    );
+}

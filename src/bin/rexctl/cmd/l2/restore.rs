@@ -1,0 +1,142 @@
+//! `rexctl restore`: rebuild the memory image from L2, or from L1 plus L2.
+
+use std::path::PathBuf;
+
+use rexctl::l2::push::Job;
+use rexctl::l2::restore::{
+    RestoreOptions, RestoreReport, parse_page_ranges, restore_l1_l2, restore_l2,
+};
+use rexctl::store::StoreStats;
+use serde::Serialize;
+
+use crate::cmd::config_args::StoreArgs;
+use crate::ui;
+
+/// Restore the memory image byte for byte.
+///
+/// With `--l2` alone (after losing the node), from the newest valid L2
+/// generation. With `--l1` too (after a transient fault), pages written since
+/// the last L2 checkpoint come from L1's IC files and the rest from L1's copy
+/// of the chain, each generation falling back to L2 when its L1 copy is
+/// missing or damaged. The output is a FULL REX-IC
+/// file, or a flat image with `--raw`; it is written under a temporary name
+/// and appears only when complete and verified.
+///
+/// From a bucket (s3://BUCKET/PREFIX), objects are fetched into a cache
+/// directory (removed afterwards) with several ranged GETs in flight; with
+/// `--pages`, only the headers, chunk tables and P-Tables are fetched, and
+/// each chunk of an RPS or Pointer File when a page first needs it. The
+/// summary (and `l2_transfer` in the JSON) gives the bytes fetched.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The L2 location: a directory, file:///DIR or s3://BUCKET/PREFIX.
+    #[arg(long, value_name = "URL")]
+    l2: PathBuf,
+    #[command(flatten)]
+    store: StoreArgs,
+    /// The L1 directory (transient-failure restore).
+    #[arg(long)]
+    l1: Option<PathBuf>,
+    /// Output file.
+    #[arg(long)]
+    out: PathBuf,
+    /// Write a flat image (page p at offset (p - first) x page size; gaps
+    /// read as zeros) instead of a REX-IC file.
+    #[arg(long)]
+    raw: bool,
+    /// Restore only these pages: inclusive ranges like `0x5000-0x50ff,42`
+    /// (the output then carries only them and is not FULL).
+    #[arg(long)]
+    pages: Option<String>,
+    /// Restore this generation instead of the newest.
+    #[arg(long)]
+    generation: Option<u64>,
+    /// If the generation is corrupt, restore the newest older valid one
+    /// (says so on standard error).
+    #[arg(long)]
+    fallback: bool,
+    /// Print a JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(a: Args) -> anyhow::Result<i32> {
+    let opts = RestoreOptions {
+        generation: a.generation,
+        fallback: a.fallback,
+        pages: a.pages.as_deref().map(parse_page_ranges).transpose()?,
+        raw: a.raw,
+    };
+    let l2 = a.store.open(&a.l2, false)?;
+    // A few pages need a few chunks: a bucket is read on demand.
+    l2.read_on_demand(opts.pages.is_some());
+    let pb = ui::spinner("restoring");
+    let (report, stats) = match &a.l1 {
+        Some(l1) => {
+            let job = Job::open(l1, l2)?;
+            let r = restore_l1_l2(&job, &opts, &a.out);
+            (r.map_err(|e| job.l2.public_error(e)), job.l2.stats())
+        }
+        None => {
+            let r = restore_l2(l2.as_ref(), &opts, &a.out);
+            (r.map_err(|e| l2.public_error(e)), l2.stats())
+        }
+    };
+    pb.finish_and_clear();
+    let report = report?;
+    if let Some(why) = &report.fell_back {
+        eprintln!("rexctl: WARNING: FALLBACK: {why}");
+    }
+    for note in &report.l2_fallbacks {
+        eprintln!("rexctl: warning: {note}");
+    }
+    if a.json {
+        ui::print_json(&Output {
+            report: &report,
+            l2_transfer: stats,
+        })?;
+    } else {
+        let secs = report.seconds.max(1e-9);
+        println!(
+            "restored {} pages ({}) of seq {}{}{} to {} in {:.3}s ({:.0} MB/s){}",
+            report.pages,
+            ui::bytes(report.bytes),
+            report.seq,
+            report
+                .generation
+                .map(|g| format!(" from generation {g}"))
+                .unwrap_or_default(),
+            if report.pages_from_l1_ics > 0 {
+                format!(" ({} pages from L1 checkpoints)", report.pages_from_l1_ics)
+            } else {
+                String::new()
+            },
+            a.out.display(),
+            report.seconds,
+            report.bytes as f64 / secs / 1e6,
+            report
+                .raw_first_page
+                .map(|p| format!("; raw image starts at page {p:#x}"))
+                .unwrap_or_default()
+        );
+        if let Some(s) = stats {
+            println!(
+                "fetched {} from L2 in {} requests",
+                ui::bytes(s.bytes_fetched),
+                s.requests
+            );
+        }
+    }
+    Ok(0)
+}
+
+/// The JSON output: the restore's report and, for a remote store, what
+/// was fetched.
+#[derive(Serialize)]
+struct Output<'a> {
+    #[serde(flatten)]
+    report: &'a RestoreReport,
+    /// Bytes fetched and requests sent to a remote L2 (absent for a
+    /// directory).
+    l2_transfer: Option<StoreStats>,
+}

@@ -1,0 +1,321 @@
+//! `flush`: what cron runs every minute. Takes the job lock without
+//! waiting, recovers from any interrupted push, asks the controller whether
+//! an L2 checkpoint is due and of which kind, and pushes when it is.
+//!
+//! The decision is a pure function of the job's files (pending IC headers,
+//! the L2 manifests) and the configuration, so `--dry-run` and `plan` show
+//! exactly what a real run would do. The cost-rule terms come from the
+//! chain's own manifests:
+//!
+//! * `Psi`: mean time (coalesce + dedup + upload) per live byte of the
+//!   full generations kept in L2, times the current footprint (a complete
+//!   coalescence deduplicates every live page);
+//! * `C`: mean time of the Δ generations kept in L2; before any exists,
+//!   `Psi / 2`;
+//! * `delta`: mean bytes of a Δ generation (before any exists: the pending
+//!   bytes over the last compression ratio) divided by the L2 read rate, which
+//!   is the configured `read_rate_mbps`, else the mean measured upload rate of
+//!   past pushes, else 200 MB/s;
+//! * `T`: mean capture-time distance between consecutive generations; before
+//!   two exist, `[chi]` times the mean L1 interval of the pending checkpoints,
+//!   else 600 s;
+//! * `M`: the configured MTBF (default 10,000 s).
+
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::l2::chain::ChainIndex;
+use crate::control::config::Config;
+use crate::control::controller::{CostRule, chi_int};
+use crate::error::Result;
+use crate::format::manifest::{GenKind, Manifest};
+use crate::l1::L1Dir;
+use crate::l1::lock::JobLock;
+use crate::l2::push::{Job, PushOptions, PushReport, push_locked, recover};
+
+/// Default L2 read rate when nothing was measured, bytes per second.
+const DEFAULT_RATE: f64 = 200e6;
+/// Default L2 interval when nothing was measured, seconds.
+const DEFAULT_T: f64 = 600.0;
+
+/// The controller's decision and every input it used.
+#[derive(Clone, Debug, Serialize)]
+pub struct Decision {
+    /// Whether an L2 checkpoint is due now.
+    pub due: bool,
+    /// Why (or why not).
+    pub reason: String,
+    /// Pending L1 checkpoints.
+    pub pending: usize,
+    /// Their bytes.
+    pub pending_bytes: u64,
+    /// Age of the oldest pending checkpoint, seconds.
+    pub oldest_age_s: Option<f64>,
+    /// Latest incremental size over the full checkpoint size.
+    pub ic: f64,
+    /// Compression ratio of the previous L2 checkpoint.
+    pub cr: f64,
+    /// Interpolated optimum interval.
+    pub chi: f64,
+    /// `[chi]`.
+    pub chi_int: u64,
+    /// Whether the push would be a complete coalescence.
+    pub full: bool,
+    /// Why it would be.
+    pub full_reason: Option<String>,
+    /// Δ generations since the last full one.
+    pub n: u64,
+    /// Generations in the newest chain.
+    pub chain_length: u64,
+    /// The cost rule's terms (absent before the first generation).
+    pub rule: Option<CostRule>,
+}
+
+/// Computes the controller's decision for `job` now (`now_ns`, Unix
+/// nanoseconds), from its files and `cfg`.
+pub fn decide(job: &Job, cfg: &Config, now_ns: u64) -> Result<Decision> {
+    let index = ChainIndex::load(job.l2.as_ref())?;
+    let newest = index.newest();
+    let l1 = L1Dir::scan_after(&job.l1, newest.map(|m| m.last_seq))?;
+    let pending = &l1.files;
+    let pending_bytes: u64 = pending.iter().map(|m| m.layout.file_len).sum();
+    let oldest_age_s = pending
+        .first()
+        .map(|m| now_ns.saturating_sub(m.header.time_ns) as f64 / 1e9);
+    let chain: Vec<&Manifest> = match newest {
+        Some(n) => index
+            .manifests
+            .values()
+            .filter(|m| m.chain_base == n.chain_base)
+            .collect(),
+        None => Vec::new(),
+    };
+    let chain_length = chain.len() as u64;
+    let n = chain.iter().filter(|m| m.kind == GenKind::Delta).count() as u64;
+
+    // IC: the latest incremental over the full checkpoint.
+    let full_bytes = match newest {
+        Some(m) => m.live_pages * u64::from(m.page_size),
+        None => pending
+            .iter()
+            .find(|m| m.is_full())
+            .map(|m| m.data_bytes())
+            .unwrap_or(0),
+    };
+    let latest = pending.last().map(|m| m.data_bytes()).unwrap_or(0);
+    let ic = if full_bytes > 0 {
+        latest as f64 / full_bytes as f64
+    } else {
+        1.0
+    };
+    let cr = newest
+        .map(|m| m.compression_ratio)
+        .filter(|c| *c > 0.0)
+        .unwrap_or(2.0);
+    let chi = cfg.interval_table.chi(ic, cr);
+    let chi_n = chi_int(chi);
+
+    let mut d = Decision {
+        due: false,
+        reason: String::new(),
+        pending: pending.len(),
+        pending_bytes,
+        oldest_age_s,
+        ic,
+        cr,
+        chi,
+        chi_int: chi_n,
+        full: false,
+        full_reason: None,
+        n,
+        chain_length,
+        rule: None,
+    };
+    if pending.is_empty() {
+        d.reason = "no pending L1 checkpoint".into();
+        return Ok(d);
+    }
+    let Some(newest) = newest else {
+        d.due = true;
+        d.full = true;
+        d.reason = "first checkpoint: the full checkpoint goes to L2 at once".into();
+        d.full_reason = Some("first generation".into());
+        return Ok(d);
+    };
+    if pending.len() as u64 >= chi_n {
+        d.due = true;
+        d.reason = format!(
+            "{} pending L1 checkpoints >= [chi] = {chi_n}",
+            pending.len()
+        );
+    } else if let (Some(max), Some(age)) = (cfg.max_age_s, oldest_age_s)
+        && age > max
+    {
+        d.due = true;
+        d.reason = format!("oldest pending checkpoint is {age:.0} s old > max_age_s {max}");
+    } else if let Some(max) = cfg.max_pending_bytes
+        && pending_bytes > max
+    {
+        d.due = true;
+        d.reason = format!("{pending_bytes} pending bytes > max_pending_bytes {max}");
+    } else {
+        d.reason = format!("{} pending L1 checkpoints < [chi] = {chi_n}", pending.len());
+    }
+
+    // Kind: the cost rule, pointer space, chain length.
+    let rule = cost_rule(&index, cfg, newest, pending_bytes, chi_n, pending);
+    d.rule = Some(rule);
+    let alpha = newest.alpha();
+    let max_new_patterns: u64 = pending.iter().map(|m| m.pages.len() as u64).sum::<u64>() * alpha;
+    if pending.iter().any(|m| m.is_full()) {
+        d.full_reason = Some("the batch holds a FULL checkpoint".into());
+    } else if newest.pattern_end() + max_new_patterns > 1 << 32 {
+        d.full_reason = Some("the pattern pointer space could overflow".into());
+    } else if chain_length >= cfg.max_chain_length {
+        d.full_reason = Some(format!(
+            "the chain has {chain_length} generations, max_chain_length is {}",
+            cfg.max_chain_length
+        ));
+    } else if rule.due(n) {
+        d.full_reason = Some(format!(
+            "cost rule: n = {n} >= (Psi - C) / (p delta) - 1 = {:.1}",
+            rule.threshold
+        ));
+    }
+    d.full = d.full_reason.is_some();
+    Ok(d)
+}
+
+fn mean(xs: impl Iterator<Item = f64>) -> Option<f64> {
+    let (s, k) = xs.fold((0.0, 0usize), |(s, k), x| (s + x, k + 1));
+    (k > 0).then(|| s / k as f64)
+}
+
+fn cost_rule(
+    index: &ChainIndex,
+    cfg: &Config,
+    newest: &Manifest,
+    pending_bytes: u64,
+    chi_n: u64,
+    pending: &[crate::format::ic::IcMeta],
+) -> CostRule {
+    let cost = |m: &Manifest| m.timings.coalesce_s + m.timings.dedup_s + m.timings.upload_s;
+    let all: Vec<&Manifest> = index.manifests.values().collect();
+    // A complete coalescence deduplicates every live page, so its cost
+    // scales with the footprint: Psi is the full generations' mean cost per
+    // live byte times today's footprint. (The chain's very first generation
+    // often holds one small FULL checkpoint; its raw time would make every
+    // later Δ look dearer than a full one.)
+    let live_bytes = |m: &Manifest| (m.live_pages * u64::from(m.page_size)).max(1) as f64;
+    let psi = mean(
+        all.iter()
+            .filter(|m| m.kind == GenKind::Full)
+            .map(|m| cost(m) / live_bytes(m)),
+    )
+    .map(|per_byte| per_byte * live_bytes(newest))
+    .unwrap_or(60.0);
+    let c = mean(
+        all.iter()
+            .filter(|m| m.kind == GenKind::Delta)
+            .map(|m| cost(m)),
+    )
+    .unwrap_or(psi / 2.0);
+    let rate = cfg
+        .read_rate_mbps
+        .map(|r| r * 1e6)
+        .or_else(|| {
+            mean(
+                all.iter()
+                    .filter(|m| m.timings.upload_s > 0.0)
+                    .map(|m| m.bytes_out as f64 / m.timings.upload_s),
+            )
+        })
+        .unwrap_or(DEFAULT_RATE);
+    let delta_bytes = mean(
+        all.iter()
+            .filter(|m| m.kind == GenKind::Delta)
+            .map(|m| m.bytes_out as f64),
+    )
+    .unwrap_or(pending_bytes as f64 / newest.compression_ratio.max(1.0));
+    let delta = delta_bytes / rate;
+    let gaps: Vec<f64> = all
+        .windows(2)
+        .map(|w| w[1].time_ns.saturating_sub(w[0].time_ns) as f64 / 1e9)
+        .filter(|g| *g > 0.0)
+        .collect();
+    let t = mean(gaps.into_iter()).unwrap_or_else(|| {
+        let l1_gaps: Vec<f64> = pending
+            .windows(2)
+            .map(|w| w[1].header.time_ns.saturating_sub(w[0].header.time_ns) as f64 / 1e9)
+            .filter(|g| *g > 0.0)
+            .collect();
+        mean(l1_gaps.into_iter())
+            .map(|g| g * chi_n as f64)
+            .unwrap_or(DEFAULT_T)
+    });
+    CostRule::new(c, delta, psi, t, cfg.mtbf_s)
+}
+
+/// What a flush did.
+#[derive(Clone, Debug, Serialize)]
+pub struct FlushReport {
+    /// The decision and its inputs.
+    pub decision: Decision,
+    /// Whether this was a dry run.
+    pub dry_run: bool,
+    /// The push, when one was made.
+    pub push: Option<PushReport>,
+    /// Recovery actions taken (also when nothing was due).
+    pub recovered: Vec<String>,
+    /// Seconds spent.
+    pub seconds: f64,
+}
+
+/// Runs one flush: lock, recover, decide, push when due. With `dry_run`,
+/// only decides (no lock, no change).
+pub fn flush(job: &Job, cfg: &Config, dry_run: bool) -> Result<FlushReport> {
+    let started = Instant::now();
+    let opts = PushOptions {
+        pattern_size: cfg.pattern_size,
+        full: false,
+        keep_chains_l2: cfg.keep_chains_l2,
+        keep_chains_l1: cfg.keep_chains_l1,
+        hash: cfg.hash,
+    };
+    if dry_run {
+        let decision = decide(job, cfg, crate::format::ic::now_ns())?;
+        return Ok(FlushReport {
+            decision,
+            dry_run,
+            push: None,
+            recovered: Vec::new(),
+            seconds: started.elapsed().as_secs_f64(),
+        });
+    }
+    let _lock = JobLock::acquire(&job.l1, "flush")?;
+    let mut rec_report = PushReport::default();
+    recover(job, &opts, &mut rec_report)?;
+    let decision = decide(job, cfg, crate::format::ic::now_ns())?;
+    let push = if decision.due {
+        let reason = if decision.full {
+            decision.full_reason.clone()
+        } else {
+            None
+        };
+        let mut r = push_locked(job, &opts, reason)?;
+        let mut recovered = rec_report.recovered.clone();
+        recovered.append(&mut r.recovered);
+        r.recovered = recovered;
+        Some(r)
+    } else {
+        None
+    };
+    Ok(FlushReport {
+        decision,
+        dry_run,
+        recovered: rec_report.recovered,
+        push,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}

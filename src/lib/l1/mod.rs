@@ -1,0 +1,223 @@
+//! The L1 directory: a job's `*.rexic` files, ordered by `seq`.
+//!
+//! File names carry no meaning; the `seq` field inside each file orders
+//! them. A chain starts at a FULL file, and every later file must continue
+//! it without a gap: a missing incremental would make every later restore
+//! silently wrong, so a gap is an error, never skipped. A FULL file may follow
+//! a gap, because it starts a new chain on its own.
+//!
+//! This is the L1 layer of the pipeline (the left of the paper's Fig. 4):
+//! the directory of IC files ([`L1Dir`]), the Page Coalescer that turns a
+//! batch of them into the C-List ([`coalesce`], Fig. 5a), and the job lock
+//! that lets one rexctl at a time push from the directory ([`lock`]).
+
+pub mod coalesce;
+pub mod lock;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, IoContext, Result};
+use crate::format::ic::{EXTENSION, IcMeta};
+
+/// The IC files found in an L1 directory, validated as a chain.
+#[derive(Debug, Clone)]
+pub struct L1Dir {
+    /// The directory.
+    pub path: PathBuf,
+    /// Files in ascending `seq`, starting at the first FULL file.
+    pub files: Vec<IcMeta>,
+    /// Files older than the first FULL file, which no chain can use.
+    pub orphans: Vec<IcMeta>,
+}
+
+/// Lists the `*.rexic` files of `dir` (temporaries excluded), unsorted.
+pub fn list_ic_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for entry in fs::read_dir(dir).ctx(dir, "read directory")? {
+        let entry = entry.ctx(dir, "read directory")?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        // Hidden names are temporaries (ours are `.<name>.tmp-*`) or other
+        // tools' scratch files, never published checkpoints.
+        if name.starts_with('.') {
+            continue;
+        }
+        let p = entry.path();
+        if p.extension().is_some_and(|e| e == EXTENSION) && p.is_file() {
+            out.push(p);
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Reads the header and metadata of every IC file in `dir` (never page
+/// data), sorted by seq.
+pub fn read_all(dir: &Path) -> Result<Vec<IcMeta>> {
+    let mut metas = list_ic_files(dir)?
+        .into_iter()
+        .map(IcMeta::read)
+        .collect::<Result<Vec<_>>>()?;
+    metas.sort_by_key(|m| m.seq());
+    Ok(metas)
+}
+
+impl L1Dir {
+    /// Reads the header and metadata of every IC file in `dir` (never page
+    /// data) and checks that they form a chain starting at a FULL file.
+    pub fn scan(dir: impl AsRef<Path>) -> Result<L1Dir> {
+        let dir = dir.as_ref();
+        let (orphans, files) = order_chain(dir, read_all(dir)?)?;
+        Ok(L1Dir {
+            path: dir.to_path_buf(),
+            files,
+            orphans,
+        })
+    }
+
+    /// Reads the IC files of `dir` when an L2 generation already covers
+    /// every seq up to `covered` (when `Some`): files up to it go to
+    /// `orphans` (they are replaced by the generation), and the rest must
+    /// continue at `covered + 1` (or restart at a FULL file) without a gap.
+    pub fn scan_after(dir: impl AsRef<Path>, covered: Option<u64>) -> Result<L1Dir> {
+        let dir = dir.as_ref();
+        let Some(last) = covered else {
+            return Self::scan(dir);
+        };
+        let mut files = read_all(dir)?;
+        for w in files.windows(2) {
+            if w[0].seq() == w[1].seq() {
+                return Err(Error::chain(
+                    dir,
+                    format!(
+                        "checkpoint seq {} appears twice: {} and {}",
+                        w[0].seq(),
+                        w[0].path.display(),
+                        w[1].path.display()
+                    ),
+                ));
+            }
+        }
+        let split = files.partition_point(|m| m.seq() <= last);
+        let pending = files.split_off(split);
+        if let Some(first) = pending.first()
+            && first.seq() != last + 1
+            && !first.is_full()
+        {
+            return Err(Error::chain(
+                dir,
+                format!(
+                    "checkpoint seq {} missing: the L2 chain covers up to seq {last}, the next L1 checkpoint is {} (seq {})",
+                    last + 1,
+                    first.path.display(),
+                    first.seq()
+                ),
+            ));
+        }
+        check_contiguous(dir, &pending)?;
+        Ok(L1Dir {
+            path: dir.to_path_buf(),
+            files: pending,
+            orphans: files,
+        })
+    }
+
+    /// The files with `seq >= first`.
+    pub fn since(&self, first: u64) -> &[IcMeta] {
+        let i = self.files.partition_point(|m| m.seq() < first);
+        &self.files[i..]
+    }
+
+    /// Page size of the chain, if it has any file.
+    pub fn page_size(&self) -> Option<u32> {
+        self.files.first().map(|m| m.header.page_size)
+    }
+}
+
+/// Splits seq-sorted files into (orphans before the first FULL, chain) and
+/// checks the chain: unique seqs, no gaps except before a FULL file, one
+/// page size.
+pub fn order_chain(dir: &Path, metas: Vec<IcMeta>) -> Result<(Vec<IcMeta>, Vec<IcMeta>)> {
+    for w in metas.windows(2) {
+        if w[0].seq() == w[1].seq() {
+            return Err(Error::chain(
+                dir,
+                format!(
+                    "checkpoint seq {} appears twice: {} and {}",
+                    w[0].seq(),
+                    w[0].path.display(),
+                    w[1].path.display()
+                ),
+            ));
+        }
+    }
+    let Some(start) = metas.iter().position(|m| m.is_full()) else {
+        return if metas.is_empty() {
+            Ok((Vec::new(), Vec::new()))
+        } else {
+            Err(Error::chain(
+                dir,
+                format!(
+                    "no FULL checkpoint: {} incremental files (seq {}..={}) have nothing to start from",
+                    metas.len(),
+                    metas[0].seq(),
+                    metas[metas.len() - 1].seq()
+                ),
+            ))
+        };
+    };
+    let mut metas = metas;
+    let files = metas.split_off(start);
+    check_contiguous(dir, &files)?;
+    Ok((metas, files))
+}
+
+/// Checks that `files` (ascending seq) have no gap except before a FULL
+/// file, and that each chain (a FULL file and the incrementals after it)
+/// has one page size.
+pub fn check_contiguous(dir: &Path, files: &[IcMeta]) -> Result<()> {
+    for w in files.windows(2) {
+        let (a, b) = (&w[0], &w[1]);
+        if b.header.page_size != a.header.page_size && !b.is_full() {
+            return Err(Error::chain(
+                dir,
+                format!(
+                    "{} has page size {}, but {} has {}: a chain has one page size (only a FULL checkpoint may change it)",
+                    b.path.display(),
+                    b.header.page_size,
+                    a.path.display(),
+                    a.header.page_size
+                ),
+            ));
+        }
+        if b.seq() != a.seq() + 1 && !b.is_full() {
+            let missing = a.seq() + 1;
+            let more = if b.seq() - a.seq() > 2 {
+                format!(
+                    " (and {} more up to {})",
+                    b.seq() - a.seq() - 2,
+                    b.seq() - 1
+                )
+            } else {
+                String::new()
+            };
+            return Err(Error::chain(
+                dir,
+                format!(
+                    "checkpoint seq {missing} missing{more}: {} (seq {}) follows {} (seq {})",
+                    b.path.display(),
+                    b.seq(),
+                    a.path.display(),
+                    a.seq()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A conventional file name for the checkpoint with sequence number `seq`.
+pub fn ic_file_name(seq: u64) -> String {
+    format!("ckpt-{seq:08}.{EXTENSION}")
+}

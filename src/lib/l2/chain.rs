@@ -1,0 +1,591 @@
+//! The L2 checkpoint chain: generations, their manifests, and reading pages
+//! back out of them (paper §3.3, Fig. 6).
+//!
+//! A generation exists only through a valid manifest. [`ChainIndex`] reads
+//! every manifest of a store and keeps the valid ones (reporting the rest);
+//! [`OpenChain`] opens the files of one generation's lineage, from the
+//! chain's base (full RPS) to it, checks each file against its manifest, and
+//! serves pages: the live P-Table is the layered merge of the generations'
+//! P-Table deltas (see [`crate::l1::coalesce::merge_layers`]), and a page is
+//! rebuilt by dereferencing its `alpha` pointers into the chain's pattern
+//! space, then checked against the CRC its P-Table delta recorded.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::l1::coalesce::{CListEntry, PageLayer, merge_layers};
+use crate::error::{Error, Result};
+use crate::format::chunked::{ChunkedFile, Kind};
+use crate::format::ic::DropRange;
+use crate::format::manifest::{FileEntry, Manifest, Role, manifest_name, parse_manifest_name};
+use crate::format::ptable::PTableDelta;
+use crate::store::Store;
+
+/// The valid manifests found in a store.
+#[derive(Debug, Default)]
+pub struct ChainIndex {
+    /// Valid manifests by generation.
+    pub manifests: BTreeMap<u64, Manifest>,
+    /// Manifests that could not be read or are invalid, with the reason.
+    pub invalid: Vec<(u64, Error)>,
+}
+
+impl ChainIndex {
+    /// Reads every manifest in `store`.
+    pub fn load(store: &dyn Store) -> Result<ChainIndex> {
+        let mut idx = ChainIndex::default();
+        for o in store.list()? {
+            let Some(g) = parse_manifest_name(&o.name) else {
+                continue;
+            };
+            match read_manifest(store, g) {
+                Ok(m) => {
+                    idx.manifests.insert(g, m);
+                }
+                Err(e) => idx.invalid.push((g, e)),
+            }
+        }
+        Ok(idx)
+    }
+
+    /// The newest valid manifest.
+    pub fn newest(&self) -> Option<&Manifest> {
+        self.manifests.values().next_back()
+    }
+
+    /// The manifest of generation `g`.
+    pub fn get(&self, g: u64) -> Option<&Manifest> {
+        self.manifests.get(&g)
+    }
+
+    /// The manifests from `g`'s chain base to `g`, oldest first, following
+    /// parent links; an error names the first missing or invalid link.
+    pub fn lineage(&self, g: u64, store: &dyn Store) -> Result<Vec<Manifest>> {
+        let mut out = Vec::new();
+        let mut cur = Some(g);
+        while let Some(c) = cur {
+            let Some(m) = self.manifests.get(&c) else {
+                let why = self
+                    .invalid
+                    .iter()
+                    .find(|(x, _)| *x == c)
+                    .map(|(_, e)| format!(": {e}"))
+                    .unwrap_or_else(|| ": no manifest".into());
+                return Err(Error::chain(
+                    store.describe(),
+                    format!("generation {g} needs generation {c}, which is not valid{why}"),
+                ));
+            };
+            if let Some(child) = out.last() {
+                check_link(store, m, child)?;
+            }
+            out.push(m.clone());
+            cur = m.parent;
+        }
+        out.reverse();
+        Ok(out)
+    }
+
+    /// Generations `<= g` in descending order (candidates for a fallback).
+    pub fn older_than(&self, g: u64) -> impl Iterator<Item = &Manifest> {
+        self.manifests.range(..g).rev().map(|(_, m)| m)
+    }
+}
+
+fn check_link(store: &dyn Store, parent: &Manifest, child: &Manifest) -> Result<()> {
+    let ok = child.chain_base == parent.chain_base
+        && child.page_size == parent.page_size
+        && child.pattern_size == parent.pattern_size
+        && child.pattern_base == parent.pattern_end()
+        && child.first_seq == parent.last_seq + 1;
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::chain(
+            store.describe(),
+            format!(
+                "generation {} does not continue its parent {}: chain base {} vs {}, sizes {}/{} vs {}/{}, pattern base {} vs {}, seqs {}.. after ..{}",
+                child.generation,
+                parent.generation,
+                child.chain_base,
+                parent.chain_base,
+                child.page_size,
+                child.pattern_size,
+                parent.page_size,
+                parent.pattern_size,
+                child.pattern_base,
+                parent.pattern_end(),
+                child.first_seq,
+                parent.last_seq
+            ),
+        ))
+    }
+}
+
+/// Reads and checks generation `g`'s manifest.
+pub fn read_manifest(store: &dyn Store, g: u64) -> Result<Manifest> {
+    let name = manifest_name(g);
+    let bytes = store.read(&name)?;
+    let path = Path::new(&store.describe()).join(&name);
+    let m = Manifest::decode(&path, &bytes)?;
+    if m.generation != g {
+        return Err(Error::corrupt(
+            &path,
+            0,
+            "generation",
+            format!(
+                "manifest says generation {}, its name says {g}",
+                m.generation
+            ),
+        ));
+    }
+    Ok(m)
+}
+
+/// The files of one generation, opened and checked against its manifest.
+#[derive(Debug)]
+pub struct OpenGeneration {
+    /// The manifest.
+    pub manifest: Manifest,
+    /// The RPS (full or Δ).
+    pub rps: ChunkedFile,
+    /// The Pointer File.
+    pub pf: ChunkedFile,
+    /// The P-Table delta.
+    pub ptable: PTableDelta,
+}
+
+impl PageLayer for OpenGeneration {
+    fn layer_len(&self) -> usize {
+        self.ptable.pages.len()
+    }
+    fn layer_page(&self, i: usize) -> u64 {
+        self.ptable.pages[i]
+    }
+    fn layer_drops(&self) -> &[DropRange] {
+        &self.ptable.drops
+    }
+    fn layer_full(&self) -> bool {
+        self.ptable.full
+    }
+}
+
+fn entry(m: &Manifest, role: Role) -> Result<&FileEntry> {
+    m.file(role).ok_or_else(|| {
+        Error::Invalid(format!(
+            "generation {} manifest has no {role:?} file",
+            m.generation
+        ))
+    })
+}
+
+impl OpenGeneration {
+    /// Opens generation `m`'s files from `store` and checks every header
+    /// field and size against the manifest.
+    pub fn open(store: &dyn Store, m: &Manifest) -> Result<OpenGeneration> {
+        let open = |role: Role| -> Result<std::path::PathBuf> {
+            let e = entry(m, role)?;
+            let p = store.open_local(&e.name)?;
+            let len = std::fs::metadata(&p).map(|md| md.len()).unwrap_or(0);
+            if len != e.bytes {
+                return Err(Error::corrupt(
+                    &p,
+                    len.min(e.bytes),
+                    "file length",
+                    format!(
+                        "file is {len} bytes, manifest of generation {} says {}",
+                        m.generation, e.bytes
+                    ),
+                ));
+            }
+            Ok(p)
+        };
+        // A remote store may fetch an RPS or Pointer File in part
+        // (`Store::open_chunked`); otherwise it is mapped whole.
+        let chunked = |role: Role, kind: Kind| -> Result<ChunkedFile> {
+            let e = entry(m, role)?;
+            match store.open_chunked(&e.name, kind)? {
+                Some(f) if f.file_len() != e.bytes => Err(Error::corrupt(
+                    f.path(),
+                    f.file_len().min(e.bytes),
+                    "file length",
+                    format!(
+                        "file is {} bytes, manifest of generation {} says {}",
+                        f.file_len(),
+                        m.generation,
+                        e.bytes
+                    ),
+                )),
+                Some(f) => Ok(f),
+                None => ChunkedFile::open(open(role)?, kind),
+            }
+        };
+        let rps = chunked(Role::Rps, Kind::Rps)?;
+        let rps_path = rps.path().to_path_buf();
+        let h = *rps.header();
+        if h.generation != m.generation
+            || h.record_size != m.pattern_size
+            || h.first_record != m.pattern_base
+            || h.record_count != m.patterns
+        {
+            return Err(Error::corrupt(
+                &rps_path,
+                0,
+                "header",
+                format!(
+                    "RPS header (generation {}, pattern size {}, first pattern {}, {} patterns) disagrees with the manifest (generation {}, {}, {}, {})",
+                    h.generation,
+                    h.record_size,
+                    h.first_record,
+                    h.record_count,
+                    m.generation,
+                    m.pattern_size,
+                    m.pattern_base,
+                    m.patterns
+                ),
+            ));
+        }
+        let pf = chunked(Role::Pf, Kind::Pf)?;
+        let pf_path = pf.path().to_path_buf();
+        let h = *pf.header();
+        let alpha = m.alpha();
+        if h.generation != m.generation
+            || h.record_size != 4
+            || u64::from(h.aux) != alpha
+            || h.record_count != m.dirty_pages * alpha
+        {
+            return Err(Error::corrupt(
+                &pf_path,
+                0,
+                "header",
+                format!(
+                    "Pointer File header (generation {}, record size {}, alpha {}, {} pointers) disagrees with the manifest (generation {}, 4, {alpha}, {} pages x {alpha})",
+                    h.generation, h.record_size, h.aux, h.record_count, m.generation, m.dirty_pages
+                ),
+            ));
+        }
+        let pt_path = open(Role::Ptable)?;
+        let ptable = PTableDelta::read(&pt_path)?;
+        if ptable.generation != m.generation
+            || ptable.page_size != m.page_size
+            || ptable.pattern_size != m.pattern_size
+            || ptable.pages.len() as u64 != m.dirty_pages
+            || ptable.full != (m.parent.is_none())
+        {
+            return Err(Error::corrupt(
+                &pt_path,
+                0,
+                "header",
+                format!(
+                    "P-Table (generation {}, {} pages, full {}) disagrees with the manifest (generation {}, {} pages, kind {:?})",
+                    ptable.generation,
+                    ptable.pages.len(),
+                    ptable.full,
+                    m.generation,
+                    m.dirty_pages,
+                    m.kind
+                ),
+            ));
+        }
+        Ok(OpenGeneration {
+            manifest: m.clone(),
+            rps,
+            pf,
+            ptable,
+        })
+    }
+}
+
+/// A live page of a chain: where its pointers are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LivePage {
+    /// Page number.
+    pub page: u64,
+    /// Index of the generation in [`OpenChain::gens`].
+    pub layer: u32,
+    /// Position of the page in that generation's P-Table delta (its
+    /// pointers start at `pos * alpha` in the PF).
+    pub pos: u64,
+}
+
+impl From<CListEntry> for LivePage {
+    fn from(e: CListEntry) -> Self {
+        LivePage {
+            page: e.page,
+            layer: e.chk,
+            pos: e.pp,
+        }
+    }
+}
+
+/// One generation's lineage, opened: everything needed to rebuild its pages.
+#[derive(Debug)]
+pub struct OpenChain {
+    /// The generations from the chain's base to the target, oldest first.
+    pub gens: Vec<OpenGeneration>,
+    /// `(first pointer, generation index)`, ascending, for pointer lookup.
+    bases: Vec<(u64, usize)>,
+}
+
+impl OpenChain {
+    /// Opens the lineage of generation `g`.
+    pub fn open(store: &dyn Store, index: &ChainIndex, g: u64) -> Result<OpenChain> {
+        let lineage = index.lineage(g, store)?;
+        let gens = lineage
+            .iter()
+            .map(|m| OpenGeneration::open(store, m))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self::from_generations(gens))
+    }
+
+    /// Builds a chain from already opened generations (oldest first).
+    pub fn from_generations(gens: Vec<OpenGeneration>) -> OpenChain {
+        let bases = gens
+            .iter()
+            .enumerate()
+            .filter(|(_, g)| g.manifest.patterns > 0)
+            .map(|(i, g)| (g.manifest.pattern_base, i))
+            .collect();
+        OpenChain { gens, bases }
+    }
+
+    /// The newest generation's manifest.
+    pub fn manifest(&self) -> &Manifest {
+        &self.gens.last().expect("a chain has a generation").manifest
+    }
+
+    /// Pointers per page.
+    pub fn alpha(&self) -> usize {
+        self.manifest().alpha() as usize
+    }
+
+    /// End of the pattern space (first unused pointer).
+    pub fn pattern_end(&self) -> u64 {
+        self.manifest().pattern_end()
+    }
+
+    /// The live P-Table: every live page and where its pointers are.
+    pub fn live_pages(&self) -> Vec<LivePage> {
+        let layers: Vec<&dyn PageLayer> = self.gens.iter().map(|g| g as &dyn PageLayer).collect();
+        merge_layers(&layers)
+            .entries
+            .into_iter()
+            .map(LivePage::from)
+            .collect()
+    }
+
+    /// Verifies every chunk of every RPS and PF (a full restore does this
+    /// first, then reads at memory speed).
+    pub fn verify_all(&self) -> Result<()> {
+        for g in &self.gens {
+            g.rps.verify_all()?;
+            g.pf.verify_all()?;
+        }
+        Ok(())
+    }
+
+    /// The `alpha` pointers of a live page, CRC-checked.
+    pub fn pointers(&self, lp: LivePage) -> Result<&[u8]> {
+        let alpha = self.alpha() as u64;
+        let g = &self.gens[lp.layer as usize];
+        g.pf.records(lp.pos * alpha, alpha)
+    }
+
+    /// The bytes of pattern `ptr`, CRC-checked and bounds-checked.
+    #[inline]
+    pub fn pattern(&self, ptr: u32) -> Result<&[u8]> {
+        match self.pattern_if_verified(ptr) {
+            Some(b) => Ok(b),
+            None => self.pattern_checked(ptr),
+        }
+    }
+
+    /// The bytes of pattern `ptr` if it lies in the pattern space and its
+    /// chunk has already been verified; else `None` (then
+    /// [`pattern`](Self::pattern) verifies the chunk or reports the
+    /// problem). A chain has a handful of generations: a reverse linear scan
+    /// finds the pointer's one.
+    #[inline]
+    pub fn pattern_if_verified(&self, ptr: u32) -> Option<&[u8]> {
+        let p = u64::from(ptr);
+        let &(b, i) = self.bases.iter().rev().find(|&&(b, _)| b <= p)?;
+        self.gens[i].rps.record_if_verified(p - b)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn pattern_checked(&self, ptr: u32) -> Result<&[u8]> {
+        let p = u64::from(ptr);
+        let i = self.bases.partition_point(|&(b, _)| b <= p);
+        if i > 0 {
+            let g = &self.gens[self.bases[i - 1].1];
+            let local = p - g.manifest.pattern_base;
+            if local < g.manifest.patterns {
+                return g.rps.record(local);
+            }
+        }
+        Err(Error::chain(
+            self.gens
+                .last()
+                .map(|g| g.pf.path().to_path_buf())
+                .unwrap_or_default(),
+            format!(
+                "pointer {ptr} lies outside the chain's pattern space 0..{}",
+                self.pattern_end()
+            ),
+        ))
+    }
+
+    /// Rebuilds live page `lp` into `out` (one page) and checks it against
+    /// the CRC recorded when it was deduplicated.
+    pub fn read_page(&self, lp: LivePage, out: &mut [u8]) -> Result<()> {
+        let ps = self.manifest().pattern_size as usize;
+        let ptrs = self.pointers(lp)?;
+        for (chunk, p) in out.chunks_exact_mut(ps).zip(ptrs.chunks_exact(4)) {
+            let ptr = u32::from_le_bytes(p.try_into().expect("4 bytes"));
+            chunk.copy_from_slice(self.pattern(ptr)?);
+        }
+        let g = &self.gens[lp.layer as usize];
+        let want = g.ptable.page_crcs[lp.pos as usize];
+        let got = crc32fast::hash(out);
+        if got != want {
+            return Err(Error::corrupt(
+                g.pf.path(),
+                chunked_offset(lp.pos * self.alpha() as u64 * 4),
+                "page",
+                format!(
+                    "page {:#x} rebuilt from generation {} has CRC {got:#010x}, its P-Table says {want:#010x}",
+                    lp.page, g.manifest.generation
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A whole chain, verified once, for rebuilding many pages at memory speed
+/// (a full restore): every RPS and PF chunk is CRC-checked when the decoder
+/// is made, so a page is rebuilt from plain slices: one bounds check per
+/// pointer against a cached pattern segment, a fixed-size copy per pattern,
+/// and the page CRC. Errors name the same files and offsets as
+/// [`OpenChain::read_page`].
+pub struct PageDecoder<'a> {
+    chain: &'a OpenChain,
+    /// `(first pointer, pattern count, payload)` of each generation with
+    /// patterns, ascending.
+    segs: Vec<(u64, u64, &'a [u8])>,
+    /// Each generation's verified Pointer File payload.
+    pfs: Vec<&'a [u8]>,
+    ps: usize,
+    alpha: usize,
+}
+
+impl OpenChain {
+    /// Verifies every chunk of every RPS and PF (as [`verify_all`]) and
+    /// returns a decoder over the verified payloads.
+    ///
+    /// [`verify_all`]: OpenChain::verify_all
+    pub fn decoder(&self) -> Result<PageDecoder<'_>> {
+        let mut segs = Vec::with_capacity(self.bases.len());
+        for &(base, i) in &self.bases {
+            let g = &self.gens[i];
+            segs.push((base, g.manifest.patterns, g.rps.payload()?));
+        }
+        let pfs = self
+            .gens
+            .iter()
+            .map(|g| g.pf.payload())
+            .collect::<Result<Vec<_>>>()?;
+        Ok(PageDecoder {
+            chain: self,
+            segs,
+            pfs,
+            ps: self.manifest().pattern_size as usize,
+            alpha: self.alpha(),
+        })
+    }
+}
+
+impl PageDecoder<'_> {
+    /// Page size.
+    pub fn page_size(&self) -> usize {
+        self.ps * self.alpha
+    }
+
+    /// Rebuilds live page `lp` into `out` (one page), checks it against the
+    /// CRC its P-Table delta recorded, and returns that CRC.
+    pub fn read_page(&self, lp: LivePage, out: &mut [u8]) -> Result<u32> {
+        let g = &self.chain.gens[lp.layer as usize];
+        let span = self.alpha * 4;
+        let ptrs = usize::try_from(lp.pos)
+            .ok()
+            .and_then(|pos| pos.checked_mul(span))
+            .and_then(|a| self.pfs[lp.layer as usize].get(a..a.checked_add(span)?));
+        let (Some(ptrs), true) = (ptrs, out.len() == self.page_size()) else {
+            // Out of range: let the checked path report it.
+            self.chain.read_page(lp, out)?;
+            return Ok(g.ptable.page_crcs[lp.pos as usize]);
+        };
+        let ok = match self.ps {
+            32 => self.copy::<32>(ptrs, out),
+            16 => self.copy::<16>(ptrs, out),
+            64 => self.copy::<64>(ptrs, out),
+            128 => self.copy::<128>(ptrs, out),
+            _ => self.copy_any(ptrs, out),
+        };
+        let want = g.ptable.page_crcs[lp.pos as usize];
+        if ok.is_err() || crc32fast::hash(out) != want {
+            // A bad pointer or CRC: the checked path names the culprit.
+            self.chain.read_page(lp, out)?;
+        }
+        Ok(want)
+    }
+
+    /// The segment holding pointer `p`. A chain has a handful of
+    /// generations, so a linear scan beats a binary search.
+    #[inline]
+    fn seg(&self, p: u64) -> Option<(u64, u64, &[u8])> {
+        self.seg_index(p).map(|i| self.segs[i])
+    }
+
+    #[inline]
+    fn seg_index(&self, p: u64) -> Option<usize> {
+        let i = self.segs.iter().rposition(|s| s.0 <= p)?;
+        (p - self.segs[i].0 < self.segs[i].1).then_some(i)
+    }
+
+    /// Copies the patterns `ptrs` (little-endian u32s) into `out`, `N`
+    /// bytes each; on a pointer outside the pattern space, returns it.
+    #[inline(always)]
+    fn copy<const N: usize>(&self, ptrs: &[u8], out: &mut [u8]) -> std::result::Result<(), u32> {
+        let (mut lo, mut n, mut data) = self.segs.first().copied().unwrap_or((0, 0, &[]));
+        for (dst, p) in out.chunks_exact_mut(N).zip(ptrs.chunks_exact(4)) {
+            let ptr = u32::from_le_bytes(p.try_into().expect("4 bytes"));
+            let p = u64::from(ptr);
+            if p.wrapping_sub(lo) >= n {
+                (lo, n, data) = self.seg(p).ok_or(ptr)?;
+            }
+            // `p - lo < n` and the payload holds `n` records of `N` bytes.
+            let at = (p - lo) as usize * N;
+            let src: &[u8; N] = data[at..at + N].try_into().expect("N bytes");
+            let dst: &mut [u8; N] = dst.try_into().expect("N bytes");
+            *dst = *src;
+        }
+        Ok(())
+    }
+
+    fn copy_any(&self, ptrs: &[u8], out: &mut [u8]) -> std::result::Result<(), u32> {
+        let ps = self.ps;
+        for (dst, p) in out.chunks_exact_mut(ps).zip(ptrs.chunks_exact(4)) {
+            let ptr = u32::from_le_bytes(p.try_into().expect("4 bytes"));
+            let (lo, _, data) = self.seg(u64::from(ptr)).ok_or(ptr)?;
+            let at = (u64::from(ptr) - lo) as usize * ps;
+            dst.copy_from_slice(&data[at..at + ps]);
+        }
+        Ok(())
+    }
+}
+
+fn chunked_offset(payload_off: u64) -> u64 {
+    crate::format::chunked::HEADER_LEN + payload_off
+}

@@ -1,0 +1,800 @@
+//! The Deduplication Unit (paper §3.2.2-3.2.3, Fig. 5b).
+//!
+//! For each page of the C-List, in page order: if the page is live in the
+//! previous generation's P-Table, its previous `alpha` patterns are
+//! dereferenced and inserted into the DeD-Table under their existing
+//! pointers; then each pattern of the new contents is probed: a hit reuses
+//! the existing pointer, a miss appends the pattern to the ΔRPS under the
+//! next pointer. Patterns are thus shared within the batch (across pages) and
+//! with each page's previous version. The DeD-Table starts empty every batch.
+//!
+//! Memory is bounded by the DeD-Table plus fixed buffers, not by the batch:
+//! page data is read from the memory-mapped IC files, the ΔRPS and the PF
+//! stream to disk through 1 MiB buffers, and the only per-pattern state kept
+//! besides the table entry is an 8-byte *source location* per new pattern
+//! (where its bytes can be read again: an IC file offset, or a pointer of the
+//! old chain during a complete coalescence), which the DeD-Table's resolver
+//! needs to confirm later hits byte for byte. Per page, the P-Table delta
+//! keeps its number and CRC (12 bytes per dirty page).
+//!
+//! The previous version of a page is found by a merge-join of the C-List
+//! with the live P-Table (both sorted by page number), so no per-page hash
+//! lookup is needed.
+//!
+//! A **complete coalescence** runs the same loop over every live page
+//! (from the batch or, for pages the batch did not touch, rebuilt from the
+//! old chain) into a fresh pattern space with no previous versions.
+
+use std::path::Path;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::l2::chain::{LivePage, OpenChain};
+use crate::l1::coalesce::{CList, CListEntry, PageLayer, merge_layers};
+use crate::l2::dedup_table::{DedupTable, PatternHash, PatternHasher};
+use crate::error::{Error, Result};
+use crate::format::chunked::{ChunkedHeader, ChunkedWriter, DEFAULT_CHUNK, Kind};
+use crate::format::ic::{DropRange, IcMeta};
+use crate::format::manifest::{FileEntry, Role, object_name};
+use crate::format::ptable::{PTableDelta, check_sizes};
+
+/// Buffer size for the streamed RPS and PF.
+const FLUSH: usize = 1 << 20;
+/// Source-location tag: the pattern's bytes are an old-chain pattern.
+const OLD: u64 = 1 << 63;
+
+/// What the Deduplication Unit produced.
+#[derive(Clone, Debug, Serialize)]
+pub struct DedupOutput {
+    /// The generation written.
+    pub generation: u64,
+    /// The data files, in the directory given.
+    pub files: Vec<FileEntry>,
+    /// Patterns in the new RPS.
+    pub patterns: u64,
+    /// First pointer of the new RPS.
+    pub pattern_base: u64,
+    /// Pages written (C-List length, or all live pages for a full one).
+    pub dirty_pages: u64,
+    /// Live pages after the generation.
+    pub live_pages: u64,
+    /// Pages dropped.
+    pub dropped_pages: u64,
+    /// Patterns probed (new page contents).
+    pub probed: u64,
+    /// Probes that hit a pattern of a page's previous version or of the
+    /// batch (the rest were appended to the RPS).
+    pub hits: u64,
+    /// Previous-version patterns inserted into the DeD-Table.
+    pub prev_inserted: u64,
+    /// Bytes of page data deduplicated.
+    pub bytes_in: u64,
+    /// Peak DeD-Table memory, in bytes.
+    pub table_bytes: u64,
+    /// Seconds spent.
+    pub seconds: f64,
+}
+
+/// The pattern space would pass 2^32 patterns.
+fn space_full(generation: u64, needed: u64) -> Error {
+    Error::PatternSpaceFull(format!(
+        "generation {generation} would need pattern pointer {needed}, beyond the 4-byte pointer space (2^32 patterns)"
+    ))
+}
+
+/// Where the bytes of a page being deduplicated come from.
+enum PageSource<'a> {
+    /// An IC file's page (CRC-checked), at `offset` in file `file`.
+    Ic {
+        file: u32,
+        data: &'a [u8],
+        offset: u64,
+        crc: u32,
+    },
+    /// A page rebuilt (and CRC-checked) from the old chain into `data`;
+    /// `ptrs` are its old pointers, through which its new patterns are found
+    /// again.
+    Old {
+        data: &'a [u8],
+        ptrs: &'a [u8],
+        crc: u32,
+    },
+}
+
+/// How the `i`-th pattern of a page is resolved (see [`Unit::page`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Way {
+    /// Probe the DeD-Table with the hash computed for it.
+    Probe,
+    /// The all-zero pattern, whose pointer is already known.
+    Zero,
+    /// (New contents only) equal to the previous version's pattern at the
+    /// same position: takes the pointer that pattern's insertion returned.
+    Same,
+}
+
+/// Whether `p` is all zero bytes (`p.len()` is a multiple of 8: pattern
+/// sizes are powers of two from 16).
+#[inline(always)]
+fn is_zero(p: &[u8]) -> bool {
+    p.chunks_exact(8).fold(0u64, |a, w| {
+        a | u64::from_ne_bytes(w.try_into().expect("8 bytes"))
+    }) == 0
+}
+
+/// Pattern equality for the usual sizes as fixed-size arrays (inlined
+/// compares rather than a `bcmp` call).
+#[inline(always)]
+fn same(a: &[u8], b: &[u8]) -> bool {
+    #[inline(always)]
+    fn fixed<const N: usize>(a: &[u8], b: &[u8]) -> Option<bool> {
+        Some(<&[u8; N]>::try_from(a).ok()? == <&[u8; N]>::try_from(b).ok()?)
+    }
+    match a.len() {
+        32 => fixed::<32>(a, b),
+        16 => fixed::<16>(a, b),
+        64 => fixed::<64>(a, b),
+        128 => fixed::<128>(a, b),
+        _ => None,
+    }
+    .unwrap_or_else(|| a == b)
+}
+
+/// Shared state of one deduplication run.
+struct Unit<'a, H: PatternHasher> {
+    table: DedupTable<H>,
+    pattern_size: usize,
+    generation: u64,
+    base: u64,
+    next: u64,
+    /// Source location of every new pattern (see module doc).
+    locs: Vec<u64>,
+    ic: Vec<IcData<'a>>,
+    /// The chain whose patterns are reachable: the previous generation's
+    /// for a Δ, the old chain (as a page source) for a complete coalescence.
+    chain: Option<&'a OpenChain>,
+    /// Whether the chain's pointers belong to the new pattern space
+    /// (Δ: yes; complete coalescence: no, a fresh space starts at 0).
+    chain_shared: bool,
+    rps: ChunkedWriter,
+    rps_buf: Vec<u8>,
+    pf: ChunkedWriter,
+    pf_buf: Vec<u8>,
+    out: DedupOutput,
+    /// The pointer the DeD-Table maps the all-zero pattern to, once known.
+    /// Entries are never replaced, so it stays valid for the whole batch.
+    zero_ptr: Option<u32>,
+    /// What pass 1 learned about the page being committed and the next one
+    /// (see [`Unit::prepare`]).
+    scratch: [Scratch<'a>; 2],
+    /// What each previous-version insertion of the page returned.
+    prev_res: Vec<u32>,
+}
+
+/// Pass 1's findings about one page (`alpha` entries each): how each new
+/// pattern is resolved and its hashes; the same for the previous version's
+/// patterns, with their bytes and pointers.
+#[derive(Default)]
+struct Scratch<'a> {
+    new: Vec<(Way, PatternHash)>,
+    prev: Vec<Prev<'a>>,
+}
+
+/// A previous-version pattern of the page: its bytes, pointer, and how it
+/// is inserted.
+struct Prev<'a> {
+    pat: &'a [u8],
+    ptr: u32,
+    way: Way,
+    h: PatternHash,
+}
+
+/// Resolves a pointer to its bytes for the DeD-Table's hit confirmation.
+/// Infallible by design: bytes that cannot be read resolve to an empty
+/// slice, which equals no pattern, so the worst outcome is a missed
+/// duplicate, never a wrong pointer.
+fn resolve<'a>(
+    p: u32,
+    base: u64,
+    ps: usize,
+    locs: &[u64],
+    ic: &[IcData<'a>],
+    chain: Option<&'a OpenChain>,
+    chain_shared: bool,
+) -> &'a [u8] {
+    let p = u64::from(p);
+    if p >= base {
+        let Some(&loc) = locs.get((p - base) as usize) else {
+            return &[];
+        };
+        if loc & OLD != 0 {
+            return chain
+                .and_then(|c| c.pattern(loc as u32).ok())
+                .unwrap_or(&[]);
+        }
+        let (file, off) = ((loc >> 48) as usize, loc & ((1 << 48) - 1));
+        let Some(&(data_off, data)) = ic.get(file) else {
+            return &[];
+        };
+        let at = off.wrapping_sub(data_off) as usize;
+        return at
+            .checked_add(ps)
+            .and_then(|end| data.get(at..end))
+            .unwrap_or(&[]);
+    }
+    if chain_shared {
+        return chain.and_then(|c| c.pattern(p as u32).ok()).unwrap_or(&[]);
+    }
+    &[]
+}
+
+/// An IC file's page data and its offset in the file (empty for files the
+/// batch does not reference), for [`resolve`].
+type IcData<'a> = (u64, &'a [u8]);
+
+impl<'a, H: PatternHasher> Unit<'a, H> {
+    /// Pass 1 of a page (into `scratch[slot]`): reads the previous
+    /// version's patterns (Δ only) and classifies every pattern, hashing
+    /// and prefetching the DeD-Table bucket of those that need a probe.
+    ///
+    /// It changes no table state, so [`deduplicate`] runs it one page ahead:
+    /// page k+1 is prepared before page k is committed, and the buckets it
+    /// prefetches have a whole page's work to arrive.
+    ///
+    /// Two kinds of pattern skip the table, with the answer the table would
+    /// give: the all-zero pattern once its pointer is known, and a new
+    /// pattern equal to the previous version's pattern at the same position
+    /// (a surviving pattern), which takes the pointer that pattern's
+    /// insertion returns. Entries are never replaced within a batch (and
+    /// `zero_ptr`, once known, never changes), so both shortcuts return
+    /// exactly what a probe would: the output is the same, byte for byte, as
+    /// probing every pattern in order.
+    fn prepare(&mut self, slot: usize, data: &[u8], prev: Option<LivePage>) -> Result<()> {
+        match self.pattern_size {
+            16 => self.prepare_n::<16>(slot, data, prev),
+            32 => self.prepare_n::<32>(slot, data, prev),
+            64 => self.prepare_n::<64>(slot, data, prev),
+            128 => self.prepare_n::<128>(slot, data, prev),
+            _ => self.prepare_n::<0>(slot, data, prev),
+        }
+    }
+
+    /// [`prepare`](Self::prepare) for patterns of `N` bytes (0: any size),
+    /// so that the usual sizes get fixed-size compares and copies.
+    #[inline(always)]
+    fn prepare_n<const N: usize>(
+        &mut self,
+        slot: usize,
+        data: &[u8],
+        prev: Option<LivePage>,
+    ) -> Result<()> {
+        let ps = if N > 0 { N } else { self.pattern_size };
+        let sc = &mut self.scratch[slot];
+        sc.prev.clear();
+        let prev_chain = match (prev, self.chain) {
+            (Some(lp), Some(chain)) if self.chain_shared => Some((lp, chain)),
+            _ => None,
+        };
+        if let Some((lp, chain)) = prev_chain {
+            for p in chain.pointers(lp)?.chunks_exact(4) {
+                let ptr = u32::from_le_bytes(p.try_into().expect("4"));
+                let pat = chain.pattern(ptr)?;
+                let (way, h) = match self.zero_ptr {
+                    Some(_) if is_zero(pat) => (Way::Zero, PatternHash::default()),
+                    _ => {
+                        let h = self.table.hash(pat);
+                        self.table.prefetch(h);
+                        (Way::Probe, h)
+                    }
+                };
+                sc.prev.push(Prev { pat, ptr, way, h });
+            }
+        }
+        sc.new.clear();
+        let alpha = data.len() / ps;
+        let has_prev = sc.prev.len() == alpha;
+        for (i, pat) in data.chunks_exact(ps).enumerate() {
+            let (way, h) = if has_prev && same(pat, sc.prev[i].pat) {
+                (Way::Same, PatternHash::default())
+            } else if self.zero_ptr.is_some() && is_zero(pat) {
+                (Way::Zero, PatternHash::default())
+            } else {
+                let h = self.table.hash(pat);
+                self.table.prefetch(h);
+                (Way::Probe, h)
+            };
+            sc.new.push((way, h));
+        }
+        Ok(())
+    }
+
+    /// Passes 2 and 3 of a page prepared into `scratch[slot]`: inserts the
+    /// previous version's patterns under their pointers, in order, then
+    /// probes the new contents, in order, appending misses to the ΔRPS.
+    fn commit(
+        &mut self,
+        slot: usize,
+        page: u64,
+        src: PageSource<'_>,
+        ptab: &mut PTableDelta,
+    ) -> Result<()> {
+        match self.pattern_size {
+            16 => self.commit_n::<16>(slot, page, src, ptab),
+            32 => self.commit_n::<32>(slot, page, src, ptab),
+            64 => self.commit_n::<64>(slot, page, src, ptab),
+            128 => self.commit_n::<128>(slot, page, src, ptab),
+            _ => self.commit_n::<0>(slot, page, src, ptab),
+        }
+    }
+
+    /// [`commit`](Self::commit) for patterns of `N` bytes (0: any size).
+    #[inline(always)]
+    fn commit_n<const N: usize>(
+        &mut self,
+        slot: usize,
+        page: u64,
+        src: PageSource<'_>,
+        ptab: &mut PTableDelta,
+    ) -> Result<()> {
+        let ps = if N > 0 { N } else { self.pattern_size };
+        let (data, crc) = match &src {
+            PageSource::Ic { data, crc, .. } | PageSource::Old { data, crc, .. } => (*data, *crc),
+        };
+        let alpha = data.len() / ps;
+        let data = &data[..alpha * ps];
+        let (base, ic, chain, shared) = (self.base, &self.ic[..], self.chain, self.chain_shared);
+        let sc = &self.scratch[slot];
+
+        // Pass 2: the previous version's patterns.
+        self.prev_res.clear();
+        for &Prev { pat, ptr, way, h } in &sc.prev {
+            let res = match (way, self.zero_ptr) {
+                (Way::Zero, Some(z)) => z,
+                _ => {
+                    let locs = &self.locs;
+                    let res = self
+                        .table
+                        .get_or_insert_hashed(pat, h, ptr, |q| {
+                            resolve(q, base, ps, locs, ic, chain, shared)
+                        })
+                        .unwrap_or(ptr);
+                    if self.zero_ptr.is_none() && is_zero(pat) {
+                        self.zero_ptr = Some(res);
+                    }
+                    res
+                }
+            };
+            self.prev_res.push(res);
+        }
+        self.out.prev_inserted += sc.prev.len() as u64;
+
+        // Pass 3: the new contents; their pointers go straight into the PF
+        // buffer.
+        let pf_at = self.pf_buf.len();
+        self.pf_buf.resize(pf_at + alpha * 4, 0);
+        let pf_out = self.pf_buf[pf_at..].chunks_exact_mut(4);
+        for (i, ((pat, out), &(way, h))) in
+            data.chunks_exact(ps).zip(pf_out).zip(&sc.new).enumerate()
+        {
+            if self.next > u64::from(u32::MAX) {
+                return Err(space_full(self.generation, self.next));
+            }
+            let hit = match (way, self.zero_ptr) {
+                (Way::Same, _) => Some(self.prev_res[i]),
+                (Way::Zero, Some(z)) => Some(z),
+                _ => {
+                    let locs = &self.locs;
+                    let hit = self
+                        .table
+                        .get_or_insert_hashed(pat, h, self.next as u32, |q| {
+                            resolve(q, base, ps, locs, ic, chain, shared)
+                        });
+                    if self.zero_ptr.is_none() && is_zero(pat) {
+                        self.zero_ptr = Some(hit.unwrap_or(self.next as u32));
+                    }
+                    hit
+                }
+            };
+            let ptr = match hit {
+                Some(p) => {
+                    self.out.hits += 1;
+                    p
+                }
+                None => {
+                    let loc = match &src {
+                        PageSource::Ic { file, offset, .. } => {
+                            (u64::from(*file) << 48) | (offset + (i * ps) as u64)
+                        }
+                        PageSource::Old { ptrs, .. } => {
+                            OLD | u64::from(u32::from_le_bytes(
+                                ptrs[i * 4..i * 4 + 4].try_into().expect("4"),
+                            ))
+                        }
+                    };
+                    let p = self.next as u32;
+                    self.next += 1;
+                    self.locs.push(loc);
+                    self.rps_buf.extend_from_slice(pat);
+                    if self.rps_buf.len() >= FLUSH {
+                        self.rps.write(&self.rps_buf)?;
+                        self.rps_buf.clear();
+                    }
+                    p
+                }
+            };
+            out.copy_from_slice(&ptr.to_le_bytes());
+        }
+        self.out.probed += alpha as u64;
+        if self.pf_buf.len() >= FLUSH {
+            self.pf.write(&self.pf_buf)?;
+            self.pf_buf.clear();
+        }
+        ptab.pages.push(page);
+        ptab.page_crcs.push(crc);
+        self.out.bytes_in += (alpha * ps) as u64;
+        Ok(())
+    }
+}
+
+/// A page prepared and waiting for its commit: where its bytes are.
+enum Pending<'i> {
+    Ic {
+        page: u64,
+        file: u32,
+        data: &'i [u8],
+        offset: u64,
+        crc: u32,
+    },
+    /// Rebuilt into `old_bufs[buf]`.
+    Old {
+        page: u64,
+        ptrs: &'i [u8],
+        crc: u32,
+        buf: usize,
+    },
+}
+
+/// Parameters of one deduplication run.
+pub struct DedupJob<'a> {
+    /// The generation to write.
+    pub generation: u64,
+    /// Page size.
+    pub page_size: u32,
+    /// Pattern size.
+    pub pattern_size: u32,
+    /// The batch (IC files, seq order) the C-List indexes.
+    pub batch: &'a [IcMeta],
+    /// The batch's C-List.
+    pub clist: &'a CList,
+    /// The chain the generation extends (Δ) or replaces (complete
+    /// coalescence), if any.
+    pub chain: Option<&'a OpenChain>,
+    /// Complete coalescence: a fresh full RPS of every live page.
+    pub full: bool,
+    /// Directory to write the generation's files into.
+    pub dir: &'a Path,
+}
+
+/// Runs the Deduplication Unit with the hasher `hasher`, writing the
+/// generation's RPS, PF and P-Table into `job.dir`.
+pub fn deduplicate<H: PatternHasher>(job: &DedupJob<'_>, hasher: H) -> Result<DedupOutput> {
+    let started = Instant::now();
+    check_sizes(job.page_size, job.pattern_size).map_err(|(_, _, why)| Error::Invalid(why))?;
+    if job.clist.page_size != job.page_size && !job.clist.is_empty() {
+        return Err(Error::Invalid(format!(
+            "the batch has {}-byte pages, the chain {}-byte pages",
+            job.clist.page_size, job.page_size
+        )));
+    }
+    let shared = !job.full;
+    let base = match (job.chain, shared) {
+        (Some(c), true) => {
+            let m = c.manifest();
+            if m.page_size != job.page_size || m.pattern_size != job.pattern_size {
+                return Err(Error::Invalid(format!(
+                    "chain has page/pattern size {}/{}, the batch {}/{}",
+                    m.page_size, m.pattern_size, job.page_size, job.pattern_size
+                )));
+            }
+            m.pattern_end()
+        }
+        _ => 0,
+    };
+    let ps = job.pattern_size as usize;
+    let alpha = job.page_size / job.pattern_size;
+    let ic = crate::l1::coalesce::open_referenced(job.batch, &job.clist.entries)?;
+
+    // Which pages to write, and where each one's bytes come from.
+    enum Src {
+        Ic(CListEntry),
+        Old(LivePage),
+    }
+    /// (page, source, previous version) for every page to write.
+    type Plan = Vec<(u64, Src, Option<LivePage>)>;
+    let delta_chain = job.chain.filter(|_| !(job.full || job.clist.full));
+    let (plan, drops, live_pages, full_flag): (Plan, Vec<DropRange>, u64, bool) =
+        if let Some(chain) = delta_chain {
+            let old_live = chain.live_pages();
+            let mut plan = Vec::with_capacity(job.clist.len());
+            let mut j = 0usize;
+            for e in &job.clist.entries {
+                while j < old_live.len() && old_live[j].page < e.page {
+                    j += 1;
+                }
+                let prev = (j < old_live.len() && old_live[j].page == e.page).then(|| old_live[j]);
+                plan.push((e.page, Src::Ic(*e), prev));
+            }
+            let old_layer = LiveLayer(&old_live);
+            let layers: Vec<&dyn PageLayer> = vec![&old_layer, job.clist];
+            let live = merge_layers(&layers).entries.len() as u64;
+            (plan, job.clist.drops.clone(), live, false)
+        } else {
+            // Every live page: the batch's newest copies over the old chain.
+            let old_live = match (job.chain, job.clist.full) {
+                (Some(c), false) => c.live_pages(),
+                _ => Vec::new(),
+            };
+            let old_layer = LiveLayer(&old_live);
+            let layers: Vec<&dyn PageLayer> = vec![&old_layer, job.clist];
+            let merged = merge_layers(&layers);
+            let plan: Vec<_> = merged
+                .entries
+                .into_iter()
+                .map(|e| {
+                    if e.chk == 0 {
+                        (e.page, Src::Old(old_live[e.pp as usize]), None)
+                    } else {
+                        (e.page, Src::Ic(job.clist.entries[e.pp as usize]), None)
+                    }
+                })
+                .collect();
+            let n = plan.len() as u64;
+            (plan, Vec::new(), n, true)
+        };
+
+    // Size the table for the most entries it can get, so that it never
+    // grows: one per probed pattern, plus one per previous-version pattern
+    // inserted (Δ only). Entries never exceed the unique patterns, so the
+    // table is usually much emptier than its 3/4 load limit; sizing it
+    // tighter than this bound would risk a growth (every entry re-hashed
+    // through the resolver), sizing it looser only spreads the probes over
+    // more memory.
+    let with_prev = plan.iter().filter(|(_, _, prev)| prev.is_some()).count();
+    let expected = (plan.len() + with_prev).saturating_mul(alpha as usize);
+    let table = DedupTable::with_hasher(expected.max(1024), hasher);
+    let names = [
+        object_name(job.generation, "rps"),
+        object_name(job.generation, "pf"),
+        object_name(job.generation, "ptab"),
+    ];
+    let rps = ChunkedWriter::create(
+        job.dir.join(&names[0]),
+        ChunkedHeader {
+            kind: Kind::Rps,
+            record_size: job.pattern_size,
+            generation: job.generation,
+            first_record: base,
+            record_count: 0,
+            chunk_size: DEFAULT_CHUNK,
+            aux: 0,
+        },
+    )?;
+    let pf = ChunkedWriter::create(
+        job.dir.join(&names[1]),
+        ChunkedHeader {
+            kind: Kind::Pf,
+            record_size: 4,
+            generation: job.generation,
+            first_record: 0,
+            record_count: 0,
+            chunk_size: DEFAULT_CHUNK,
+            aux: alpha,
+        },
+    )?;
+    let mut unit = Unit {
+        table,
+        pattern_size: ps,
+        generation: job.generation,
+        base,
+        next: base,
+        locs: Vec::new(),
+        ic: ic
+            .iter()
+            .map(|f| {
+                f.as_ref()
+                    .and_then(|f| {
+                        let l = f.meta().layout;
+                        Some((
+                            l.data_off,
+                            f.raw(l.data_off, usize::try_from(l.file_len - l.data_off).ok()?)?,
+                        ))
+                    })
+                    .unwrap_or((0, &[]))
+            })
+            .collect(),
+        chain: job.chain,
+        chain_shared: shared && job.chain.is_some() && !full_flag,
+        rps,
+        rps_buf: Vec::with_capacity(FLUSH + ps),
+        pf,
+        pf_buf: Vec::with_capacity(FLUSH + 4 * alpha as usize),
+        zero_ptr: None,
+        scratch: [Scratch::default(), Scratch::default()],
+        prev_res: Vec::with_capacity(alpha as usize),
+        out: DedupOutput {
+            generation: job.generation,
+            files: Vec::new(),
+            patterns: 0,
+            pattern_base: base,
+            dirty_pages: plan.len() as u64,
+            live_pages,
+            dropped_pages: drops.iter().map(|d| d.count).sum(),
+            probed: 0,
+            hits: 0,
+            prev_inserted: 0,
+            bytes_in: 0,
+            table_bytes: 0,
+            seconds: 0.0,
+        },
+    };
+    let mut ptab = PTableDelta {
+        path: job.dir.join(&names[2]),
+        generation: job.generation,
+        page_size: job.page_size,
+        pattern_size: job.pattern_size,
+        full: full_flag,
+        pages: Vec::with_capacity(plan.len()),
+        drops,
+        page_crcs: Vec::with_capacity(plan.len()),
+    };
+    // Page k+1 is prepared (pass 1: hashes, prefetches) before page k is
+    // committed (passes 2 and 3), so that its DeD-Table buckets arrive
+    // while page k is being processed. Rebuilt old pages alternate between
+    // two buffers, as a prepared page's bytes must outlive the next
+    // page's preparation.
+    let mut old_bufs = [
+        vec![0u8; job.page_size as usize],
+        vec![0u8; job.page_size as usize],
+    ];
+    let mut pending: Option<Pending<'_>> = None;
+    for (k, (page, src, prev)) in plan.iter().enumerate() {
+        let slot = k % 2;
+        let next = match src {
+            Src::Ic(e) => {
+                let f = ic[e.chk as usize]
+                    .as_ref()
+                    .expect("referenced files are open");
+                let data = f.page(e.pp as usize)?;
+                unit.prepare(slot, data, *prev)?;
+                Pending::Ic {
+                    page: *page,
+                    file: e.chk,
+                    data,
+                    offset: f.page_offset(e.pp as usize),
+                    crc: f.meta().page_crcs[e.pp as usize],
+                }
+            }
+            Src::Old(lp) => {
+                let chain = job.chain.expect("old pages come with their chain");
+                // Rebuild (and CRC-check) the page before trusting its pointers.
+                chain.read_page(*lp, &mut old_bufs[slot])?;
+                let crc = chain.gens[lp.layer as usize].ptable.page_crcs[lp.pos as usize];
+                let ptrs = chain.pointers(*lp)?;
+                unit.prepare(slot, &old_bufs[slot], None)?;
+                Pending::Old {
+                    page: *page,
+                    ptrs,
+                    crc,
+                    buf: slot,
+                }
+            }
+        };
+        if let Some(p) = pending.replace(next) {
+            commit(&mut unit, 1 - slot, p, &old_bufs, &mut ptab)?;
+        }
+    }
+    if let Some(p) = pending.take() {
+        commit(&mut unit, (plan.len() + 1) % 2, p, &old_bufs, &mut ptab)?;
+    }
+    unit.out.table_bytes = unit.out.table_bytes.max(unit.table.memory_bytes() as u64);
+    if !unit.rps_buf.is_empty() {
+        unit.rps.write(&unit.rps_buf)?;
+    }
+    if !unit.pf_buf.is_empty() {
+        unit.pf.write(&unit.pf_buf)?;
+    }
+    let mut out = unit.out;
+    out.table_bytes = out
+        .table_bytes
+        .max(unit.table.memory_bytes() as u64 + unit.locs.capacity() as u64 * 8);
+    out.patterns = unit.next - base;
+    let (rps_len, rps_crc) = unit.rps.finish()?;
+    let (pf_len, pf_crc) = unit.pf.finish()?;
+    let (pt_len, pt_crc) = ptab.write(&job.dir.join(&names[2]))?;
+    out.files = vec![
+        FileEntry {
+            role: Role::Rps,
+            name: names[0].clone(),
+            bytes: rps_len,
+            crc32: rps_crc,
+        },
+        FileEntry {
+            role: Role::Pf,
+            name: names[1].clone(),
+            bytes: pf_len,
+            crc32: pf_crc,
+        },
+        FileEntry {
+            role: Role::Ptable,
+            name: names[2].clone(),
+            bytes: pt_len,
+            crc32: pt_crc,
+        },
+    ];
+    out.seconds = started.elapsed().as_secs_f64();
+    Ok(out)
+}
+
+/// Commits a prepared page (see [`Unit::commit`]).
+fn commit<H: PatternHasher>(
+    unit: &mut Unit<'_, H>,
+    slot: usize,
+    p: Pending<'_>,
+    old_bufs: &[Vec<u8>; 2],
+    ptab: &mut PTableDelta,
+) -> Result<()> {
+    match p {
+        Pending::Ic {
+            page,
+            file,
+            data,
+            offset,
+            crc,
+        } => unit.commit(
+            slot,
+            page,
+            PageSource::Ic {
+                file,
+                data,
+                offset,
+                crc,
+            },
+            ptab,
+        ),
+        Pending::Old {
+            page,
+            ptrs,
+            crc,
+            buf,
+        } => unit.commit(
+            slot,
+            page,
+            PageSource::Old {
+                data: &old_bufs[buf],
+                ptrs,
+                crc,
+            },
+            ptab,
+        ),
+    }
+}
+
+/// The live P-Table of a chain as a merge layer (a FULL one: it is the
+/// whole state before the batch).
+struct LiveLayer<'a>(&'a [LivePage]);
+
+impl PageLayer for LiveLayer<'_> {
+    fn layer_len(&self) -> usize {
+        self.0.len()
+    }
+    fn layer_page(&self, i: usize) -> u64 {
+        self.0[i].page
+    }
+    fn layer_drops(&self) -> &[DropRange] {
+        &[]
+    }
+    fn layer_full(&self) -> bool {
+        true
+    }
+}

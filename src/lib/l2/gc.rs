@@ -1,0 +1,154 @@
+//! `gc`: removes the L2 objects that no manifest references.
+//!
+//! A push that crashed (or lost its store) before its commit point leaves
+//! data files without a manifest; a prune that crashed leaves data files of
+//! pruned generations. The next push's recovery deletes them, but a job
+//! that never pushes again (it ended, or its node is gone) leaves them
+//! behind, billed forever in a bucket. `gc` finds them:
+//!
+//! * **referenced**: every manifest object (valid or not), every file a
+//!   valid manifest names, and every object of a generation whose manifest
+//!   is invalid (kept as evidence for `verify` and for a person);
+//! * **garbage**: the other objects whose names have the form
+//!   `g<digits>.<anything>` (FORMAT.md §3.1.1: they belong to a generation,
+//!   and that generation does not exist). Other names are not rexctl's and
+//!   are never touched.
+//!
+//! Garbage is deleted only once it is older than the grace period (default
+//! one hour), and unfinished multipart uploads only once their intent is
+//! that old. With `--l1`, `gc` also takes the job's lock without waiting, so
+//! it never runs while a push of this node holds it (exit code 4).
+//!
+//! # Why the grace period covers pushes from other nodes
+//!
+//! The lock is local to a node, and a bucket is shared by many. A push
+//! writes a generation's data files and then, at once, its manifest; the
+//! objects of a push in progress are therefore younger than the time the
+//! push has spent uploading. The listing is taken before the manifests are
+//! read, so a manifest committed in between is seen. An object is only
+//! collected if it was unreferenced when listed *and* older than the grace
+//! period, that is, if some push has been uploading for longer than the
+//! grace period without committing: with the default of one hour, far
+//! longer than any push, that push has failed. Should a push be that slow,
+//! it loses nothing either: its recovery uploads the generation again from
+//! L1. Ages are measured against the store's modification times, so clock
+//! skew between this node and the store eats into the grace period.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+
+use crate::l2::chain::ChainIndex;
+use crate::error::Result;
+use crate::format::manifest::{generation_of, parse_manifest_name};
+use crate::l1::lock::JobLock;
+use crate::store::Store;
+
+/// Default grace period: one hour.
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(3600);
+
+/// How to collect.
+#[derive(Clone, Debug)]
+pub struct GcOptions {
+    /// Only objects at least this old are deleted.
+    pub grace: Duration,
+    /// Report what would be deleted, delete nothing.
+    pub dry_run: bool,
+}
+
+impl Default for GcOptions {
+    fn default() -> Self {
+        GcOptions {
+            grace: DEFAULT_GRACE,
+            dry_run: false,
+        }
+    }
+}
+
+/// One object `gc` looked at.
+#[derive(Clone, Debug, Serialize)]
+pub struct GcObject {
+    /// Object name.
+    pub name: String,
+    /// Size in bytes.
+    pub bytes: u64,
+    /// Age in seconds, if the store knows it.
+    pub age_s: Option<f64>,
+}
+
+/// What `gc` did.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct GcReport {
+    /// The store collected.
+    pub store: String,
+    /// Whether this was a dry run.
+    pub dry_run: bool,
+    /// The grace period, seconds.
+    pub grace_s: f64,
+    /// Objects referenced by a manifest (kept).
+    pub referenced: usize,
+    /// Objects of generations with an invalid manifest (kept as evidence).
+    pub evidence: Vec<GcObject>,
+    /// Unreferenced objects deleted (or, dry run, to delete).
+    pub deleted: Vec<GcObject>,
+    /// Unreferenced objects younger than the grace period (kept).
+    pub young: Vec<GcObject>,
+    /// Bytes deleted (or, dry run, to delete).
+    pub bytes_freed: u64,
+    /// Unfinished multipart uploads aborted.
+    pub aborted_uploads: Vec<String>,
+}
+
+/// Collects `store`'s garbage (see the module doc). With `l1`, holds that
+/// job's lock throughout (busy: [`crate::Error::Busy`]).
+pub fn gc(store: &dyn Store, l1: Option<&Path>, opts: &GcOptions) -> Result<GcReport> {
+    let _lock = l1.map(|d| JobLock::acquire(d, "gc")).transpose()?;
+    // List first, then read the manifests: a manifest committed in between
+    // is seen, so none of its files can pass for garbage.
+    let objects = store.list()?;
+    let index = ChainIndex::load(store)?;
+    let mut referenced: BTreeSet<&str> = BTreeSet::new();
+    for m in index.manifests.values() {
+        referenced.extend(m.files.iter().map(|f| f.name.as_str()));
+    }
+    let invalid: BTreeSet<u64> = index.invalid.iter().map(|(g, _)| *g).collect();
+    let now = SystemTime::now();
+    let mut report = GcReport {
+        store: store.describe(),
+        dry_run: opts.dry_run,
+        grace_s: opts.grace.as_secs_f64(),
+        ..Default::default()
+    };
+    for o in &objects {
+        let Some(g) = generation_of(&o.name) else {
+            continue;
+        };
+        let age = o
+            .modified
+            .map(|t| now.duration_since(t).unwrap_or_default());
+        let entry = GcObject {
+            name: o.name.clone(),
+            bytes: o.bytes,
+            age_s: age.map(|a| a.as_secs_f64()),
+        };
+        if parse_manifest_name(&o.name).is_some() || referenced.contains(o.name.as_str()) {
+            report.referenced += 1;
+        } else if invalid.contains(&g) {
+            report.evidence.push(entry);
+        } else if age.is_some_and(|a| a >= opts.grace) || (age.is_none() && opts.grace.is_zero()) {
+            if !opts.dry_run {
+                store.delete(&o.name)?;
+            }
+            report.bytes_freed += o.bytes;
+            report.deleted.push(entry);
+        } else {
+            report.young.push(entry);
+        }
+    }
+    if !opts.dry_run {
+        report.aborted_uploads = store.abort_stale_uploads(Some(opts.grace))?;
+    }
+    Ok(report)
+}

@@ -1,0 +1,697 @@
+//! `push-l2`: coalesce the pending batch, deduplicate it, publish the new
+//! generation in L1 and L2, and let it replace the batch's IC files.
+//!
+//! # Order of operations (what makes a crash harmless)
+//!
+//! 1. Take the job lock, then **recover** from any interrupted push (below).
+//! 2. Coalesce the pending IC files (seq after the newest generation).
+//! 3. Deduplicate into the L1 chain directory (`L1/rex/`): RPS, PF and
+//!    P-Table, each written under a temporary name, fsynced, renamed.
+//! 4. Upload those data files to L2 (same discipline), checking each
+//!    upload's CRC against what the Deduplication Unit wrote.
+//! 5. Write the manifest to L1, then to L2. A generation exists once its
+//!    manifest does; the L2 manifest is the commit point.
+//! 6. Delete the IC files the generation covers, now that it is durable in
+//!    both places; then prune chains beyond the retention counts, manifests
+//!    first, only once the complete coalescence that supersedes them is
+//!    durable in both places.
+//!
+//! **Recovery**, at the start of every push (and of `flush`): uploads an
+//! interrupted push left unfinished in an object store are aborted (see
+//! [`crate::store::S3Store`]); a generation
+//! valid in L1 but not in L2 (a crash between 5a and 5b) is uploaded; a
+//! generation of L2's newest chain missing in L1 is copied back; files of
+//! generations newer than the newest manifest (a crash in 3 or 4) and
+//! temporaries are deleted; IC files covered by the newest generation are
+//! deleted. Whatever the crash, L1 + L2 restore either the old state (the
+//! IC files are still there and the new generation does not exist) or the
+//! new one.
+//!
+//! The L2 store may be a directory or a bucket ([`crate::store::open_l2`]);
+//! the order above is the same for both. In a bucket a manifest is never
+//! overwritten: an invalid L2 manifest that recovery replaces with L1's
+//! valid copy is deleted first.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::l2::chain::{ChainIndex, OpenChain};
+use crate::l1::coalesce::{CList, CoalesceStats};
+use crate::l2::dedup::{DedupJob, DedupOutput, deduplicate};
+use crate::l2::dedup_table::{Crc32Hasher, Xxh3Hasher};
+use crate::durable;
+use crate::error::{Error, IoContext, Result};
+use crate::format::manifest::{GenKind, Manifest, Timings, manifest_name};
+use crate::l1::L1Dir;
+use crate::l1::lock::JobLock;
+use crate::store::{DirStore, NoProgress, Progress, Store};
+
+/// Name of the L1 chain directory inside the L1 directory.
+pub const L1_CHAIN_DIR: &str = "rex";
+
+/// The hash functions of the DeD-Table.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum HashChoice {
+    /// CRC-32 indexes the table, as in the paper (and XXH3 gives the tag).
+    #[default]
+    Crc32,
+    /// Both hashes from one XXH3-64: faster, same results.
+    Xxh3,
+}
+
+/// How to push.
+#[derive(Clone, Debug)]
+pub struct PushOptions {
+    /// Pattern size for a new chain (an existing chain keeps its own unless
+    /// a complete coalescence starts a new one).
+    pub pattern_size: u32,
+    /// Force a complete coalescence (fresh full RPS, new chain).
+    pub full: bool,
+    /// Chains kept in L2 (at least 1).
+    pub keep_chains_l2: usize,
+    /// Chains kept in L1 (at least 1).
+    pub keep_chains_l1: usize,
+    /// DeD-Table hash functions.
+    pub hash: HashChoice,
+}
+
+impl Default for PushOptions {
+    fn default() -> Self {
+        PushOptions {
+            pattern_size: 32,
+            full: false,
+            keep_chains_l2: 2,
+            keep_chains_l1: 1,
+            hash: HashChoice::default(),
+        }
+    }
+}
+
+/// A job's two storage levels.
+pub struct Job {
+    /// The L1 directory (IC files).
+    pub l1: PathBuf,
+    /// L1's local copy of the chain (`L1/rex/`).
+    pub l1_chain: DirStore,
+    /// The L2 store.
+    pub l2: Box<dyn Store>,
+    /// Receives the progress of uploads to L2 (none by default).
+    pub progress: Option<Arc<dyn Progress>>,
+}
+
+impl Job {
+    /// Opens a job: the L1 directory must exist; its chain directory is
+    /// created if missing.
+    pub fn open(l1: impl AsRef<Path>, l2: Box<dyn Store>) -> Result<Job> {
+        let l1 = l1.as_ref().to_path_buf();
+        if !l1.is_dir() {
+            return Err(Error::io(
+                &l1,
+                "open L1 directory",
+                std::io::Error::new(std::io::ErrorKind::NotFound, "no such directory"),
+            ));
+        }
+        let l1_chain = DirStore::create(l1.join(L1_CHAIN_DIR))?;
+        Ok(Job {
+            l1,
+            l1_chain,
+            l2,
+            progress: None,
+        })
+    }
+
+    /// Reports the progress of uploads to L2 to `p`.
+    pub fn with_progress(mut self, p: Arc<dyn Progress>) -> Job {
+        self.progress = Some(p);
+        self
+    }
+
+    fn progress(&self) -> &dyn Progress {
+        self.progress.as_deref().unwrap_or(&NoProgress)
+    }
+}
+
+/// What a push did.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct PushReport {
+    /// Recovery actions taken before pushing.
+    pub recovered: Vec<String>,
+    /// The new generation's manifest, if one was pushed.
+    pub manifest: Option<Manifest>,
+    /// The batch's coalescing counts.
+    pub coalesce: Option<CoalesceStats>,
+    /// The Deduplication Unit's counts.
+    pub dedup: Option<DedupOutput>,
+    /// Why the push took a complete coalescence, if it did.
+    pub full_reason: Option<String>,
+    /// IC files deleted from L1 (replaced by a generation).
+    pub deleted_ics: usize,
+    /// Generations pruned by retention, per level.
+    pub pruned_l1: Vec<u64>,
+    /// Generations pruned from L2.
+    pub pruned_l2: Vec<u64>,
+}
+
+/// Runs `push-l2` on `job` under its lock.
+pub fn push_l2(job: &Job, opts: &PushOptions) -> Result<PushReport> {
+    let _lock = JobLock::acquire(&job.l1, "push-l2")?;
+    push_locked(job, opts, None)
+}
+
+/// The chain state after recovery.
+pub struct Recovered {
+    /// The newest generation durable in both places.
+    pub newest: Option<Manifest>,
+    /// The L2 index.
+    pub l2_index: ChainIndex,
+    /// The L1 index.
+    pub l1_index: ChainIndex,
+}
+
+/// Pushes with the lock already held. `forced_reason`, when given, makes
+/// the push a complete coalescence for that reason (the controller's).
+pub fn push_locked(
+    job: &Job,
+    opts: &PushOptions,
+    forced_reason: Option<String>,
+) -> Result<PushReport> {
+    let mut report = PushReport::default();
+    let rec = recover(job, opts, &mut report)?;
+    let t0 = Instant::now();
+    let l1 = L1Dir::scan_after(&job.l1, rec.newest.as_ref().map(|m| m.last_seq))?;
+    let batch = &l1.files;
+    let mut full_reason = forced_reason.or_else(|| opts.full.then(|| "--full".to_string()));
+    if batch.is_empty() && full_reason.is_none() {
+        return Ok(report);
+    }
+    if batch.is_empty() && rec.newest.is_none() {
+        return Ok(report);
+    }
+    let clist = if batch.is_empty() {
+        None
+    } else {
+        Some(CList::build(batch)?)
+    };
+    let coalesce_s = t0.elapsed().as_secs_f64();
+
+    let mut chain = match &rec.newest {
+        Some(m) => Some(open_chain(job, &rec, m.generation, &mut report)?),
+        None => None,
+    };
+    if let (Some(ch), Some(c)) = (&chain, &clist)
+        && !c.full
+        && c.page_size != ch.manifest().page_size
+    {
+        return Err(Error::chain(
+            &job.l1,
+            format!(
+                "the pending checkpoints (seq {}..={}) have {}-byte pages, the L2 chain {}-byte pages: only a FULL checkpoint may change the page size",
+                c.first_seq,
+                c.last_seq,
+                c.page_size,
+                ch.manifest().page_size
+            ),
+        ));
+    }
+    if full_reason.is_none() {
+        full_reason = match (&chain, &clist) {
+            (None, _) => Some("first generation".into()),
+            (_, Some(c)) if c.full => Some("the batch holds a FULL checkpoint".into()),
+            _ => None,
+        };
+    }
+    let empty = empty_clist(chain.as_ref(), clist.as_ref());
+    let clist_ref = clist.as_ref().unwrap_or(&empty);
+    let generation = next_generation(job, &rec)?;
+    let pattern_size = match (&chain, &full_reason) {
+        (Some(ch), None) => ch.manifest().pattern_size,
+        _ => opts.pattern_size,
+    };
+    let page_size = if clist_ref.is_empty() {
+        chain
+            .as_ref()
+            .map(|c| c.manifest().page_size)
+            .unwrap_or(clist_ref.page_size)
+    } else {
+        clist_ref.page_size
+    };
+    let run = |full: bool, chain: Option<&OpenChain>| -> Result<DedupOutput> {
+        let dj = DedupJob {
+            generation,
+            page_size,
+            pattern_size,
+            batch,
+            clist: clist_ref,
+            chain,
+            full,
+            dir: job.l1_chain.root(),
+        };
+        match opts.hash {
+            HashChoice::Crc32 => deduplicate(&dj, Crc32Hasher),
+            HashChoice::Xxh3 => deduplicate(&dj, Xxh3Hasher),
+        }
+    };
+    let mut attempt = run(full_reason.is_some(), chain.as_ref());
+    // A chunk of L1's chain copy that fails its CRC only shows while the
+    // Deduplication Unit reads it: heal L1 from L2 and run again.
+    if let (Err(Error::Corrupt { path, .. }), Some(newest)) = (&attempt, &rec.newest)
+        && path.starts_with(job.l1_chain.root())
+    {
+        let why = attempt
+            .as_ref()
+            .err()
+            .map(Error::report)
+            .unwrap_or_default();
+        remove_generation_files(&job.l1_chain, generation)?;
+        heal_l1(job, &rec, newest.generation, &mut report, &why)?;
+        chain = Some(OpenChain::open(
+            job.l2.as_ref(),
+            &rec.l2_index,
+            newest.generation,
+        )?);
+        attempt = run(full_reason.is_some(), chain.as_ref());
+    }
+    let out = match attempt {
+        Err(Error::PatternSpaceFull(why)) if full_reason.is_none() => {
+            remove_generation_files(&job.l1_chain, generation)?;
+            full_reason = Some(format!("pattern space full ({why})"));
+            run(true, chain.as_ref())?
+        }
+        other => other?,
+    };
+    let full = full_reason.is_some();
+
+    // Upload the data files, checking what arrived.
+    let t_up = Instant::now();
+    for f in &out.files {
+        let src = job.l1_chain.open_local(&f.name)?;
+        let (bytes, crc) = job.l2.put_file(&f.name, &src, job.progress())?;
+        if (bytes, crc) != (f.bytes, f.crc32) {
+            return Err(Error::corrupt(
+                &src,
+                0,
+                "upload",
+                format!(
+                    "{} bytes with CRC {crc:08x} reached {}, the Deduplication Unit wrote {} bytes with CRC {:08x}",
+                    bytes,
+                    job.l2.describe(),
+                    f.bytes,
+                    f.crc32
+                ),
+            ));
+        }
+    }
+    let upload_s = t_up.elapsed().as_secs_f64();
+
+    let bytes_in: u64 = batch.iter().map(|m| m.layout.file_len).sum();
+    let bytes_out: u64 = out.files.iter().map(|f| f.bytes).sum();
+    let (parent, chain_base) = match (&chain, full) {
+        (Some(ch), false) => (Some(ch.manifest().generation), ch.manifest().chain_base),
+        _ => (None, generation),
+    };
+    let (first_seq, last_seq) = match (&chain, &clist, full) {
+        (Some(ch), Some(c), false) => (c.first_seq, c.last_seq.max(ch.manifest().last_seq)),
+        (Some(ch), Some(c), true) if !c.full => (ch.gens[0].manifest.first_seq, c.last_seq),
+        (_, Some(c), _) => (c.first_seq, c.last_seq),
+        (Some(ch), None, _) => (ch.gens[0].manifest.first_seq, ch.manifest().last_seq),
+        (None, None, _) => unreachable!("nothing to push was handled above"),
+    };
+    let manifest = Manifest {
+        format: crate::format::manifest::FORMAT,
+        generation,
+        parent,
+        chain_base,
+        kind: if full { GenKind::Full } else { GenKind::Delta },
+        page_size,
+        pattern_size,
+        first_seq,
+        last_seq,
+        time_ns: batch
+            .last()
+            .map(|m| m.header.time_ns)
+            .or_else(|| chain.as_ref().map(|c| c.manifest().time_ns))
+            .unwrap_or(0),
+        pattern_base: out.pattern_base,
+        patterns: out.patterns,
+        live_pages: out.live_pages,
+        dirty_pages: out.dirty_pages,
+        dropped_pages: out.dropped_pages,
+        files: out.files.clone(),
+        bytes_in,
+        bytes_out,
+        compression_ratio: if bytes_out > 0 {
+            bytes_in as f64 / bytes_out as f64
+        } else {
+            0.0
+        },
+        timings: Timings {
+            coalesce_s,
+            dedup_s: out.seconds,
+            upload_s,
+        },
+        created_ns: crate::format::ic::now_ns(),
+        writer: format!("rexctl {}", env!("CARGO_PKG_VERSION")),
+    };
+    let path = job.l1_chain.root().join(manifest_name(generation));
+    manifest.check(&path)?;
+    let bytes = manifest.encode();
+    job.l1_chain.put_bytes(&manifest_name(generation), &bytes)?;
+    job.l2.put_bytes(&manifest_name(generation), &bytes)?;
+
+    // Durable in both places: the batch's IC files can go.
+    for m in l1.orphans.iter().chain(batch.iter()) {
+        durable::remove_file(&m.path)?;
+        report.deleted_ics += 1;
+    }
+    report.coalesce = clist.as_ref().map(|c| c.stats);
+    report.dedup = Some(out);
+    report.full_reason = full_reason;
+    report.manifest = Some(manifest);
+    if full {
+        prune(job, opts, &mut report)?;
+    }
+    Ok(report)
+}
+
+fn empty_clist(chain: Option<&OpenChain>, clist: Option<&CList>) -> CList {
+    let ps = clist
+        .map(|c| c.page_size)
+        .or_else(|| chain.map(|c| c.manifest().page_size))
+        .unwrap_or(4096);
+    CList {
+        page_size: ps,
+        first_seq: 0,
+        last_seq: 0,
+        full: false,
+        entries: Vec::new(),
+        drops: Vec::new(),
+        stats: CoalesceStats::default(),
+    }
+}
+
+/// Opens generation `g`'s chain from L1's copy; when that copy cannot be
+/// opened, heals it from L2 and opens L2's.
+fn open_chain(job: &Job, rec: &Recovered, g: u64, report: &mut PushReport) -> Result<OpenChain> {
+    match OpenChain::open(&job.l1_chain, &rec.l1_index, g) {
+        Ok(c) => Ok(c),
+        Err(e) => {
+            heal_l1(job, rec, g, report, &e.report())?;
+            OpenChain::open(job.l2.as_ref(), &rec.l2_index, g)
+        }
+    }
+}
+
+/// Replaces L1's copy of generation `g`'s lineage with L2's (after L1's
+/// turned out damaged), so later pushes and transient restores use L1 again.
+fn heal_l1(job: &Job, rec: &Recovered, g: u64, report: &mut PushReport, why: &str) -> Result<()> {
+    for m in rec.l2_index.lineage(g, job.l2.as_ref())? {
+        copy_generation(job.l2.as_ref(), &job.l1_chain, &m, &NoProgress, true)?;
+    }
+    report.recovered.push(format!(
+        "L1's copy of the chain was damaged ({why}); copied generation {g}'s lineage back from L2"
+    ));
+    Ok(())
+}
+
+/// The generation number after every one seen in either place, so the
+/// number of a committed generation is never reused (an interrupted push's
+/// number may be, once recovery has deleted its files).
+fn next_generation(job: &Job, rec: &Recovered) -> Result<u64> {
+    let mut max = rec.newest.as_ref().map(|m| m.generation).unwrap_or(0);
+    for s in [&job.l1_chain as &dyn Store, job.l2.as_ref()] {
+        for o in s.list()? {
+            if let Some(g) = generation_of(&o.name) {
+                max = max.max(g);
+            }
+        }
+    }
+    Ok(max + 1)
+}
+
+pub use crate::format::manifest::generation_of;
+
+fn remove_generation_files(store: &dyn Store, g: u64) -> Result<()> {
+    for o in store.list()? {
+        if generation_of(&o.name) == Some(g) {
+            store.delete(&o.name)?;
+        }
+    }
+    Ok(())
+}
+
+/// Brings L1 and L2 back to one consistent state after an interrupted push
+/// (see the module doc). Call with the job lock held.
+pub fn recover(job: &Job, opts: &PushOptions, report: &mut PushReport) -> Result<Recovered> {
+    for dir in [job.l1.clone(), job.l1_chain.root().to_path_buf()] {
+        let n = durable::remove_stale_temps(&dir)?;
+        if n > 0 {
+            report
+                .recovered
+                .push(format!("removed {n} temporary files in {}", dir.display()));
+        }
+    }
+    if let Some(root) = job.l2.local_root() {
+        let n = durable::remove_stale_temps(&root)?;
+        if n > 0 {
+            report
+                .recovered
+                .push(format!("removed {n} temporary files in {}", root.display()));
+        }
+    }
+    // Uploads an interrupted push left unfinished (their parts are billed).
+    report.recovered.extend(job.l2.abort_stale_uploads(None)?);
+    let mut l1_index = ChainIndex::load(&job.l1_chain)?;
+    let mut l2_index = ChainIndex::load(job.l2.as_ref())?;
+    let l2_newest = l2_index.newest().map(|m| m.generation);
+
+    // Generations L1 has and L2 lacks: a crash between the two manifests.
+    let pending: Vec<Manifest> = l1_index
+        .manifests
+        .values()
+        .filter(|m| Some(m.generation) > l2_newest)
+        .cloned()
+        .collect();
+    for m in pending {
+        let replace = l2_index.invalid.iter().any(|(g, _)| *g == m.generation);
+        match upload_generation(job, &m, replace) {
+            Ok(()) => {
+                report.recovered.push(format!(
+                    "uploaded generation {} to {}{}",
+                    m.generation,
+                    job.l2.describe(),
+                    if replace {
+                        ", replacing its invalid manifest there"
+                    } else {
+                        ""
+                    }
+                ));
+                l2_index.invalid.retain(|(g, _)| *g != m.generation);
+                l2_index.manifests.insert(m.generation, m);
+            }
+            // Only a damaged L1 copy is dropped; an unreachable L2 is an
+            // error to report (the next run tries again).
+            Err(e @ Error::Corrupt { .. }) => {
+                // L1's copy is damaged; its IC files are still in L1 (they are
+                // deleted only after L2 has the generation): forget it.
+                job.l1_chain.delete(&manifest_name(m.generation))?;
+                remove_generation_files(&job.l1_chain, m.generation)?;
+                l1_index.manifests.remove(&m.generation);
+                report.recovered.push(format!(
+                    "dropped generation {} from L1, its files are damaged ({e}); its batch will be pushed again",
+                    m.generation
+                ));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+
+    // L2's newest chain must be in L1 too (L1 is where the next batch is
+    // deduplicated and where a transient restore starts).
+    let newest = l2_index.newest().cloned();
+    if let Some(n) = &newest
+        && let Ok(lineage) = l2_index.lineage(n.generation, job.l2.as_ref())
+    {
+        for m in lineage {
+            let in_l1 = l1_index.get(m.generation) == Some(&m)
+                && m.files.iter().all(|f| {
+                    job.l1_chain
+                        .open_local(&f.name)
+                        .ok()
+                        .and_then(|p| std::fs::metadata(p).ok())
+                        .is_some_and(|md| md.len() == f.bytes)
+                });
+            if !in_l1 {
+                copy_generation(job.l2.as_ref(), &job.l1_chain, &m, &NoProgress, true)?;
+                l1_index.manifests.insert(m.generation, m.clone());
+                report.recovered.push(format!(
+                    "copied generation {} from L2 back to L1",
+                    m.generation
+                ));
+            }
+        }
+    }
+
+    // Data files of generations that have no manifest at all: left by a
+    // crashed push (newer than the newest manifest) or a crashed prune
+    // (older). Files whose manifest exists but is invalid are kept for
+    // inspection (`verify` reports them).
+    for store in [&job.l1_chain as &dyn Store, job.l2.as_ref()] {
+        let objects = store.list()?;
+        let with_manifest: std::collections::BTreeSet<u64> = objects
+            .iter()
+            .filter_map(|o| crate::format::manifest::parse_manifest_name(&o.name))
+            .collect();
+        for o in &objects {
+            if let Some(g) = generation_of(&o.name)
+                && !with_manifest.contains(&g)
+            {
+                store.delete(&o.name)?;
+                report.recovered.push(format!(
+                    "deleted {} (no manifest: left by an interrupted push or prune) in {}",
+                    o.name,
+                    store.describe()
+                ));
+            }
+        }
+    }
+
+    // IC files the newest generation already covers.
+    if let Some(n) = &newest {
+        let l1 = L1Dir::scan_after(&job.l1, Some(n.last_seq));
+        if let Ok(l1) = l1 {
+            for m in &l1.orphans {
+                durable::remove_file(&m.path)?;
+                report.deleted_ics += 1;
+            }
+        }
+    }
+    // Finish a prune a crash interrupted (a no-op otherwise): the newest
+    // chain is whole in both places at this point.
+    if let Some(n) = &newest
+        && l2_index.lineage(n.generation, job.l2.as_ref()).is_ok()
+    {
+        let mut pruned = PushReport::default();
+        prune(job, opts, &mut pruned)?;
+        for (level, gens) in [("L1", &pruned.pruned_l1), ("L2", &pruned.pruned_l2)] {
+            if !gens.is_empty() {
+                report.recovered.push(format!(
+                    "finished pruning generations {gens:?} from {level}"
+                ));
+            }
+        }
+        l1_index = ChainIndex::load(&job.l1_chain)?;
+        l2_index = ChainIndex::load(job.l2.as_ref())?;
+    }
+    Ok(Recovered {
+        newest,
+        l2_index,
+        l1_index,
+    })
+}
+
+/// Copies generation `m`'s data files from `from` to `to`, checking that
+/// what arrived has the size and CRC its manifest records, then (with
+/// `manifest`) publishes the manifest there: the one copy routine behind
+/// uploads, recovery's copy back to L1 and healing L1 from L2.
+fn copy_generation(
+    from: &dyn Store,
+    to: &dyn Store,
+    m: &Manifest,
+    progress: &dyn Progress,
+    manifest: bool,
+) -> Result<()> {
+    for f in &m.files {
+        let src = from.open_local(&f.name)?;
+        let (bytes, crc) = to.put_file(&f.name, &src, progress)?;
+        if (bytes, crc) != (f.bytes, f.crc32) {
+            return Err(Error::corrupt(
+                &src,
+                0,
+                "file",
+                format!(
+                    "{bytes} bytes with CRC {crc:08x} reached {}, the manifest of generation {} says {} bytes with CRC {:08x}",
+                    to.describe(),
+                    m.generation,
+                    f.bytes,
+                    f.crc32
+                ),
+            ));
+        }
+    }
+    if manifest {
+        to.put_bytes(&manifest_name(m.generation), &m.encode())?;
+    }
+    Ok(())
+}
+
+/// Uploads generation `m` from L1 to L2, data files first. With
+/// `replace_invalid`, L2 holds an invalid manifest of that generation: it is
+/// no generation, and gives way to L1's valid copy (deleted first, because
+/// stores never overwrite a manifest).
+fn upload_generation(job: &Job, m: &Manifest, replace_invalid: bool) -> Result<()> {
+    copy_generation(&job.l1_chain, job.l2.as_ref(), m, job.progress(), false)?;
+    if replace_invalid {
+        job.l2.delete(&manifest_name(m.generation))?;
+    }
+    job.l2.put_bytes(&manifest_name(m.generation), &m.encode())
+}
+
+/// Deletes chains beyond the retention counts, oldest first, manifests
+/// before data files. Only runs after a complete coalescence is durable in
+/// both places, so the newest chain is always whole.
+fn prune(job: &Job, opts: &PushOptions, report: &mut PushReport) -> Result<()> {
+    for (store, keep, pruned) in [
+        (
+            &job.l1_chain as &dyn Store,
+            opts.keep_chains_l1.max(1),
+            &mut report.pruned_l1,
+        ),
+        (
+            job.l2.as_ref(),
+            opts.keep_chains_l2.max(1),
+            &mut report.pruned_l2,
+        ),
+    ] {
+        let index = ChainIndex::load(store)?;
+        let mut bases: Vec<u64> = index.manifests.values().map(|m| m.chain_base).collect();
+        bases.sort_unstable();
+        bases.dedup();
+        if bases.len() <= keep {
+            continue;
+        }
+        let cutoff = bases[bases.len() - keep];
+        let doomed: Vec<u64> = index
+            .manifests
+            .keys()
+            .copied()
+            .filter(|&g| g < cutoff)
+            .collect();
+        // Newest first: a crash part way leaves each old chain a shorter
+        // but whole prefix (every manifest still has its parent), which the
+        // next recovery finishes pruning.
+        for &g in doomed.iter().rev() {
+            store.delete(&manifest_name(g))?;
+        }
+        for o in store.list()? {
+            if let Some(g) = generation_of(&o.name)
+                && g < cutoff
+            {
+                store.delete(&o.name)?;
+            }
+        }
+        pruned.extend(doomed);
+    }
+    Ok(())
+}
+
+/// The L1 directory of a job must exist; used by commands that create it
+/// on first use.
+pub fn ensure_dir(path: &Path) -> Result<()> {
+    std::fs::create_dir_all(path).ctx(path, "create directory")
+}

@@ -1,0 +1,555 @@
+//! Restore (paper §3.3, Fig. 6) and chain verification.
+//!
+//! * **Permanent failure** (`--l2` alone): the newest valid generation's
+//!   lineage (full RPS, ΔRPS files, P-Table deltas, PFs) rebuilds every live
+//!   page by dereferencing its `alpha` pointers.
+//! * **Transient failure** (`--l1` and `--l2`): pages in the C-List of the
+//!   IC files written since the newest generation come from those files; all
+//!   other live pages come from the chain, read from L1's local copy, with
+//!   each generation falling back to L2 when its L1 copy is missing or
+//!   corrupt.
+//!
+//! Both are one layered merge (generations, then pending IC files) followed
+//! by one pass over the live pages. Every byte is CRC-checked (chunks of
+//! RPS and PF, IC pages) and every pointer bounds-checked, and each rebuilt
+//! page is compared with the CRC its P-Table delta recorded, so a restore
+//! either produces the exact image or fails naming the file. A full restore
+//! verifies whole files first and then runs at memory speed; a `--pages`
+//! restore verifies only the chunks it touches.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::l2::chain::{ChainIndex, LivePage, OpenChain, OpenGeneration};
+use crate::l1::coalesce::{PageLayer, merge_layers};
+use crate::durable::AtomicFile;
+use crate::error::{Error, Result};
+use crate::format::ic::{IcFile, IcMeta, IcWriter};
+use crate::format::manifest::Manifest;
+use crate::l1::L1Dir;
+use crate::l2::push::Job;
+use crate::store::{Store, file_crc};
+
+/// Inclusive page ranges to restore.
+pub type PageRanges = Vec<(u64, u64)>;
+
+/// Parses `A-B,C,D-E` (decimal or 0x-hex page numbers, inclusive ranges).
+pub fn parse_page_ranges(s: &str) -> Result<PageRanges> {
+    let num = |t: &str| -> Result<u64> {
+        let t = t.trim();
+        let v = if let Some(h) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+            u64::from_str_radix(h, 16)
+        } else {
+            t.parse()
+        };
+        v.map_err(|_| Error::Invalid(format!("--pages: {t:?} is not a page number")))
+    };
+    let mut out = Vec::new();
+    for part in s.split(',').filter(|p| !p.trim().is_empty()) {
+        let (a, b) = match part.split_once('-') {
+            Some((a, b)) => (num(a)?, num(b)?),
+            None => {
+                let a = num(part)?;
+                (a, a)
+            }
+        };
+        if b < a {
+            return Err(Error::Invalid(format!(
+                "--pages: range {part:?} ends before it starts"
+            )));
+        }
+        out.push((a, b));
+    }
+    if out.is_empty() {
+        return Err(Error::Invalid("--pages: no page given".into()));
+    }
+    out.sort_unstable();
+    Ok(out)
+}
+
+/// How to restore.
+#[derive(Clone, Debug, Default)]
+pub struct RestoreOptions {
+    /// Restore this generation instead of the newest.
+    pub generation: Option<u64>,
+    /// Fall back to the newest older valid generation when the requested
+    /// one is corrupt.
+    pub fallback: bool,
+    /// Restore only these pages.
+    pub pages: Option<PageRanges>,
+    /// Write a flat image instead of a REX-IC file.
+    pub raw: bool,
+}
+
+/// What a restore did.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RestoreReport {
+    /// The generation restored (none when only L1 IC files were used).
+    pub generation: Option<u64>,
+    /// The seq whose state the image is.
+    pub seq: u64,
+    /// Pages written.
+    pub pages: u64,
+    /// Pages taken from pending L1 IC files.
+    pub pages_from_l1_ics: u64,
+    /// Bytes of page data written.
+    pub bytes: u64,
+    /// Seconds spent.
+    pub seconds: f64,
+    /// Generations whose L1 copy was unusable, read from L2 instead.
+    pub l2_fallbacks: Vec<String>,
+    /// Set when `--fallback` made the restore use an older generation.
+    pub fell_back: Option<String>,
+    /// For `--raw`: the page number of the image's first byte.
+    pub raw_first_page: Option<u64>,
+}
+
+/// Restores from L2 alone (permanent failure) into `out`.
+pub fn restore_l2(l2: &dyn Store, opts: &RestoreOptions, out: &Path) -> Result<RestoreReport> {
+    let index = ChainIndex::load(l2)?;
+    restore_with_fallback(&index, opts, |g| {
+        let chain = OpenChain::open(l2, &index, g)?;
+        let mut report = RestoreReport::default();
+        write_image(Some(&chain), &[], opts, out, &mut report)?;
+        Ok(report)
+    })
+}
+
+/// Restores from L1 plus L2 (transient failure) into `out`.
+pub fn restore_l1_l2(job: &Job, opts: &RestoreOptions, out: &Path) -> Result<RestoreReport> {
+    let l2_index = ChainIndex::load(job.l2.as_ref())?;
+    let l1_index = ChainIndex::load(&job.l1_chain)?;
+    let newest = l2_index.newest().map(|m| m.generation);
+    if newest.is_none() && opts.generation.is_none() {
+        // Nothing in L2 yet: the L1 checkpoints alone.
+        let pending = L1Dir::scan(&job.l1)?.files;
+        if pending.is_empty() {
+            return Err(Error::chain(
+                &job.l1,
+                "nothing to restore: no L2 generation and no L1 checkpoint",
+            ));
+        }
+        let mut report = RestoreReport::default();
+        write_image(None, &pending, opts, out, &mut report)?;
+        return Ok(report);
+    }
+    restore_with_fallback(&l2_index, opts, |g| {
+        let (chain, notes) = open_mixed(job, &l1_index, &l2_index, g)?;
+        // Pending IC files only extend the newest generation.
+        let pending = if Some(g) == newest {
+            L1Dir::scan_after(&job.l1, Some(chain.manifest().last_seq))?.files
+        } else {
+            Vec::new()
+        };
+        let mut report = RestoreReport {
+            l2_fallbacks: notes,
+            ..Default::default()
+        };
+        write_image(Some(&chain), &pending, opts, out, &mut report)?;
+        Ok(report)
+    })
+}
+
+/// Picks the generation to restore and runs `restore` on it; with
+/// `--fallback`, walks back through older valid generations while the
+/// restore fails (opening, a chunk or page CRC, anything), saying so in the
+/// report. The output is written under a temporary name, so a failed attempt
+/// leaves nothing behind.
+fn restore_with_fallback(
+    index: &ChainIndex,
+    opts: &RestoreOptions,
+    mut restore: impl FnMut(u64) -> Result<RestoreReport>,
+) -> Result<RestoreReport> {
+    let target = match opts.generation {
+        Some(g) => g,
+        None => match (index.newest(), index.invalid.iter().map(|(g, _)| *g).max()) {
+            (Some(m), Some(bad)) if bad > m.generation && !opts.fallback => {
+                let e = &index
+                    .invalid
+                    .iter()
+                    .find(|(g, _)| *g == bad)
+                    .expect("present")
+                    .1;
+                return Err(Error::chain(
+                    format!("generation {bad}"),
+                    format!(
+                        "the newest manifest is invalid: {} (use --fallback to restore generation {} instead)",
+                        e.report(),
+                        m.generation
+                    ),
+                ));
+            }
+            (Some(m), _) => m.generation,
+            (None, _) => {
+                let why = index
+                    .invalid
+                    .first()
+                    .map(|(g, e)| format!(" (generation {g}: {})", e.report()))
+                    .unwrap_or_default();
+                return Err(Error::chain(
+                    "L2",
+                    format!("no valid generation to restore{why}"),
+                ));
+            }
+        },
+    };
+    let first = match restore(target) {
+        Ok(mut r) => {
+            if opts.generation.is_none() {
+                r.fell_back = index
+                    .invalid
+                    .iter()
+                    .find(|(g, _)| *g > target)
+                    .map(|(g, e)| {
+                        format!(
+                            "generation {g} is invalid ({}); restored generation {target}",
+                            e.report()
+                        )
+                    });
+            }
+            return Ok(r);
+        }
+        Err(e) if opts.fallback => e,
+        Err(e) => return Err(e),
+    };
+    for m in index.older_than(target) {
+        if let Ok(mut r) = restore(m.generation) {
+            r.fell_back = Some(format!(
+                "generation {target} is unusable ({}); fell back to generation {} (seq {})",
+                first.report(),
+                m.generation,
+                m.last_seq
+            ));
+            return Ok(r);
+        }
+    }
+    Err(first)
+}
+
+/// Opens a lineage generation by generation from L1's copy, each falling
+/// back to L2 when its L1 copy cannot be opened or verified.
+fn open_mixed(
+    job: &Job,
+    l1: &ChainIndex,
+    l2: &ChainIndex,
+    g: u64,
+) -> Result<(OpenChain, Vec<String>)> {
+    let lineage = l2.lineage(g, job.l2.as_ref())?;
+    let mut gens = Vec::new();
+    let mut notes = Vec::new();
+    for m in &lineage {
+        let local = if l1.get(m.generation) == Some(m) {
+            OpenGeneration::open(&job.l1_chain, m).and_then(|og| {
+                og.rps.verify_all()?;
+                og.pf.verify_all()?;
+                Ok(og)
+            })
+        } else {
+            Err(Error::chain(
+                job.l1_chain.root(),
+                format!("generation {} is not in L1", m.generation),
+            ))
+        };
+        match local {
+            Ok(og) => gens.push(og),
+            Err(e) => {
+                notes.push(format!(
+                    "generation {}: L1 copy unusable ({e}); read from L2",
+                    m.generation
+                ));
+                gens.push(OpenGeneration::open(job.l2.as_ref(), m)?);
+            }
+        }
+    }
+    Ok((OpenChain::from_generations(gens), notes))
+}
+
+fn in_ranges(ranges: &[(u64, u64)], page: u64) -> bool {
+    let i = ranges.partition_point(|&(a, _)| a <= page);
+    i > 0 && ranges[..i].iter().rev().any(|&(_, b)| page <= b)
+}
+
+/// Writes the image of `chain` (if any) plus `pending` IC files to `out`.
+fn write_image(
+    chain: Option<&OpenChain>,
+    pending: &[IcMeta],
+    opts: &RestoreOptions,
+    out: &Path,
+    report: &mut RestoreReport,
+) -> Result<()> {
+    let started = Instant::now();
+    let gens: &[OpenGeneration] = chain.map(|c| c.gens.as_slice()).unwrap_or(&[]);
+    let mut layers: Vec<&dyn PageLayer> = gens.iter().map(|g| g as &dyn PageLayer).collect();
+    layers.extend(pending.iter().map(|m| m as &dyn PageLayer));
+    let merged = merge_layers(&layers);
+    let mut entries = merged.entries;
+    // A full restore reads everything: verify whole files once, up front,
+    // then rebuild pages from the verified payloads. A `--pages` restore
+    // verifies only the chunks it touches.
+    let decoder = match (&opts.pages, chain) {
+        (Some(r), _) => {
+            entries.retain(|e| in_ranges(r, e.page));
+            None
+        }
+        (None, Some(c)) => Some(c.decoder()?),
+        (None, None) => None,
+    };
+    let ng = gens.len() as u32;
+    let ics: Vec<Option<IcFile>> = {
+        let mut used = vec![false; pending.len()];
+        for e in &entries {
+            if e.chk >= ng {
+                used[(e.chk - ng) as usize] = true;
+            }
+        }
+        pending
+            .iter()
+            .zip(used)
+            .map(|(m, u)| {
+                if u {
+                    IcFile::open(&m.path).map(Some)
+                } else {
+                    Ok(None)
+                }
+            })
+            .collect::<Result<_>>()?
+    };
+    // The image's page size is that of its base layer: the chain, or a
+    // pending FULL checkpoint that supersedes it (which may change it).
+    let base_ic = merged.start.checked_sub(gens.len());
+    let page_size = match (base_ic, chain) {
+        (Some(i), _) => pending[i].header.page_size,
+        (None, Some(c)) => c.manifest().page_size,
+        (None, None) => pending
+            .first()
+            .map(|m| m.header.page_size)
+            .expect("something to restore"),
+    };
+    if let Some(m) = pending[base_ic.unwrap_or(0)..]
+        .iter()
+        .find(|m| m.header.page_size != page_size)
+    {
+        return Err(Error::chain(
+            &m.path,
+            format!(
+                "page size {} differs from the image's {page_size} (only a FULL checkpoint may change it)",
+                m.header.page_size
+            ),
+        ));
+    }
+    let seq = pending
+        .last()
+        .map(|m| m.seq())
+        .or_else(|| chain.map(|c| c.manifest().last_seq))
+        .unwrap_or(0);
+    let time_ns = pending
+        .last()
+        .map(|m| m.header.time_ns)
+        .or_else(|| chain.map(|c| c.manifest().time_ns))
+        .unwrap_or(0);
+    report.generation = chain.map(|c| c.manifest().generation);
+    report.seq = seq;
+
+    let mut buf = vec![0u8; page_size as usize];
+    let mut fetch = |e: &crate::l1::coalesce::CListEntry, buf: &mut Vec<u8>| -> Result<u32> {
+        if e.chk < ng {
+            let c = chain.expect("generation layers come from the chain");
+            let lp = LivePage {
+                page: e.page,
+                layer: e.chk,
+                pos: e.pp,
+            };
+            if let Some(d) = &decoder {
+                return d.read_page(lp, buf);
+            }
+            c.read_page(lp, buf)?;
+            Ok(c.gens[e.chk as usize].ptable.page_crcs[e.pp as usize])
+        } else {
+            let f = ics[(e.chk - ng) as usize].as_ref().expect("opened above");
+            buf.copy_from_slice(f.page(e.pp as usize)?);
+            report.pages_from_l1_ics += 1;
+            Ok(f.meta().page_crcs[e.pp as usize])
+        }
+    };
+    if opts.raw {
+        let (Some(first), Some(last)) = (entries.first(), entries.last()) else {
+            return Err(Error::Invalid(
+                "--raw: no page to restore in the requested ranges".into(),
+            ));
+        };
+        let first_page = opts.pages.as_ref().map(|r| r[0].0).unwrap_or(first.page);
+        let span = (last.page - first_page + 1).checked_mul(u64::from(page_size));
+        let Some(span) = span.filter(|&s| s <= 1 << 40) else {
+            return Err(Error::Invalid(format!(
+                "--raw: pages {first_page:#x}..={:#x} span more than 1 TiB; restore a dense range with --pages",
+                last.page
+            )));
+        };
+        let mut f = AtomicFile::create(out)?;
+        let mut at = 0u64;
+        for e in &entries {
+            fetch(e, &mut buf)?;
+            let off = (e.page - first_page) * u64::from(page_size);
+            if off != at {
+                use std::io::{Seek, SeekFrom};
+                f.seek(SeekFrom::Start(off))
+                    .map_err(|e| Error::io(out, "seek", e))?;
+            }
+            f.write_all(&buf)?;
+            at = off + u64::from(page_size);
+        }
+        f.set_len(span)?;
+        f.commit()?;
+        report.raw_first_page = Some(first_page);
+    } else {
+        let full = opts.pages.is_none();
+        let mut w = IcWriter::create(
+            out,
+            page_size,
+            seq,
+            full,
+            time_ns,
+            entries.iter().map(|e| e.page).collect(),
+            Vec::new(),
+        )?;
+        for e in &entries {
+            let crc = fetch(e, &mut buf)?;
+            w.push_page_with_crc(&buf, crc)?;
+        }
+        w.finish()?;
+    }
+    report.pages = entries.len() as u64;
+    report.bytes = report.pages * u64::from(page_size);
+    report.seconds = started.elapsed().as_secs_f64();
+    Ok(())
+}
+
+/// The result of verifying one generation.
+#[derive(Clone, Debug, Serialize)]
+pub struct GenerationCheck {
+    /// The generation.
+    pub generation: u64,
+    /// Where it was checked ("L1" or "L2").
+    pub level: &'static str,
+    /// `None` when sound, else what is wrong.
+    pub error: Option<String>,
+}
+
+/// What `verify` found.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct VerifyReport {
+    /// One entry per generation per level.
+    pub generations: Vec<GenerationCheck>,
+    /// Invalid manifests.
+    pub invalid_manifests: Vec<String>,
+    /// Problems with L1's pending IC files.
+    pub l1_errors: Vec<String>,
+    /// Pages rebuilt and checked (newest generation of each level).
+    pub pages_checked: u64,
+}
+
+impl VerifyReport {
+    /// Whether everything checked out.
+    pub fn ok(&self) -> bool {
+        self.invalid_manifests.is_empty()
+            && self.l1_errors.is_empty()
+            && self.generations.iter().all(|g| g.error.is_none())
+    }
+}
+
+/// Checks a store's generations end to end: every manifest, every file's
+/// size and whole-file CRC, every chunk, and every live page of each
+/// generation rebuilt against its recorded CRC (no image is written).
+pub fn verify_store(
+    store: &dyn Store,
+    level: &'static str,
+    report: &mut VerifyReport,
+) -> Result<()> {
+    let index = ChainIndex::load(store)?;
+    for (g, e) in &index.invalid {
+        report
+            .invalid_manifests
+            .push(format!("{level} generation {g}: {e}"));
+    }
+    for m in index.manifests.values() {
+        let r = verify_generation(store, &index, m, report);
+        report.generations.push(GenerationCheck {
+            generation: m.generation,
+            level,
+            error: r.err().map(|e| e.report()),
+        });
+    }
+    Ok(())
+}
+
+fn verify_generation(
+    store: &dyn Store,
+    index: &ChainIndex,
+    m: &Manifest,
+    report: &mut VerifyReport,
+) -> Result<()> {
+    for f in &m.files {
+        let p: PathBuf = store.open_local(&f.name)?;
+        let (bytes, crc) = file_crc(&p)?;
+        if (bytes, crc) != (f.bytes, f.crc32) {
+            return Err(Error::corrupt(
+                &p,
+                0,
+                "file",
+                format!(
+                    "{bytes} bytes with CRC {crc:08x}, the manifest of generation {} says {} bytes with CRC {:08x}",
+                    m.generation, f.bytes, f.crc32
+                ),
+            ));
+        }
+    }
+    let chain = OpenChain::open(store, index, m.generation)?;
+    chain.verify_all()?;
+    let mut buf = vec![0u8; m.page_size as usize];
+    for lp in chain.live_pages() {
+        chain.read_page(lp, &mut buf)?;
+        report.pages_checked += 1;
+    }
+    Ok(())
+}
+
+/// Verifies a job: L2, and with `job` also L1's chain copy and pending IC
+/// files.
+pub fn verify(l2: &dyn Store, job: Option<&Job>) -> Result<VerifyReport> {
+    let mut report = VerifyReport::default();
+    verify_store(l2, "L2", &mut report)?;
+    if let Some(job) = job {
+        verify_store(&job.l1_chain, "L1", &mut report)?;
+        // L1 must hold L2's newest chain: it is where a transient restore
+        // and the next push start.
+        let l2_index = ChainIndex::load(l2)?;
+        let l1_index = ChainIndex::load(&job.l1_chain)?;
+        if let Some(n) = l2_index.newest()
+            && let Ok(lineage) = l2_index.lineage(n.generation, l2)
+        {
+            for m in lineage {
+                if l1_index.get(m.generation) != Some(&m) {
+                    report.l1_errors.push(format!(
+                        "{}: generation {} of L2's newest chain is missing from L1's copy, or differs",
+                        job.l1_chain.root().display(),
+                        m.generation
+                    ));
+                }
+            }
+        }
+        let newest = l2_index.newest().map(|m| m.last_seq);
+        match L1Dir::scan_after(&job.l1, newest) {
+            Ok(l1) => {
+                for m in &l1.files {
+                    if let Err(e) = IcFile::open(&m.path).and_then(|f| f.verify()) {
+                        report.l1_errors.push(e.report());
+                    }
+                }
+            }
+            Err(e) => report.l1_errors.push(e.report()),
+        }
+    }
+    Ok(report)
+}

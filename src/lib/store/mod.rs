@@ -1,0 +1,415 @@
+//! Where L2 checkpoints live: one small trait, [`Store`], and its two
+//! backends: [`DirStore`], a local or mounted directory (the embedded
+//! default), and [`S3Store`], an S3-compatible object store through the
+//! `object_store` crate.
+//!
+//! The chain code only ever sees a `Store`. The trait is shaped by what the
+//! chain needs and what an object store can do: whole immutable objects put
+//! atomically, listed, read, deleted; never modified in place. Objects are
+//! read through [`Store::open_local`], which returns a local path to map:
+//! the directory backend returns the file itself (restore reads straight from
+//! the page cache); the S3 backend fetches the object into a per-run cache
+//! directory first, with several ranged GETs in flight.
+//!
+//! # The L2 location
+//!
+//! [`open_l2`] takes the location as given on the command line or in the
+//! configuration: a plain path or a `file:///` URL is a directory, used as
+//! the job's L2 directory itself (the objects are its files);
+//! `s3://bucket/prefix` is a bucket, where the job's objects live under
+//! `prefix/<job>/<rank>/` (job and rank from [`StoreSettings`]), so that
+//! every rank of every job pushing to one bucket has its own namespace.
+//!
+//! # Why the directory backend is not `object_store`'s `LocalFileSystem`
+//!
+//! `DirStore` publishes every object with the write-fsync-rename-fsync
+//! discipline of [`crate::durable`] (a crash leaves the old object or the
+//! whole new one, durable once the call returns), takes part in the crash
+//! tests' failpoints, and lets readers map the file in place.
+//! `LocalFileSystem` renames but does not fsync the file or its directory,
+//! so a power loss could leave a manifest that names data files whose
+//! blocks never reached the disk. Keeping `DirStore` keeps those
+//! guarantees; `object_store` is used where it is needed, for S3.
+
+mod s3;
+
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Serialize;
+
+pub use s3::S3Store;
+
+use crate::control::config::StoreSettings;
+use crate::durable::{self, AtomicFile};
+use crate::error::{Error, IoContext, Result};
+use crate::format::chunked::{ChunkedFile, Kind};
+
+/// Metadata of a stored object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectInfo {
+    /// Object name (a plain file name).
+    pub name: String,
+    /// Size in bytes.
+    pub bytes: u64,
+    /// Last modification, if the backend knows it.
+    pub modified: Option<std::time::SystemTime>,
+}
+
+/// Receives the progress of uploads (the CLI draws a bar with it).
+pub trait Progress: Send + Sync {
+    /// An upload of `bytes` bytes to `name` starts.
+    fn start(&self, name: &str, bytes: u64) {
+        let _ = (name, bytes);
+    }
+    /// `bytes` more bytes were sent.
+    fn advance(&self, bytes: u64) {
+        let _ = bytes;
+    }
+}
+
+/// No progress reporting.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoProgress;
+
+impl Progress for NoProgress {}
+
+/// What a remote store moved so far (this process).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct StoreStats {
+    /// Bytes fetched from the store (object bodies and ranges).
+    pub bytes_fetched: u64,
+    /// Bytes uploaded.
+    pub bytes_uploaded: u64,
+    /// Requests sent (not counting retries).
+    pub requests: u64,
+}
+
+/// A place that holds a job's L2 objects.
+pub trait Store: Send + Sync {
+    /// A human description ("directory /scratch/l2", "s3://bucket/p/job/0").
+    fn describe(&self) -> String;
+    /// Lists the objects (temporaries excluded).
+    fn list(&self) -> Result<Vec<ObjectInfo>>;
+    /// Stores `bytes` as `name`, atomically and durably: a reader sees no
+    /// object or the whole object. Meant for manifests: a remote store
+    /// refuses to replace an existing object that holds other bytes
+    /// ([`crate::error::RemoteKind::Conflict`]); an identical one is left
+    /// as it is. Delete first to replace on purpose.
+    fn put_bytes(&self, name: &str, bytes: &[u8]) -> Result<()>;
+    /// Copies the local file `src` to `name`, atomically and durably, and
+    /// returns (bytes, CRC-32) of what was stored, reporting to `progress`.
+    /// Meant for data files, which a push writes before any manifest names
+    /// them: an object of that name left by an interrupted push is replaced
+    /// whole.
+    fn put_file(&self, name: &str, src: &Path, progress: &dyn Progress) -> Result<(u64, u32)>;
+    /// Reads a whole (small) object.
+    fn read(&self, name: &str) -> Result<Vec<u8>>;
+    /// A local path holding the object's bytes, for memory mapping.
+    fn open_local(&self, name: &str) -> Result<PathBuf>;
+    /// Deletes an object; a missing one is not an error.
+    fn delete(&self, name: &str) -> Result<()>;
+    /// The local directory behind the store, if it is one (for removing
+    /// crashed writers' temporaries under the job lock).
+    fn local_root(&self) -> Option<PathBuf> {
+        None
+    }
+    /// Aborts uploads that an interrupted writer left unfinished (S3
+    /// multipart uploads, whose parts are invisible but billed), those
+    /// started at least `older_than` ago (all when `None`, under the job
+    /// lock). Returns one note per upload aborted.
+    fn abort_stale_uploads(&self, older_than: Option<Duration>) -> Result<Vec<String>> {
+        let _ = older_than;
+        Ok(Vec::new())
+    }
+    /// Opens an RPS or Pointer File for reading when the store can do
+    /// better than [`open_local`](Self::open_local) and a whole map: after
+    /// [`read_on_demand`](Self::read_on_demand), a remote store fetches the
+    /// header and the chunk table now and each chunk when a reader first
+    /// needs it. `None`: open [`open_local`](Self::open_local)'s file.
+    fn open_chunked(&self, name: &str, kind: Kind) -> Result<Option<ChunkedFile>> {
+        let _ = (name, kind);
+        Ok(None)
+    }
+    /// Asks a remote store to fetch RPS and Pointer Files on demand (a
+    /// `--pages` restore) rather than whole (the default).
+    fn read_on_demand(&self, on: bool) {
+        let _ = on;
+    }
+    /// What the store moved, for a remote store.
+    fn stats(&self) -> Option<StoreStats> {
+        None
+    }
+    /// Rewrites the local cache paths an error names into the objects'
+    /// URLs (a remote store's readers map cache files).
+    fn public_error(&self, e: Error) -> Error {
+        e
+    }
+    /// As [`public_error`](Self::public_error), for a message.
+    fn public_text(&self, text: &str) -> String {
+        text.to_string()
+    }
+}
+
+/// Where an L2 location points.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum L2Location {
+    /// A local or mounted directory (a plain path or a `file://` URL).
+    Dir(PathBuf),
+    /// An S3 bucket and a key prefix (without leading or trailing `/`).
+    S3 {
+        /// The bucket.
+        bucket: String,
+        /// The prefix under which `<job>/<rank>/` is made.
+        prefix: String,
+    },
+}
+
+impl L2Location {
+    /// Parses a location: `s3://bucket[/prefix]`, `file:///path`, or a
+    /// plain path.
+    pub fn parse(location: &Path) -> Result<L2Location> {
+        let Some(text) = location.to_str() else {
+            return Ok(L2Location::Dir(location.to_path_buf()));
+        };
+        let Some((scheme, _)) = text.split_once("://") else {
+            return Ok(L2Location::Dir(location.to_path_buf()));
+        };
+        let bad = |why: String| Error::Invalid(format!("L2 location {text:?}: {why}"));
+        let url = url::Url::parse(text).map_err(|e| bad(e.to_string()))?;
+        match scheme {
+            "file" => {
+                let p = url
+                    .to_file_path()
+                    .map_err(|()| bad("a file:// URL needs an absolute path and no host".into()))?;
+                Ok(L2Location::Dir(p))
+            }
+            "s3" => {
+                let bucket = url.host_str().unwrap_or_default().to_string();
+                let ok = (3..=63).contains(&bucket.len())
+                    && bucket.bytes().all(|b| {
+                        b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-'
+                    });
+                if !ok {
+                    return Err(bad(format!(
+                        "{bucket:?} is not a bucket name (3 to 63 lowercase letters, digits, '.' or '-')"
+                    )));
+                }
+                if url.query().is_some() || url.fragment().is_some() || url.port().is_some() {
+                    return Err(bad("an s3:// URL takes no port, query or fragment; set the endpoint with s3_endpoint or AWS_ENDPOINT_URL".into()));
+                }
+                let prefix = url
+                    .path()
+                    .split('/')
+                    .filter(|s| !s.is_empty())
+                    .collect::<Vec<_>>()
+                    .join("/");
+                Ok(L2Location::S3 { bucket, prefix })
+            }
+            other => Err(bad(format!(
+                "unsupported scheme {other:?}: use a directory, file:// or s3://"
+            ))),
+        }
+    }
+}
+
+/// Opens the L2 store at `location` (see the module doc). With `create`, a
+/// missing directory is created; a bucket must always exist already.
+pub fn open_l2(location: &Path, settings: &StoreSettings, create: bool) -> Result<Box<dyn Store>> {
+    Ok(match L2Location::parse(location)? {
+        L2Location::Dir(p) if create => Box::new(DirStore::create(p)?),
+        L2Location::Dir(p) => Box::new(DirStore::open(p)?),
+        L2Location::S3 { bucket, prefix } => Box::new(S3Store::open(&bucket, &prefix, settings)?),
+    })
+}
+
+/// A directory as a store: objects are files, put through [`AtomicFile`].
+#[derive(Clone, Debug)]
+pub struct DirStore {
+    root: PathBuf,
+}
+
+impl DirStore {
+    /// A store rooted at `root`, created if missing.
+    pub fn create(root: impl AsRef<Path>) -> Result<DirStore> {
+        let root = root.as_ref().to_path_buf();
+        fs::create_dir_all(&root).ctx(&root, "create directory")?;
+        Ok(DirStore { root })
+    }
+
+    /// A store rooted at an existing directory.
+    pub fn open(root: impl AsRef<Path>) -> Result<DirStore> {
+        let root = root.as_ref().to_path_buf();
+        if !root.is_dir() {
+            return Err(Error::io(
+                &root,
+                "open store",
+                std::io::Error::new(std::io::ErrorKind::NotFound, "no such directory"),
+            ));
+        }
+        Ok(DirStore { root })
+    }
+
+    /// The directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn path(&self, name: &str) -> Result<PathBuf> {
+        check_name(name)?;
+        Ok(self.root.join(name))
+    }
+}
+
+impl Store for DirStore {
+    fn describe(&self) -> String {
+        format!("directory {}", self.root.display())
+    }
+
+    fn list(&self) -> Result<Vec<ObjectInfo>> {
+        let mut out = Vec::new();
+        for e in fs::read_dir(&self.root).ctx(&self.root, "read directory")? {
+            let e = e.ctx(&self.root, "read directory")?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') {
+                continue;
+            }
+            let md = e.metadata().ctx(e.path(), "stat")?;
+            if md.is_file() {
+                out.push(ObjectInfo {
+                    name,
+                    bytes: md.len(),
+                    modified: md.modified().ok(),
+                });
+            }
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    fn put_bytes(&self, name: &str, bytes: &[u8]) -> Result<()> {
+        durable::write_file(self.path(name)?, bytes)
+    }
+
+    fn put_file(&self, name: &str, src: &Path, progress: &dyn Progress) -> Result<(u64, u32)> {
+        let mut input = fs::File::open(src).ctx(src, "open")?;
+        progress.start(name, input.metadata().map(|m| m.len()).unwrap_or(0));
+        let mut out = AtomicFile::create(self.path(name)?)?;
+        let mut buf = vec![0u8; 1 << 20];
+        let mut h = crc32fast::Hasher::new();
+        let mut n = 0u64;
+        loop {
+            let k = input.read(&mut buf).ctx(src, "read")?;
+            if k == 0 {
+                break;
+            }
+            h.update(&buf[..k]);
+            out.write_all(&buf[..k])?;
+            n += k as u64;
+            progress.advance(k as u64);
+        }
+        out.commit()?;
+        Ok((n, h.finalize()))
+    }
+
+    fn read(&self, name: &str) -> Result<Vec<u8>> {
+        let p = self.path(name)?;
+        fs::read(&p).ctx(&p, "read")
+    }
+
+    fn open_local(&self, name: &str) -> Result<PathBuf> {
+        let p = self.path(name)?;
+        if !p.is_file() {
+            return Err(Error::io(
+                &p,
+                "open",
+                std::io::Error::new(std::io::ErrorKind::NotFound, "no such object"),
+            ));
+        }
+        Ok(p)
+    }
+
+    fn delete(&self, name: &str) -> Result<()> {
+        durable::remove_file(&self.path(name)?)
+    }
+
+    fn local_root(&self) -> Option<PathBuf> {
+        Some(self.root.clone())
+    }
+}
+
+/// Object names are plain file names: not empty, no `/`, no leading `.`
+/// (names with a leading dot are writers' temporaries).
+fn check_name(name: &str) -> Result<()> {
+    if name.is_empty() || name.contains('/') || name.starts_with('.') {
+        return Err(Error::Invalid(format!(
+            "{name:?} is not a plain object name"
+        )));
+    }
+    Ok(())
+}
+
+/// CRC-32 and length of a local file, read in 1 MiB blocks.
+pub fn file_crc(path: &Path) -> Result<(u64, u32)> {
+    let mut f = fs::File::open(path).ctx(path, "open")?;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut h = crc32fast::Hasher::new();
+    let mut n = 0;
+    loop {
+        let k = f.read(&mut buf).ctx(path, "read")?;
+        if k == 0 {
+            return Ok((n, h.finalize()));
+        }
+        h.update(&buf[..k]);
+        n += k as u64;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn l2_locations_parse() {
+        let p = |s: &str| L2Location::parse(Path::new(s));
+        assert_eq!(
+            p("/scratch/l2").unwrap(),
+            L2Location::Dir("/scratch/l2".into())
+        );
+        assert_eq!(p("rel/l2").unwrap(), L2Location::Dir("rel/l2".into()));
+        assert_eq!(
+            p("file:///scratch/my%20l2").unwrap(),
+            L2Location::Dir("/scratch/my l2".into())
+        );
+        assert_eq!(
+            p("s3://ckpt-bucket/site//jobs/").unwrap(),
+            L2Location::S3 {
+                bucket: "ckpt-bucket".into(),
+                prefix: "site/jobs".into()
+            }
+        );
+        assert_eq!(
+            p("s3://ckpt-bucket").unwrap(),
+            L2Location::S3 {
+                bucket: "ckpt-bucket".into(),
+                prefix: String::new()
+            }
+        );
+        for bad in [
+            "s3://B/x",
+            "s3://ab/x",
+            "s3://bucket:9000/x",
+            "s3://bucket/x?y=1",
+            "gs://bucket/x",
+            "file://host/x",
+        ] {
+            assert!(
+                matches!(p(bad), Err(Error::Invalid(_))),
+                "{bad}: {:?}",
+                p(bad)
+            );
+        }
+    }
+}
