@@ -12,9 +12,9 @@ use std::hint::black_box;
 use std::io::Write;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use rexctl::l1::coalesce::CList;
 use rexctl::format::ic::{IcHeader, IcMeta, encode_meta};
 use rexctl::l1::L1Dir;
+use rexctl::l1::coalesce::CList;
 
 const FILES: u64 = 8;
 const PER_FILE: u64 = 32768;

@@ -39,15 +39,15 @@ use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
 use criterion::{BenchmarkGroup, Criterion, Throughput, measurement::WallTime};
-use rexctl::l2::chain::{ChainIndex, OpenChain};
+use rexctl::eval::workload::{Workload, profile};
+use rexctl::format::ic::{IcFile, IcMeta};
 use rexctl::l1::coalesce::CList;
+use rexctl::l2::chain::{ChainIndex, OpenChain};
 use rexctl::l2::dedup::{DedupJob, deduplicate};
 use rexctl::l2::dedup_table::{Crc32Hasher, Xxh3Hasher};
-use rexctl::format::ic::{IcFile, IcMeta};
 use rexctl::l2::push::{Job, PushOptions, push_l2};
 use rexctl::l2::restore::{RestoreOptions, restore_l2};
 use rexctl::store::DirStore;
-use rexctl::eval::workload::{Workload, profile};
 
 const PAGES: u64 = 8192;
 const CHECKPOINTS: u64 = 12;

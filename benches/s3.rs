@@ -19,11 +19,11 @@ mod server;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use rexctl::control::config::{S3Settings, Secret, StoreSettings};
+use rexctl::eval::workload::{Workload, profile};
 use rexctl::l2::push::{Job, PushOptions, push_l2};
 use rexctl::l2::restore::{RestoreOptions, parse_page_ranges, restore_l2};
 use rexctl::store::open_l2;
-use rexctl::eval::workload::{Workload, profile};
+use rexctl::store::settings::{S3Settings, Secret, StoreSettings};
 use server::S3Server;
 
 struct Figures {
@@ -259,7 +259,7 @@ fn main() {
         .expect("s3s-fs (REX_SKIP_S3_TESTS does not apply to the bench)");
     let work = tempfile::tempdir().expect("temp dir");
     let mut results = Vec::new();
-    let default_part = rexctl::control::config::DEFAULT_S3_PART_SIZE;
+    let default_part = rexctl::store::settings::DEFAULT_S3_PART_SIZE;
     for (backend, part) in [
         ("directory", default_part),
         ("s3", default_part),

@@ -84,8 +84,8 @@ pub enum Error {
     /// the request by hand.
     #[error("{endpoint}: bucket {bucket}: {key}: {op}: {reason}")]
     Remote {
-        /// The endpoint ("https://s3.eu-west-1.amazonaws.com",
-        /// "http://127.0.0.1:9000").
+        /// The endpoint (`https://s3.eu-west-1.amazonaws.com`,
+        /// `http://127.0.0.1:9000`).
         endpoint: String,
         /// The bucket.
         bucket: String,

@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use rexctl::eval::capture::programs::{Program, find_on_path};
 use rexctl::eval::capture::{Capture, CaptureOptions, CaptureState, Step};
-use rexctl::l1::coalesce::CList;
-use rexctl::format::ic::IcFile;
 use rexctl::eval::image::compare_ic_files;
+use rexctl::format::ic::IcFile;
 use rexctl::l1::L1Dir;
+use rexctl::l1::coalesce::CList;
 use rexctl::l2::push::{Job, PushOptions, push_l2};
 use rexctl::l2::restore::{RestoreOptions, restore_l1_l2, restore_l2};
 use rexctl::store::DirStore;
@@ -551,7 +551,8 @@ fn real_program_round_trip(p: Program) {
     assert!(last.live_pages > 256, "{last:?}");
 
     // The analysis reads the chain before it is pushed.
-    let a = rexctl::eval::analyze::analyze(&l1, &rexctl::eval::analyze::AnalyzeOptions::default()).unwrap();
+    let a = rexctl::eval::analyze::analyze(&l1, &rexctl::eval::analyze::AnalyzeOptions::default())
+        .unwrap();
     assert_eq!(a.checkpoints, 5);
     assert!(a.predicted.compression_ratio > 1.0, "{:?}", a.predicted);
 

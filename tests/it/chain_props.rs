@@ -8,11 +8,12 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use proptest::prelude::*;
+use rexctl::eval::workload::{Profile, Workload, profile};
 use rexctl::format::ic::IcFile;
-use rexctl::l2::push::{HashChoice, Job, PushOptions, push_l2};
+use rexctl::l2::dedup::HashChoice;
+use rexctl::l2::push::{Job, PushOptions, push_l2};
 use rexctl::l2::restore::{RestoreOptions, restore_l1_l2, restore_l2};
 use rexctl::store::DirStore;
-use rexctl::eval::workload::{Profile, Workload, profile};
 
 type Image = BTreeMap<u64, Vec<u8>>;
 

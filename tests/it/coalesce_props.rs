@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use proptest::prelude::*;
-use rexctl::l1::coalesce::CList;
 use rexctl::format::ic::{DropRange, IcFile, IcMeta, write_ic};
+use rexctl::l1::coalesce::CList;
 
 const PS: u32 = 512;
 

@@ -10,8 +10,8 @@ use rexctl::eval::compare::{
     self, Executor, InProcess, Input, Measured, NAMES, Options, Plan, PushOutcome, RestoreOutcome,
     Status, Workspace, XDELTA3_BUILT, report,
 };
-use rexctl::format::ic::IcFile;
 use rexctl::eval::workload::{Workload, profile, profiles};
+use rexctl::format::ic::IcFile;
 
 use crate::util::{ok, run};
 

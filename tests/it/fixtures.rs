@@ -16,9 +16,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use rexctl::Error;
-use rexctl::l1::coalesce::{CList, CListEntry};
 use rexctl::format::ic::{DropRange, IcFile, IcMeta, write_ic};
 use rexctl::l1::L1Dir;
+use rexctl::l1::coalesce::{CList, CListEntry};
 
 use crate::util;
 

@@ -9,12 +9,12 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Stdio;
 
-use rexctl::l2::chain::ChainIndex;
 use rexctl::control::controller::{IntervalTable, chi_int};
+use rexctl::eval::workload::{Workload, profile};
 use rexctl::format::manifest::GenKind;
 use rexctl::l1::L1Dir;
+use rexctl::l2::chain::ChainIndex;
 use rexctl::store::DirStore;
-use rexctl::eval::workload::{Workload, profile};
 
 use crate::util::{ok, rexctl, run};
 

@@ -14,17 +14,17 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use rexctl::l2::chain::{ChainIndex, OpenChain};
-use rexctl::l1::coalesce::CList;
-use rexctl::l2::dedup::{DedupJob, deduplicate};
-use rexctl::l2::dedup_table::{Crc32Hasher, PatternHash, PatternHasher};
+use rexctl::eval::image::compare_ic_files;
+use rexctl::eval::workload::{Workload, profile};
 use rexctl::format::ic::IcMeta;
 use rexctl::format::manifest::{FORMAT, GenKind, Manifest, Timings, manifest_name};
-use rexctl::eval::image::compare_ic_files;
+use rexctl::l1::coalesce::CList;
 use rexctl::l1::{L1Dir, list_ic_files};
+use rexctl::l2::chain::{ChainIndex, OpenChain};
+use rexctl::l2::dedup::{DedupJob, deduplicate};
+use rexctl::l2::dedup_table::{Crc32Hasher, PatternHash, PatternHasher};
 use rexctl::l2::restore::{RestoreOptions, restore_l2};
 use rexctl::store::{DirStore, Store};
-use rexctl::eval::workload::{Workload, profile};
 
 use crate::util::rexctl;
 

@@ -10,5 +10,6 @@ mod compare;
 mod fixtures;
 mod flush;
 mod l2_faults;
+mod layers;
 mod s3;
 mod util;

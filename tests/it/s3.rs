@@ -22,10 +22,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
-use rexctl::control::config::{S3Settings, Secret, StoreSettings};
 use rexctl::eval::image::compare_ic_files;
-use rexctl::store::{Store, open_l2};
 use rexctl::eval::workload::{Workload, profile};
+use rexctl::store::settings::{S3Settings, Secret, StoreSettings};
+use rexctl::store::{Store, open_l2};
 use server::S3Server;
 
 use crate::util::rexctl;

@@ -25,13 +25,13 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::l2::chain::ChainIndex;
 use crate::control::config::Config;
 use crate::control::controller::{CostRule, chi_int};
 use crate::error::Result;
 use crate::format::manifest::{GenKind, Manifest};
 use crate::l1::L1Dir;
 use crate::l1::lock::JobLock;
+use crate::l2::chain::ChainIndex;
 use crate::l2::push::{Job, PushOptions, PushReport, push_locked, recover};
 
 /// Default L2 read rate when nothing was measured, bytes per second.

@@ -39,11 +39,11 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::l1::coalesce::CList;
 use crate::control::controller::{IntervalTable, chi_int};
 use crate::error::{Error, IoContext, Result};
 use crate::format::ic::{IcFile, IcMeta};
 use crate::l1::L1Dir;
+use crate::l1::coalesce::CList;
 use crate::l2::push::{Job, PushOptions, push_l2};
 use crate::store::DirStore;
 

@@ -13,12 +13,12 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::l1::coalesce::{CListEntry, PageLayer, merge_layers};
 use crate::error::{Error, Result};
 use crate::format::chunked::{ChunkedFile, Kind};
 use crate::format::ic::DropRange;
 use crate::format::manifest::{FileEntry, Manifest, Role, manifest_name, parse_manifest_name};
 use crate::format::ptable::PTableDelta;
+use crate::l1::coalesce::{CListEntry, PageLayer, merge_layers};
 use crate::store::Store;
 
 /// The valid manifests found in a store.

@@ -30,14 +30,27 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::l2::chain::{LivePage, OpenChain};
-use crate::l1::coalesce::{CList, CListEntry, PageLayer, merge_layers};
-use crate::l2::dedup_table::{DedupTable, PatternHash, PatternHasher};
 use crate::error::{Error, Result};
 use crate::format::chunked::{ChunkedHeader, ChunkedWriter, DEFAULT_CHUNK, Kind};
 use crate::format::ic::{DropRange, IcMeta};
 use crate::format::manifest::{FileEntry, Role, object_name};
 use crate::format::ptable::{PTableDelta, check_sizes};
+use crate::l1::coalesce::{CList, CListEntry, PageLayer, merge_layers};
+use crate::l2::chain::{LivePage, OpenChain};
+use crate::l2::dedup_table::{DedupTable, PatternHash, PatternHasher};
+
+/// The hash functions of the DeD-Table.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum HashChoice {
+    /// CRC-32 indexes the table, as in the paper (and XXH3 gives the tag).
+    #[default]
+    Crc32,
+    /// Both hashes from one XXH3-64: faster, same results.
+    Xxh3,
+}
 
 /// Buffer size for the streamed RPS and PF.
 const FLUSH: usize = 1 << 20;

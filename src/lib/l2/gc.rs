@@ -40,10 +40,10 @@ use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
-use crate::l2::chain::ChainIndex;
 use crate::error::Result;
 use crate::format::manifest::{generation_of, parse_manifest_name};
 use crate::l1::lock::JobLock;
+use crate::l2::chain::ChainIndex;
 use crate::store::Store;
 
 /// Default grace period: one hour.

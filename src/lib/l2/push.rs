@@ -38,32 +38,19 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::l2::chain::{ChainIndex, OpenChain};
-use crate::l1::coalesce::{CList, CoalesceStats};
-use crate::l2::dedup::{DedupJob, DedupOutput, deduplicate};
-use crate::l2::dedup_table::{Crc32Hasher, Xxh3Hasher};
 use crate::durable;
 use crate::error::{Error, IoContext, Result};
 use crate::format::manifest::{GenKind, Manifest, Timings, manifest_name};
 use crate::l1::L1Dir;
+use crate::l1::coalesce::{CList, CoalesceStats};
 use crate::l1::lock::JobLock;
+use crate::l2::chain::{ChainIndex, OpenChain};
+use crate::l2::dedup::{DedupJob, DedupOutput, HashChoice, deduplicate};
+use crate::l2::dedup_table::{Crc32Hasher, Xxh3Hasher};
 use crate::store::{DirStore, NoProgress, Progress, Store};
 
 /// Name of the L1 chain directory inside the L1 directory.
 pub const L1_CHAIN_DIR: &str = "rex";
-
-/// The hash functions of the DeD-Table.
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize, clap::ValueEnum,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum HashChoice {
-    /// CRC-32 indexes the table, as in the paper (and XXH3 gives the tag).
-    #[default]
-    Crc32,
-    /// Both hashes from one XXH3-64: faster, same results.
-    Xxh3,
-}
 
 /// How to push.
 #[derive(Clone, Debug)]

@@ -22,13 +22,13 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::l2::chain::{ChainIndex, LivePage, OpenChain, OpenGeneration};
-use crate::l1::coalesce::{PageLayer, merge_layers};
 use crate::durable::AtomicFile;
 use crate::error::{Error, Result};
 use crate::format::ic::{IcFile, IcMeta, IcWriter};
 use crate::format::manifest::Manifest;
 use crate::l1::L1Dir;
+use crate::l1::coalesce::{PageLayer, merge_layers};
+use crate::l2::chain::{ChainIndex, LivePage, OpenChain, OpenGeneration};
 use crate::l2::push::Job;
 use crate::store::{Store, file_crc};
 

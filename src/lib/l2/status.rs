@@ -2,10 +2,10 @@
 
 use serde::Serialize;
 
-use crate::l2::chain::ChainIndex;
 use crate::error::Result;
 use crate::format::manifest::{GenKind, Manifest};
 use crate::l1::L1Dir;
+use crate::l2::chain::ChainIndex;
 use crate::l2::push::Job;
 
 /// One generation, as listed by `status`.

@@ -32,6 +32,7 @@
 //! guarantees; `object_store` is used where it is needed, for S3.
 
 mod s3;
+pub mod settings;
 
 use std::fs;
 use std::io::Read;
@@ -42,10 +43,10 @@ use serde::Serialize;
 
 pub use s3::S3Store;
 
-use crate::control::config::StoreSettings;
 use crate::durable::{self, AtomicFile};
 use crate::error::{Error, IoContext, Result};
 use crate::format::chunked::{ChunkedFile, Kind};
+use settings::StoreSettings;
 
 /// Metadata of a stored object.
 #[derive(Clone, Debug, PartialEq, Eq)]

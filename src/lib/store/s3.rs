@@ -83,8 +83,8 @@ use object_store::{
 };
 use tokio::task::JoinSet;
 
+use super::settings::StoreSettings;
 use super::{ObjectInfo, Progress, Store, StoreStats, check_name};
-use crate::control::config::StoreSettings;
 use crate::error::{Error, IoContext, RemoteKind, Result};
 use crate::format::chunked::{ChunkFill, ChunkedFile, HEADER_LEN, Kind, table_offset};
 use crate::format::manifest::parse_manifest_name;

@@ -5,8 +5,9 @@
 
 use std::path::{Path, PathBuf};
 
-use rexctl::control::config::{Config, ConfigLayer, StoreSettings};
+use rexctl::control::config::{Config, ConfigLayer};
 use rexctl::store::Store;
+use rexctl::store::settings::StoreSettings;
 
 /// The job and controller settings a command line may override.
 #[derive(clap::Args, Debug, Default)]

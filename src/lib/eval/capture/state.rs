@@ -81,7 +81,7 @@ pub struct CaptureState {
     pub page_size: u32,
     /// The process the chain belongs to.
     pub process: ProcessIdentity,
-    /// Flags (see [`FLAG_SOFT_DIRTY_CLEARED`]).
+    /// Flags (bit 0: the soft-dirty bits were cleared after this state).
     pub flags: u32,
     /// Seq of the last checkpoint written.
     pub last_seq: u64,

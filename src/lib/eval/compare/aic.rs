@@ -30,9 +30,9 @@ use super::{Batch, Counterpart, MemImage, NOT_BUILT_XDELTA3, XDELTA3_BUILT};
 #[cfg(feature = "xdelta3")]
 use {
     super::{Cursor, check_page_crc, ic_xdelta3, l2_objects, read_all},
-    crate::l1::coalesce::{CList, open_referenced},
     crate::error::Error,
     crate::format::ic::{DropRange, IcHeader},
+    crate::l1::coalesce::{CList, open_referenced},
 };
 
 #[cfg(feature = "xdelta3")]

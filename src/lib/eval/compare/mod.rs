@@ -52,8 +52,8 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, IoContext, Result};
-use crate::format::ic::{self, DropRange, HEADER_LEN, IcFile, IcHeader, IcMeta, IcWriter};
 use crate::eval::image::{ImageDiff, compare_ic_files};
+use crate::format::ic::{self, DropRange, HEADER_LEN, IcFile, IcHeader, IcMeta, IcWriter};
 use crate::l1::L1Dir;
 
 mod aic;

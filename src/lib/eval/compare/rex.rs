@@ -12,11 +12,11 @@
 
 use std::path::Path;
 
-use crate::l2::chain::ChainIndex;
 use crate::control::config::{Config, ConfigLayer};
-use crate::error::{Error, IoContext, Result};
 use crate::control::flush::decide;
+use crate::error::{Error, IoContext, Result};
 use crate::format::manifest::manifest_name;
+use crate::l2::chain::ChainIndex;
 use crate::l2::push::{Job, PushOptions, push_l2};
 use crate::l2::restore::{RestoreOptions, restore_l2};
 use crate::store::DirStore;

@@ -4,8 +4,8 @@ use rexctl::control::flush::decide;
 use rexctl::l2::push::Job;
 use serde::Serialize;
 
-use crate::cmd::config_args::ConfigArgs;
 use super::flush::inputs;
+use crate::cmd::config_args::ConfigArgs;
 use crate::ui;
 
 /// Show how the controller decides for this job: the interval table (the

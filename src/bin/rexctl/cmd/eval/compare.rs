@@ -8,11 +8,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use anyhow::{Context, bail};
+use rexctl::error::exit;
 use rexctl::eval::compare::{
     self, Executor, InProcess, Input, Measured, Options, Plan, PushOutcome, Report, RestoreOutcome,
     Status, Workspace, report,
 };
-use rexctl::error::exit;
 
 use crate::ui;
 

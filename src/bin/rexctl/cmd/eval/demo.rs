@@ -6,10 +6,10 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 use rexctl::eval::image::{ImageDiff, compare_ic_files};
+use rexctl::eval::workload::{self, Workload};
 use rexctl::l2::push::{Job, PushOptions, push_l2};
 use rexctl::l2::restore::{RestoreOptions, restore_l1_l2, restore_l2, verify};
 use rexctl::store::DirStore;
-use rexctl::eval::workload::{self, Workload};
 
 use crate::ui;
 

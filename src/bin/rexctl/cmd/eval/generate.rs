@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use anyhow::bail;
-use rexctl::l1::list_ic_files;
 use rexctl::eval::workload;
+use rexctl::l1::list_ic_files;
 
 use crate::ui;
 

@@ -2,8 +2,8 @@
 
 use std::path::PathBuf;
 
-use rexctl::l1::coalesce::CList;
 use rexctl::l1::L1Dir;
+use rexctl::l1::coalesce::CList;
 use serde::Serialize;
 
 use crate::ui;

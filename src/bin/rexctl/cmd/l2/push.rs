@@ -3,7 +3,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use rexctl::l2::push::{HashChoice, Job, PushOptions, PushReport, push_l2};
+use rexctl::l2::dedup::HashChoice;
+use rexctl::l2::push::{Job, PushOptions, PushReport, push_l2};
 
 use crate::cmd::config_args::StoreArgs;
 use crate::ui;
