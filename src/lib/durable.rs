@@ -130,17 +130,25 @@ impl AtomicFile {
     }
 
     /// Flushes, fsyncs, renames to the target name and fsyncs the directory.
+    /// If any step up to the rename fails (a full disk shows here, when the
+    /// buffered bytes are flushed or fsynced), the temporary file is removed.
     pub fn commit(mut self) -> Result<()> {
         let w = self.writer.take().expect("writer present until commit");
-        let file = w
-            .into_inner()
-            .map_err(|e| e.into_error())
-            .ctx(&self.temp, "write")?;
-        failpoint("write");
-        file.sync_all().ctx(&self.temp, "fsync")?;
-        failpoint("fsync");
-        drop(file);
-        fs::rename(&self.temp, &self.target).ctx(&self.target, "rename")?;
+        let publish = || -> Result<()> {
+            let file = w
+                .into_inner()
+                .map_err(|e| e.into_error())
+                .ctx(&self.temp, "write")?;
+            failpoint("write");
+            file.sync_all().ctx(&self.temp, "fsync")?;
+            failpoint("fsync");
+            drop(file);
+            fs::rename(&self.temp, &self.target).ctx(&self.target, "rename")
+        };
+        if let Err(e) = publish() {
+            let _ = fs::remove_file(&self.temp);
+            return Err(e);
+        }
         failpoint("rename");
         fsync_dir(&parent_of(&self.target))
     }
@@ -229,6 +237,27 @@ pub fn remove_stale_temps(dir: &Path) -> Result<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A commit that fails after the writer is flushed (here the rename,
+    /// onto a non-empty directory; a full disk fails the flush or fsync the
+    /// same way) leaves no temporary file behind.
+    #[test]
+    fn failed_commit_leaves_no_temporary_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("out");
+        fs::create_dir(&target).unwrap();
+        fs::write(target.join("keep"), b"x").unwrap();
+        let mut f = AtomicFile::create(&target).unwrap();
+        f.write_all(&[7u8; 4096]).unwrap();
+        let temp = f.temp_path().to_path_buf();
+        assert!(f.commit().is_err());
+        assert!(!temp.exists(), "{} leaked", temp.display());
+        let names: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("out")]);
+    }
 
     #[test]
     fn commit_publishes_and_drop_cleans_up() {

@@ -11,5 +11,6 @@ mod fixtures;
 mod flush;
 mod l2_faults;
 mod layers;
+mod never_wrong;
 mod s3;
 mod util;

@@ -12,9 +12,7 @@
 //! fills the header in last; the reader maps the file read-only after
 //! checking header, length and the chunk table.
 
-use std::fs::File;
 use std::io::{Seek, SeekFrom};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -205,7 +203,7 @@ impl ChunkedFile {
     /// Opens `path`, expecting a file of `kind`.
     pub fn open(path: impl AsRef<Path>, kind: Kind) -> Result<ChunkedFile> {
         let path = path.as_ref();
-        let file = File::open(path).ctx(path, "open")?;
+        let file = super::open_regular(path)?;
         let (actual, hb) = super::read_header(path, &file)?;
         let header = ChunkedHeader::decode(path, kind, &hb)?;
         let (payload_len, chunks, file_len) = header.layout().ok_or_else(|| {
@@ -238,10 +236,15 @@ impl ChunkedFile {
             ));
         }
         let table_off = HEADER_LEN + payload_len;
-        let mut table = vec![0u8; (chunks * 4 + 4) as usize];
-        file.read_exact_at(&mut table, table_off)
-            .ctx(path, "read chunk table")?;
+        // The chunk count comes from the header and the length check does
+        // not bound memory (a sparse file may claim any length): the table
+        // is read in bounded pieces, refusing holes, so memory grows only
+        // with the bytes actually read, and checked before use.
         let n = chunks as usize * 4;
+        let mut table = Vec::new();
+        super::stream_region(path, &file, table_off, n as u64 + 4, "chunk table", |b| {
+            table.extend_from_slice(b)
+        })?;
         let (stored, actual_crc) = (
             u32::from_le_bytes(table[n..n + 4].try_into().expect("4")),
             crc32fast::hash(&table[..n]),
@@ -555,6 +558,8 @@ impl ChunkedWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs::File;
+    use std::os::unix::fs::FileExt;
     use std::sync::atomic::AtomicU64;
 
     /// Fills a sparse copy from the complete file, counting the calls.

@@ -19,7 +19,6 @@
 
 use std::fs::File;
 use std::io::{Seek, SeekFrom};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -210,7 +209,7 @@ impl IcMeta {
     /// touching the page data.
     pub fn read(path: impl AsRef<Path>) -> Result<IcMeta> {
         let path = path.as_ref();
-        let file = File::open(path).ctx(path, "open")?;
+        let file = super::open_regular(path)?;
         Self::read_from(path, &file)
     }
 
@@ -259,12 +258,8 @@ impl IcMeta {
                 ),
             ));
         }
-        // The length check above bounds the metadata block by the real file
-        // size, so this allocation cannot be made absurd by a bad header.
-        let meta_len = (layout.meta_crc_off + 4 - HEADER_LEN) as usize;
-        let mut meta = vec![0u8; meta_len];
-        file.read_exact_at(&mut meta, HEADER_LEN)
-            .ctx(path, "read metadata")?;
+        let meta = read_meta_block(path, file, layout.meta_crc_off)?;
+        let meta_len = meta.len();
         let parsed = parse_meta(path, header.page_count, header.drop_count, &meta)?;
         Ok(IcMeta {
             path: path.to_path_buf(),
@@ -301,6 +296,26 @@ impl IcMeta {
     pub fn data_bytes(&self) -> u64 {
         self.layout.file_len - self.layout.data_off
     }
+}
+
+/// Reads the metadata block (file bytes 64 .. meta_crc_off + 4) of a file
+/// whose length the caller has checked against the header. The length
+/// check alone does not bound memory: a sparse file of a few KiB can claim
+/// 2^28 pages. So the block is read in bounded pieces, refusing holes, and
+/// memory grows only with the bytes actually read; the caller checks
+/// `meta_crc` before using any of it. Shared with the P-Table file, which
+/// carries the same block.
+pub(crate) fn read_meta_block(path: &Path, file: &File, meta_crc_off: u64) -> Result<Vec<u8>> {
+    let mut meta = Vec::new();
+    super::stream_region(
+        path,
+        file,
+        HEADER_LEN,
+        meta_crc_off + 4 - HEADER_LEN,
+        "page index",
+        |b| meta.extend_from_slice(b),
+    )?;
+    Ok(meta)
 }
 
 /// A parsed metadata block: page index, drop ranges, page CRCs.
@@ -442,7 +457,7 @@ impl IcFile {
     /// Opens `path`, validates its header and metadata and maps it.
     pub fn open(path: impl AsRef<Path>) -> Result<IcFile> {
         let path = path.as_ref();
-        let file = File::open(path).ctx(path, "open")?;
+        let file = super::open_regular(path)?;
         let meta = IcMeta::read_from(path, &file)?;
         // SAFETY: mapping a file is only sound while nobody truncates or
         // rewrites it during the mapping's life. IC files are immutable once

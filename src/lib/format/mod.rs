@@ -23,6 +23,85 @@ use crate::error::{Error, IoContext, Result};
 /// a `u32` version at 8, and a `u32` CRC-32 of bytes 0..56 at 56.
 pub const HEADER_LEN: usize = 64;
 
+/// Opens `path` for reading, refusing anything but a regular file (after
+/// following symlinks): a FIFO would block the reader forever, a device or
+/// a directory is never a checkpoint. The open itself does not block
+/// (`O_NONBLOCK`, which has no effect on regular files).
+pub fn open_regular(path: &Path) -> Result<File> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .ctx(path, "open")?;
+    let ft = file.metadata().ctx(path, "stat")?.file_type();
+    if !ft.is_file() {
+        let what = if ft.is_dir() {
+            "a directory"
+        } else if ft.is_fifo() {
+            "a FIFO"
+        } else if ft.is_socket() {
+            "a socket"
+        } else if ft.is_char_device() || ft.is_block_device() {
+            "a device"
+        } else {
+            "not a regular file"
+        };
+        return Err(Error::corrupt(
+            path,
+            0,
+            "file type",
+            format!("{what}, not a regular file: checkpoint files are regular files"),
+        ));
+    }
+    Ok(file)
+}
+
+/// Reads `len` bytes of `file` from `off` in bounded pieces, handing each to
+/// `f`, without allocating more than one piece: the pass that checks a
+/// CRC over a region whose size an untrusted header gave, before anything
+/// is sized from it. Fails on a region that has a hole (a sparse file), as
+/// no format's metadata may (docs/FORMAT.md §2.7): a few KiB of real bytes
+/// must not make a reader walk terabytes of zeros.
+pub(crate) fn stream_region(
+    path: &Path,
+    file: &File,
+    off: u64,
+    len: u64,
+    field: &'static str,
+    mut f: impl FnMut(&[u8]),
+) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    const PIECE: u64 = 1 << 20;
+    if len == 0 {
+        return Ok(());
+    }
+    // SAFETY: lseek on a descriptor `file` owns, which outlives the call;
+    // it only moves the file offset, which positioned reads ignore.
+    let hole = unsafe { libc::lseek(file.as_raw_fd(), off as libc::off_t, libc::SEEK_HOLE) };
+    if hole >= 0 && (hole as u64) < off + len {
+        return Err(Error::corrupt(
+            path,
+            hole as u64,
+            field,
+            format!(
+                "the file is sparse inside its metadata (a hole at offset {hole}, metadata ends at {}): metadata is always written in full",
+                off + len
+            ),
+        ));
+    }
+    let mut buf = vec![0u8; len.min(PIECE) as usize];
+    let mut done = 0u64;
+    while done < len {
+        let n = (len - done).min(PIECE) as usize;
+        file.read_exact_at(&mut buf[..n], off + done)
+            .ctx(path, "read metadata")?;
+        f(&buf[..n]);
+        done += n as u64;
+    }
+    Ok(())
+}
+
 /// Reads a file's 64-byte header, after checking the file is long enough.
 /// Returns the file's length and the header.
 pub(crate) fn read_header(path: &Path, file: &File) -> Result<(u64, [u8; HEADER_LEN])> {

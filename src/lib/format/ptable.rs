@@ -15,12 +15,10 @@
 //! cannot yield a wrong image silently. The metadata block is byte for byte
 //! the REX-IC one (index, drop ranges, page CRCs, `meta_crc`).
 
-use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use crate::durable;
-use crate::error::{Error, IoContext, Result};
+use crate::error::{Error, Result};
 use crate::format::ic::{DropRange, check_index, encode_meta, parse_meta};
 
 /// The 8-byte magic.
@@ -88,7 +86,7 @@ impl PTableDelta {
     /// Reads and checks `path`.
     pub fn read(path: impl AsRef<Path>) -> Result<PTableDelta> {
         let path = path.as_ref();
-        let file = File::open(path).ctx(path, "open")?;
+        let file = super::open_regular(path)?;
         let (len, h) = super::read_header(path, &file)?;
         let le32 = |o: usize| u32::from_le_bytes(h[o..o + 4].try_into().expect("4"));
         let le64 = |o: usize| u64::from_le_bytes(h[o..o + 8].try_into().expect("8"));
@@ -123,9 +121,7 @@ impl PTableDelta {
                 format!("page_count {pc} and drop_count {dc} do not match the file length {len}"),
             ));
         };
-        let mut meta = vec![0u8; meta_len as usize];
-        file.read_exact_at(&mut meta, HEADER_LEN)
-            .ctx(path, "read metadata")?;
+        let meta = super::ic::read_meta_block(path, &file, HEADER_LEN + meta_len - 4)?;
         let (pages, drops, page_crcs) = parse_meta(path, pc, dc, &meta)?;
         Ok(PTableDelta {
             path: path.to_path_buf(),

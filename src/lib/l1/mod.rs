@@ -44,8 +44,37 @@ pub fn list_ic_files(dir: &Path) -> Result<Vec<PathBuf>> {
             continue;
         }
         let p = entry.path();
-        if p.extension().is_some_and(|e| e == EXTENSION) && p.is_file() {
-            out.push(p);
+        if p.extension().is_none_or(|e| e != EXTENSION) {
+            continue;
+        }
+        // Symlinks are followed. Anything that is not a regular file in the
+        // end (a dangling link, a directory, a FIFO) is refused rather than
+        // skipped: skipping the newest checkpoint would make the next push or
+        // restore silently older.
+        match fs::metadata(&p) {
+            Ok(md) if md.is_file() => out.push(p),
+            Ok(md) => {
+                return Err(Error::corrupt(
+                    &p,
+                    0,
+                    "file type",
+                    format!(
+                        "named like a checkpoint but {}",
+                        if md.is_dir() {
+                            "a directory"
+                        } else {
+                            "not a regular file"
+                        }
+                    ),
+                ));
+            }
+            Err(e) => {
+                return Err(Error::io(
+                    &p,
+                    "follow (a dangling symlink named like a checkpoint?)",
+                    e,
+                ));
+            }
         }
     }
     out.sort();
@@ -121,6 +150,89 @@ impl L1Dir {
             files: pending,
             orphans: files,
         })
+    }
+
+    /// The newest valid state the directory holds after `covered` (or, with
+    /// `None`, from its first FULL file on), for a restore that falls back:
+    /// the pending files in seq order up to (not including) the first that
+    /// cannot be used: unreadable, failing a page CRC, or after a gap or a
+    /// duplicate seq. Returns those files and one line per file left out,
+    /// saying why. Never fails: what cannot be read is left out and said.
+    pub fn valid_prefix_after(
+        dir: impl AsRef<Path>,
+        covered: Option<u64>,
+    ) -> (Vec<IcMeta>, Vec<String>) {
+        let dir = dir.as_ref();
+        let mut skipped = Vec::new();
+        let paths = match fs::read_dir(dir) {
+            Ok(rd) => rd
+                .filter_map(|e| e.ok())
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.extension().is_some_and(|e| e == EXTENSION)
+                        && !p
+                            .file_name()
+                            .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+                })
+                .collect::<Vec<_>>(),
+            Err(e) => {
+                skipped.push(format!("{}: read directory: {e}", dir.display()));
+                return (Vec::new(), skipped);
+            }
+        };
+        let mut metas = Vec::new();
+        for p in paths {
+            match IcMeta::read(&p) {
+                Ok(m) if covered.is_none_or(|c| m.seq() > c) => metas.push(m),
+                Ok(_) => {}
+                Err(e) => skipped.push(format!("{}: {}", p.display(), e.report())),
+            }
+        }
+        metas.sort_by_key(|m| m.seq());
+        if covered.is_none() {
+            // Files before the first FULL one are no state of their own.
+            let first_full = metas
+                .iter()
+                .position(|m| m.is_full())
+                .unwrap_or(metas.len());
+            metas.drain(..first_full);
+        }
+        let mut out: Vec<IcMeta> = Vec::new();
+        let mut expected = match covered {
+            Some(c) => c.checked_add(1),
+            None => metas.first().map(|m| m.seq()),
+        };
+        let mut rest = metas.into_iter().peekable();
+        while let Some(m) = rest.next() {
+            let why = if rest.peek().is_some_and(|n| n.seq() == m.seq()) {
+                Some(format!("seq {} appears twice", m.seq()))
+            } else if Some(m.seq()) != expected && !m.is_full() {
+                Some(format!(
+                    "seq {} is missing before it",
+                    expected.map_or("?".into(), |e| e.to_string())
+                ))
+            } else if out
+                .last()
+                .is_some_and(|p| p.header.page_size != m.header.page_size && !m.is_full())
+            {
+                Some("its page size differs from the previous checkpoint's".into())
+            } else {
+                crate::format::ic::IcFile::open(&m.path)
+                    .and_then(|f| f.verify())
+                    .err()
+                    .map(|e| e.report())
+            };
+            if let Some(why) = why {
+                skipped.push(format!("{}: {why}", m.path.display()));
+                skipped.extend(
+                    rest.map(|n| format!("{}: after a checkpoint left out", n.path.display())),
+                );
+                break;
+            }
+            expected = m.seq().checked_add(1);
+            out.push(m);
+        }
+        (out, skipped)
     }
 
     /// The files with `seq >= first`.

@@ -86,6 +86,24 @@ impl ChainIndex {
         Ok(out)
     }
 
+    /// The index a restore from L1 plus L2 uses: L2's valid manifests, and
+    /// L1's copy of every generation L2 has no valid manifest for (a push
+    /// interrupted between its two manifests, or an L2 manifest lost since).
+    /// L2's invalid manifests that L1 makes good are dropped; the rest stay,
+    /// so a newer invalid generation is still not passed over silently.
+    pub fn overlaid_with(self, l1: &ChainIndex) -> ChainIndex {
+        let mut manifests = self.manifests;
+        for (g, m) in &l1.manifests {
+            manifests.entry(*g).or_insert_with(|| m.clone());
+        }
+        let invalid = self
+            .invalid
+            .into_iter()
+            .filter(|(g, _)| !manifests.contains_key(g))
+            .collect();
+        ChainIndex { manifests, invalid }
+    }
+
     /// Generations `<= g` in descending order (candidates for a fallback).
     pub fn older_than(&self, g: u64) -> impl Iterator<Item = &Manifest> {
         self.manifests.range(..g).rev().map(|(_, m)| m)

@@ -345,6 +345,20 @@ pub fn push_locked(
         created_ns: crate::format::ic::now_ns(),
         writer: format!("rexctl {}", env!("CARGO_PKG_VERSION")),
     };
+    // Never commit a Δ on a broken L2 lineage: it would make every later
+    // restore fail. The pending IC files are kept; recovery healed what L1's
+    // copy could heal.
+    if let Some(p) = parent
+        && let Err(e) = check_lineage(job.l2.as_ref(), p)
+    {
+        return Err(Error::chain(
+            job.l2.describe(),
+            format!(
+                "refusing to push generation {generation} on a broken L2 chain ({}); the pending checkpoints are kept: run `rexctl verify`",
+                e.report()
+            ),
+        ));
+    }
     let path = job.l1_chain.root().join(manifest_name(generation));
     manifest.check(&path)?;
     let bytes = manifest.encode();
@@ -498,6 +512,13 @@ pub fn recover(job: &Job, opts: &PushOptions, report: &mut PushReport) -> Result
         }
     }
 
+    // L2's newest lineage must be whole (every manifest valid, every file
+    // there with its recorded size): a lost or damaged older manifest is
+    // healed from L1's copy, never built upon, and its files are kept.
+    if let Some(n) = l2_index.newest().cloned() {
+        heal_l2_lineage(job, &n, &mut l2_index, &l1_index, report)?;
+    }
+
     // L2's newest chain must be in L1 too (L1 is where the next batch is
     // deduplicated and where a transient restore starts).
     let newest = l2_index.newest().cloned();
@@ -524,19 +545,32 @@ pub fn recover(job: &Job, opts: &PushOptions, report: &mut PushReport) -> Result
         }
     }
 
-    // Data files of generations that have no manifest at all: left by a
-    // crashed push (newer than the newest manifest) or a crashed prune
-    // (older). Files whose manifest exists but is invalid are kept for
-    // inspection (`verify` reports them).
-    for store in [&job.l1_chain as &dyn Store, job.l2.as_ref()] {
+    // Data files of generations that have no manifest at all, where only a
+    // crash can have left them: above the store's newest valid manifest (a
+    // crashed push; generation numbers only grow) or below its oldest chain
+    // base (a crashed prune, which deletes manifests first). Files inside
+    // the kept chains whose manifest is missing are a lost manifest, not a
+    // crash: they are kept (healed above, or reported by `verify`), and so
+    // are files whose manifest exists but is invalid.
+    for (store, index) in [
+        (&job.l1_chain as &dyn Store, &l1_index),
+        (job.l2.as_ref(), &l2_index),
+    ] {
         let objects = store.list()?;
         let with_manifest: std::collections::BTreeSet<u64> = objects
             .iter()
             .filter_map(|o| crate::format::manifest::parse_manifest_name(&o.name))
             .collect();
+        let newest_valid = index.newest().map(|m| m.generation);
+        let oldest_base = index.manifests.values().map(|m| m.chain_base).min();
+        let crash_left = |g: u64| match (newest_valid, oldest_base) {
+            (Some(n), Some(b)) => g > n || g < b,
+            _ => true,
+        };
         for o in &objects {
             if let Some(g) = generation_of(&o.name)
                 && !with_manifest.contains(&g)
+                && crash_left(g)
             {
                 store.delete(&o.name)?;
                 report.recovered.push(format!(
@@ -582,6 +616,106 @@ pub fn recover(job: &Job, opts: &PushOptions, report: &mut PushReport) -> Result
     })
 }
 
+/// Why generation `m` is not whole in `store`: its manifest is not the
+/// valid `m` there, or a file is missing or has another size (`objects` is
+/// the store's listing). `None` when whole.
+fn not_whole(
+    index: &ChainIndex,
+    objects: &[crate::store::ObjectInfo],
+    m: &Manifest,
+) -> Option<String> {
+    match index.get(m.generation) {
+        None => {
+            let why = index
+                .invalid
+                .iter()
+                .find(|(g, _)| *g == m.generation)
+                .map_or("its manifest is missing".to_string(), |(_, e)| {
+                    format!("its manifest is invalid ({})", e.report())
+                });
+            return Some(why);
+        }
+        Some(x) if x != m => return Some("its manifest differs from L1's".into()),
+        Some(_) => {}
+    }
+    m.files
+        .iter()
+        .find_map(|f| match objects.iter().find(|o| o.name == f.name) {
+            None => Some(format!("{} is missing", f.name)),
+            Some(o) if o.bytes != f.bytes => Some(format!(
+                "{} has {} bytes, its manifest says {}",
+                f.name, o.bytes, f.bytes
+            )),
+            Some(_) => None,
+        })
+}
+
+/// Checks generation `g`'s lineage in `store` end to end, from manifests
+/// and object sizes (not a re-read of the data): every manifest valid and
+/// linked to its parent, every file present with its recorded size. The
+/// check a push makes before it commits a Δ on that lineage.
+pub fn check_lineage(store: &dyn Store, g: u64) -> Result<()> {
+    let index = ChainIndex::load(store)?;
+    let objects = store.list()?;
+    for m in index.lineage(g, store)? {
+        if let Some(why) = not_whole(&index, &objects, &m) {
+            return Err(Error::chain(
+                store.describe(),
+                format!(
+                    "generation {} of the chain is not whole: {why}",
+                    m.generation
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Makes L2's newest lineage whole again from L1's copy where it is not: a
+/// manifest lost or damaged in L2, or a file missing or cut short, while L1
+/// holds the same generation whole. A valid L2 manifest that differs from
+/// L1's is never replaced (that is another chain's, not damage). What
+/// cannot be healed is left for the push's lineage check to refuse.
+fn heal_l2_lineage(
+    job: &Job,
+    newest: &Manifest,
+    l2_index: &mut ChainIndex,
+    l1_index: &ChainIndex,
+    report: &mut PushReport,
+) -> Result<()> {
+    if l1_index.get(newest.generation) != Some(newest) {
+        return Ok(());
+    }
+    let Ok(lineage) = l1_index.lineage(newest.generation, &job.l1_chain) else {
+        return Ok(());
+    };
+    let l2_objects = job.l2.list()?;
+    let l1_objects = job.l1_chain.list()?;
+    for m in lineage {
+        let Some(why) = not_whole(l2_index, &l2_objects, &m) else {
+            continue;
+        };
+        if l2_index.get(m.generation).is_some_and(|x| x != &m) {
+            continue;
+        }
+        if not_whole(l1_index, &l1_objects, &m).is_some() {
+            continue;
+        }
+        let replace = l2_objects
+            .iter()
+            .any(|o| o.name == manifest_name(m.generation));
+        upload_generation(job, &m, replace)?;
+        report.recovered.push(format!(
+            "healed {}: generation {} was not whole there ({why}); uploaded L1's copy",
+            job.l2.describe(),
+            m.generation
+        ));
+        l2_index.invalid.retain(|(g, _)| *g != m.generation);
+        l2_index.manifests.insert(m.generation, m);
+    }
+    Ok(())
+}
+
 /// Copies generation `m`'s data files from `from` to `to`, checking that
 /// what arrived has the size and CRC its manifest records, then (with
 /// `manifest`) publishes the manifest there: the one copy routine behind
@@ -612,9 +746,25 @@ fn copy_generation(
         }
     }
     if manifest {
-        to.put_bytes(&manifest_name(m.generation), &m.encode())?;
+        to.put_bytes(&manifest_name(m.generation), &manifest_bytes(from, m)?)?;
     }
     Ok(())
+}
+
+/// The bytes of generation `m`'s manifest in `from`, checked to be `m`, so
+/// that a copy is byte for byte the original (re-encoding could differ in
+/// the last digit of a float).
+fn manifest_bytes(from: &dyn Store, m: &Manifest) -> Result<Vec<u8>> {
+    let name = manifest_name(m.generation);
+    let bytes = from.read(&name)?;
+    let path = std::path::Path::new(&from.describe()).join(&name);
+    if Manifest::decode(&path, &bytes)? != *m {
+        return Err(Error::chain(
+            from.describe(),
+            format!("{name} changed while it was being copied"),
+        ));
+    }
+    Ok(bytes)
 }
 
 /// Uploads generation `m` from L1 to L2, data files first. With
@@ -623,10 +773,11 @@ fn copy_generation(
 /// stores never overwrite a manifest).
 fn upload_generation(job: &Job, m: &Manifest, replace_invalid: bool) -> Result<()> {
     copy_generation(&job.l1_chain, job.l2.as_ref(), m, job.progress(), false)?;
+    let bytes = manifest_bytes(&job.l1_chain, m)?;
     if replace_invalid {
         job.l2.delete(&manifest_name(m.generation))?;
     }
-    job.l2.put_bytes(&manifest_name(m.generation), &m.encode())
+    job.l2.put_bytes(&manifest_name(m.generation), &bytes)
 }
 
 /// Deletes chains beyond the retention counts, oldest first, manifests

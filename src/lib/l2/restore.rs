@@ -109,7 +109,7 @@ pub struct RestoreReport {
 /// Restores from L2 alone (permanent failure) into `out`.
 pub fn restore_l2(l2: &dyn Store, opts: &RestoreOptions, out: &Path) -> Result<RestoreReport> {
     let index = ChainIndex::load(l2)?;
-    restore_with_fallback(&index, opts, |g| {
+    restore_with_fallback(&index, opts, |g, _| {
         let chain = OpenChain::open(l2, &index, g)?;
         let mut report = RestoreReport::default();
         write_image(Some(&chain), &[], opts, out, &mut report)?;
@@ -117,14 +117,24 @@ pub fn restore_l2(l2: &dyn Store, opts: &RestoreOptions, out: &Path) -> Result<R
     })
 }
 
-/// Restores from L1 plus L2 (transient failure) into `out`.
+/// Restores from L1 plus L2 (transient failure) into `out`: the newest
+/// valid generation of either place (L2's, or L1's copy of one L2 lacks)
+/// plus the pending IC files after it. With `--fallback`, the newest valid
+/// state: the same generation with the pending files up to the first damaged
+/// one, before any older generation.
 pub fn restore_l1_l2(job: &Job, opts: &RestoreOptions, out: &Path) -> Result<RestoreReport> {
-    let l2_index = ChainIndex::load(job.l2.as_ref())?;
     let l1_index = ChainIndex::load(&job.l1_chain)?;
-    let newest = l2_index.newest().map(|m| m.generation);
-    if newest.is_none() && opts.generation.is_none() {
+    let index = ChainIndex::load(job.l2.as_ref())?.overlaid_with(&l1_index);
+    let newest = index.newest().map(|m| m.generation);
+    if newest.is_none() && opts.generation.is_none() && index.invalid.is_empty() {
         // Nothing in L2 yet: the L1 checkpoints alone.
-        let pending = L1Dir::scan(&job.l1)?.files;
+        let pending = match L1Dir::scan(&job.l1) {
+            Ok(l1) => l1.files,
+            Err(e) if opts.fallback => {
+                return restore_pending_prefix(job, opts, out, e);
+            }
+            Err(e) => return Err(e),
+        };
         if pending.is_empty() {
             return Err(Error::chain(
                 &job.l1,
@@ -132,35 +142,88 @@ pub fn restore_l1_l2(job: &Job, opts: &RestoreOptions, out: &Path) -> Result<Res
             ));
         }
         let mut report = RestoreReport::default();
-        write_image(None, &pending, opts, out, &mut report)?;
-        return Ok(report);
-    }
-    restore_with_fallback(&l2_index, opts, |g| {
-        let (chain, notes) = open_mixed(job, &l1_index, &l2_index, g)?;
-        // Pending IC files only extend the newest generation.
-        let pending = if Some(g) == newest {
-            L1Dir::scan_after(&job.l1, Some(chain.manifest().last_seq))?.files
-        } else {
-            Vec::new()
+        return match write_image(None, &pending, opts, out, &mut report) {
+            Ok(()) => Ok(report),
+            Err(e) if opts.fallback => restore_pending_prefix(job, opts, out, e),
+            Err(e) => Err(e),
         };
+    }
+    restore_with_fallback(&index, opts, |g, last_resort| {
+        let (chain, notes) = open_mixed(job, &l1_index, &index, g)?;
         let mut report = RestoreReport {
             l2_fallbacks: notes,
             ..Default::default()
         };
-        write_image(Some(&chain), &pending, opts, out, &mut report)?;
-        Ok(report)
+        // Pending IC files only extend the newest generation.
+        if Some(g) != newest {
+            write_image(Some(&chain), &[], opts, out, &mut report)?;
+            return Ok(report);
+        }
+        let last = chain.manifest().last_seq;
+        let strict = L1Dir::scan_after(&job.l1, Some(last))
+            .and_then(|l1| write_image(Some(&chain), &l1.files, opts, out, &mut report));
+        match strict {
+            Ok(()) => Ok(report),
+            // The generation is sound but a pending file is not: its newest
+            // valid state is the generation plus the files before it.
+            Err(e) if last_resort => {
+                let (prefix, skipped) = L1Dir::valid_prefix_after(&job.l1, Some(last));
+                let mut report = RestoreReport {
+                    l2_fallbacks: report.l2_fallbacks,
+                    ..Default::default()
+                };
+                write_image(Some(&chain), &prefix, opts, out, &mut report)?;
+                report.fell_back = Some(format!(
+                    "the pending checkpoints cannot all be used ({}); restored generation {g}{} (seq {}); left out: {}",
+                    e.report(),
+                    match (prefix.first(), prefix.last()) {
+                        (Some(a), Some(b)) => format!(" plus seq {}..={}", a.seq(), b.seq()),
+                        _ => String::new(),
+                    },
+                    prefix.last().map_or(last, |m| m.seq()),
+                    skipped.join("; ")
+                ));
+                Ok(report)
+            }
+            Err(e) => Err(e),
+        }
     })
+}
+
+/// With `--fallback` and no usable generation: the pending IC files up to
+/// the first that cannot be used.
+fn restore_pending_prefix(
+    job: &Job,
+    opts: &RestoreOptions,
+    out: &Path,
+    first: Error,
+) -> Result<RestoreReport> {
+    let (prefix, skipped) = L1Dir::valid_prefix_after(&job.l1, None);
+    if prefix.is_empty() {
+        return Err(first);
+    }
+    let mut report = RestoreReport::default();
+    write_image(None, &prefix, opts, out, &mut report)?;
+    report.fell_back = Some(format!(
+        "{}; restored the L1 checkpoints up to seq {}; left out: {}",
+        first.report(),
+        prefix.last().map_or(0, |m| m.seq()),
+        skipped.join("; ")
+    ));
+    Ok(report)
 }
 
 /// Picks the generation to restore and runs `restore` on it; with
 /// `--fallback`, walks back through older valid generations while the
 /// restore fails (opening, a chunk or page CRC, anything), saying so in the
-/// report. The output is written under a temporary name, so a failed attempt
-/// leaves nothing behind.
+/// report. `restore(g, fallback)` may itself fall back within generation
+/// `g` (to fewer pending IC files) when `fallback` is set, which it is for
+/// the first attempt only. The output is written under a temporary name, so
+/// a failed attempt leaves nothing behind.
 fn restore_with_fallback(
     index: &ChainIndex,
     opts: &RestoreOptions,
-    mut restore: impl FnMut(u64) -> Result<RestoreReport>,
+    mut restore: impl FnMut(u64, bool) -> Result<RestoreReport>,
 ) -> Result<RestoreReport> {
     let target = match opts.generation {
         Some(g) => g,
@@ -195,9 +258,9 @@ fn restore_with_fallback(
             }
         },
     };
-    let first = match restore(target) {
+    let first = match restore(target, opts.fallback) {
         Ok(mut r) => {
-            if opts.generation.is_none() {
+            if opts.generation.is_none() && r.fell_back.is_none() {
                 r.fell_back = index
                     .invalid
                     .iter()
@@ -215,7 +278,7 @@ fn restore_with_fallback(
         Err(e) => return Err(e),
     };
     for m in index.older_than(target) {
-        if let Ok(mut r) = restore(m.generation) {
+        if let Ok(mut r) = restore(m.generation, false) {
             r.fell_back = Some(format!(
                 "generation {target} is unusable ({}); fell back to generation {} (seq {})",
                 first.report(),
@@ -380,7 +443,11 @@ fn write_image(
             ));
         };
         let first_page = opts.pages.as_ref().map(|r| r[0].0).unwrap_or(first.page);
-        let span = (last.page - first_page + 1).checked_mul(u64::from(page_size));
+        // Pages 0 and 2^64-1 span 2^64 pages, which wraps: computed without
+        // overflow, and refused before any output.
+        let span = (last.page - first_page)
+            .checked_add(1)
+            .and_then(|n| n.checked_mul(u64::from(page_size)));
         let Some(span) = span.filter(|&s| s <= 1 << 40) else {
             return Err(Error::Invalid(format!(
                 "--raw: pages {first_page:#x}..={:#x} span more than 1 TiB; restore a dense range with --pages",
@@ -539,7 +606,26 @@ pub fn verify(l2: &dyn Store, job: Option<&Job>) -> Result<VerifyReport> {
                 }
             }
         }
-        let newest = l2_index.newest().map(|m| m.last_seq);
+        // A generation L1 holds and L2 does not (L2 lost its manifest, or a
+        // push was interrupted between its two manifests): L2 alone would
+        // restore an older state than L1 plus L2. The next push uploads it.
+        let l2_newest = l2_index.newest().map(|m| m.generation);
+        for m in l1_index.manifests.values() {
+            if Some(m.generation) > l2_newest && l2_index.get(m.generation).is_none() {
+                report.l1_errors.push(format!(
+                    "{}: L1 holds generation {} (seq {}..={}), newer than L2's newest{}: L2 lacks its manifest (lost, or a push was interrupted; the next push uploads it)",
+                    job.l1_chain.root().display(),
+                    m.generation,
+                    m.first_seq,
+                    m.last_seq,
+                    l2_newest.map_or(" (none)".into(), |g| format!(" generation {g}"))
+                ));
+            }
+        }
+        let newest = l2_index
+            .overlaid_with(&l1_index)
+            .newest()
+            .map(|m| m.last_seq);
         match L1Dir::scan_after(&job.l1, newest) {
             Ok(l1) => {
                 for m in &l1.files {

@@ -46,6 +46,7 @@ pub use s3::S3Store;
 use crate::durable::{self, AtomicFile};
 use crate::error::{Error, IoContext, Result};
 use crate::format::chunked::{ChunkedFile, Kind};
+use crate::format::manifest::generation_of;
 use settings::StoreSettings;
 
 /// Metadata of a stored object.
@@ -277,13 +278,33 @@ impl Store for DirStore {
             if name.starts_with('.') {
                 continue;
             }
-            let md = e.metadata().ctx(e.path(), "stat")?;
-            if md.is_file() {
-                out.push(ObjectInfo {
+            // Symlinks are followed (an administrator may link objects in
+            // from elsewhere). An object name that does not end at a regular
+            // file is refused, not skipped: skipping the newest manifest
+            // would make restores silently older.
+            let path = e.path();
+            match fs::metadata(&path) {
+                Ok(md) if md.is_file() => out.push(ObjectInfo {
                     name,
                     bytes: md.len(),
                     modified: md.modified().ok(),
-                });
+                }),
+                Ok(_) | Err(_) if generation_of(&name).is_none() => {}
+                Ok(_) => {
+                    return Err(Error::corrupt(
+                        &path,
+                        0,
+                        "file type",
+                        "named like a generation's object but not a regular file",
+                    ));
+                }
+                Err(err) => {
+                    return Err(Error::io(
+                        &path,
+                        "follow (a dangling symlink named like a generation's object?)",
+                        err,
+                    ));
+                }
             }
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));

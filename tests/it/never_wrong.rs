@@ -1,0 +1,910 @@
+//! "Never a silent wrong image", end to end against the real binary: cases
+//! where L1 and L2 disagree or hold something unexpected (a lost or damaged
+//! older L2 manifest, a manifest or IC file that is a symlink, a damaged
+//! pending IC file, a FIFO, absurd headers), and in each one rexctl either
+//! gives the newest durable state, heals, or fails cleanly naming the file;
+//! never an older image passed off as the newest, never a panic or abort.
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use rexctl::eval::image::compare_ic_files;
+use rexctl::eval::workload::{Workload, profile};
+use rexctl::format::ic::IcMeta;
+use rexctl::format::manifest::{GenKind, manifest_name};
+use rexctl::l1::ic_file_name;
+use rexctl::l2::chain::ChainIndex;
+use rexctl::store::DirStore;
+
+use crate::util::rexctl;
+
+// ---------------------------------------------------------------------------
+// Helpers (after l2_faults.rs)
+// ---------------------------------------------------------------------------
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 temp path")
+}
+
+/// Runs `rexctl args...` (never with an inherited failpoint).
+fn rex(args: &[&str]) -> Output {
+    let mut c: Command = rexctl();
+    c.args(args).env_remove("REX_FAILPOINT");
+    c.output().expect("run rexctl")
+}
+
+fn show(args: &[&str], out: &Output) -> String {
+    format!(
+        "rexctl {args:?}: status {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn rex_ok(args: &[&str]) -> String {
+    let out = rex(args);
+    assert!(out.status.success(), "{}", show(args, &out));
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Standard output and standard error together.
+fn all_output(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// A failure is clean: no panic (exit 101, "panicked"), no abort (exit 134,
+/// a signal).
+fn assert_no_crash(out: &Output, ctx: &str) {
+    assert!(
+        out.status.signal().is_none(),
+        "{ctx}: killed by signal {:?} (abort?)\n{}",
+        out.status.signal(),
+        all_output(out)
+    );
+    let code = out.status.code();
+    assert!(
+        code != Some(101) && code != Some(134),
+        "{ctx}: exit {code:?} (panic or abort)\n{}",
+        all_output(out)
+    );
+    assert!(
+        !all_output(out).contains("panicked"),
+        "{ctx}: panic\n{}",
+        all_output(out)
+    );
+}
+
+/// A clean non-zero exit with an error message.
+fn assert_clean_error(out: &Output, ctx: &str) {
+    assert!(!out.status.success(), "{ctx}: succeeded");
+    assert_no_crash(out, ctx);
+    assert!(
+        stderr(out).contains("rexctl:"),
+        "{ctx}: no error message\n{}",
+        all_output(out)
+    );
+}
+
+fn workload(name: &str, pages: u64, seed: u64) -> Workload {
+    let mut p = profile(name).unwrap();
+    p.pages = pages;
+    Workload::new(p, seed).unwrap()
+}
+
+/// Takes checkpoints into `l1` until seq `last` is written, then writes the
+/// true image at `last` into `truth/seq-<last>.rexic` and returns its path.
+fn take_until(w: &mut Workload, l1: &Path, last: u64, truth: &Path) -> PathBuf {
+    std::fs::create_dir_all(l1).unwrap();
+    std::fs::create_dir_all(truth).unwrap();
+    while w.next_seq() <= last {
+        w.checkpoint(l1).unwrap();
+    }
+    let p = truth.join(format!("seq-{last}.rexic"));
+    w.write_image(&p).unwrap();
+    p
+}
+
+/// Recursive copy (files and directories only).
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let t = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &t);
+        } else {
+            std::fs::copy(e.path(), &t).unwrap();
+        }
+    }
+}
+
+fn names_in(dir: &Path) -> Vec<String> {
+    match std::fs::read_dir(dir) {
+        Ok(rd) => {
+            let mut v: Vec<String> = rd
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            v.sort();
+            v
+        }
+        Err(_) => Vec::new(),
+    }
+}
+
+fn same_image(a: &Path, b: &Path) -> bool {
+    compare_ic_files(a, b).unwrap().is_equal()
+}
+
+fn assert_image(got: &Path, want: &Path, ctx: &str) {
+    let d = compare_ic_files(got, want).unwrap();
+    assert!(
+        d.is_equal(),
+        "{ctx}: restored image differs from {}: {d}",
+        want.display()
+    );
+}
+
+/// A restore into a fresh, empty directory `outdir`; returns the output and
+/// the path of the image (which exists only on success). A failure must be
+/// clean and leave nothing behind.
+fn restore(l2: &Path, l1: Option<&Path>, extra: &[&str], outdir: &Path) -> (Output, PathBuf) {
+    std::fs::create_dir_all(outdir).unwrap();
+    let out_file = outdir.join("image.rexic");
+    let mut args: Vec<&str> = vec!["restore", "--l2", s(l2)];
+    if let Some(l1) = l1 {
+        args.extend(["--l1", s(l1)]);
+    }
+    args.extend(["--out", s(&out_file)]);
+    args.extend_from_slice(extra);
+    let out = rex(&args);
+    if out.status.success() {
+        assert!(out_file.is_file(), "{}", show(&args, &out));
+    } else {
+        assert_clean_error(&out, &show(&args, &out));
+        assert!(
+            names_in(outdir).is_empty(),
+            "a failed restore left files behind: {:?}\n{}",
+            names_in(outdir),
+            show(&args, &out)
+        );
+    }
+    (out, out_file)
+}
+
+fn push_args<'a>(l1: &'a Path, l2: &'a Path) -> Vec<&'a str> {
+    vec!["push-l2", "--l1", s(l1), "--l2", s(l2)]
+}
+
+fn gen_file(dir: &Path, g: u64, kind: &str) -> PathBuf {
+    dir.join(format!("g{g:08}.{kind}"))
+}
+
+fn flip_byte(path: &Path, at: u64) {
+    let mut b = std::fs::read(path).unwrap();
+    b[at as usize] ^= 0xff;
+    std::fs::write(path, b).unwrap();
+}
+
+/// Runs one case, turning a failed assertion into an entry of `failures`.
+fn case(failures: &mut Vec<String>, f: impl FnOnce()) {
+    if let Err(e) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        let msg = e
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "panic".into());
+        failures.push(msg);
+    }
+}
+
+fn assert_no_failures(failures: &[String], total: usize) {
+    assert!(
+        failures.is_empty(),
+        "{} of {total} cases failed:\n\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
+}
+
+/// (generation, last seq, kind) of every valid manifest in `dir`.
+fn generations(dir: &Path) -> Vec<(u64, u64, GenKind)> {
+    let store = DirStore::open(dir).unwrap();
+    ChainIndex::load(&store)
+        .unwrap()
+        .manifests
+        .values()
+        .map(|m| (m.generation, m.last_seq, m.kind))
+        .collect()
+}
+
+/// A job whose L2 and L1 hold generations 1 (full, seq 0..=1), 2 (Δ, seq
+/// 2..=3) and 3 (Δ, seq 4..=5), with `truth/seq-{1,3,5}.rexic`; with
+/// `more`, seq 6..=7 are taken into `template/more` (not into L1) and
+/// `truth/seq-7.rexic` written.
+struct Chain {
+    _dir: tempfile::TempDir,
+    template: PathBuf,
+    truth: PathBuf,
+}
+
+impl Chain {
+    fn image(&self, seq: u64) -> PathBuf {
+        self.truth.join(format!("seq-{seq}.rexic"))
+    }
+}
+
+fn chain(seed: u64, gens: u64, more: bool) -> Chain {
+    let d = tempfile::tempdir().unwrap();
+    let t = d.path().join("template");
+    let (l1, l2, truth) = (t.join("l1"), t.join("l2"), d.path().join("truth"));
+    let mut w = workload("balanced", 48, seed);
+    for g in 1..=gens {
+        take_until(&mut w, &l1, 2 * g - 1, &truth);
+        rex_ok(&push_args(&l1, &l2));
+    }
+    let want: Vec<(u64, u64, GenKind)> = (1..=gens)
+        .map(|g| {
+            let kind = if g == 1 {
+                GenKind::Full
+            } else {
+                GenKind::Delta
+            };
+            (g, 2 * g - 1, kind)
+        })
+        .collect();
+    assert_eq!(generations(&l2), want, "L2 after the setup pushes");
+    assert_eq!(generations(&l1.join("rex")), want, "L1 after the setup");
+    assert!(
+        rexctl::l1::list_ic_files(&l1).unwrap().is_empty(),
+        "the setup pushes leave IC files in L1"
+    );
+    if more {
+        take_until(&mut w, &t.join("more"), 2 * gens + 1, &truth);
+    }
+    Chain {
+        template: t,
+        truth,
+        _dir: d,
+    }
+}
+
+// ---------------------------------------------------------------------------
+// 1. A lost or damaged older L2 manifest
+// ---------------------------------------------------------------------------
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ManifestDefect {
+    Delete,
+    Flip,
+}
+
+/// One case: returns its failed checks (each check runs, so one run shows
+/// every way the case goes wrong).
+fn older_l2_manifest_case(c: &Chain, k: u64, defect: ManifestDefect) -> Vec<String> {
+    let ctx = format!("L2 manifest of generation {k} {defect:?}");
+    let work = tempfile::tempdir().unwrap();
+    let (l1, l2) = (work.path().join("l1"), work.path().join("l2"));
+    copy_tree(&c.template.join("l1"), &l1);
+    copy_tree(&c.template.join("l2"), &l2);
+    let man = l2.join(manifest_name(k));
+    match defect {
+        ManifestDefect::Delete => std::fs::remove_file(&man).unwrap(),
+        ManifestDefect::Flip => {
+            let len = std::fs::metadata(&man).unwrap().len();
+            flip_byte(&man, len / 2);
+        }
+    }
+    // More checkpoints (seq 6..=7) arrive in L1.
+    copy_tree(&c.template.join("more"), &l1);
+    let pending: Vec<String> = names_in(&l1)
+        .into_iter()
+        .filter(|n| n.ends_with(".rexic"))
+        .collect();
+    assert_eq!(pending.len(), 2, "{ctx}: {pending:?}");
+    let want = c.image(7);
+
+    let args = push_args(&l1, &l2);
+    let push = rex(&args);
+    let pushed = push.status.success();
+    let push_shown = show(&args, &push);
+    let l2_gk = ChainIndex::load(&DirStore::open(&l2).unwrap())
+        .unwrap()
+        .get(k)
+        .is_some();
+    let mut failures = Vec::new();
+    case(&mut failures, || {
+        assert_no_crash(&push, &format!("{ctx}: push-l2"))
+    });
+    // Never delete generation k's data while L2 has no valid manifest of it.
+    case(&mut failures, || {
+        if !l2_gk {
+            let gone: Vec<String> = ["rps", "pf", "ptab"]
+                .iter()
+                .map(|kind| gen_file(&l2, k, kind))
+                .filter(|f| !f.is_file())
+                .map(|f| f.display().to_string())
+                .collect();
+            assert!(
+                gone.is_empty(),
+                "{ctx}: push-l2 (exit {:?}) deleted {gone:?} from L2 although L2 holds no valid manifest of generation {k} (L2: {:?})\n{push_shown}",
+                push.status.code(),
+                names_in(&l2),
+            );
+        }
+    });
+    // A successful push healed L2; a failed one kept the pending IC files.
+    case(&mut failures, || {
+        if pushed {
+            assert!(
+                l2_gk,
+                "{ctx}: push-l2 succeeded without healing L2's manifest of generation {k}; L2 holds {:?}\n{push_shown}",
+                names_in(&l2)
+            );
+        } else {
+            for n in &pending {
+                assert!(
+                    l1.join(n).is_file(),
+                    "{ctx}: a failed push-l2 deleted the pending IC file {n}\n{push_shown}"
+                );
+            }
+        }
+        if l2_gk {
+            let ours = std::fs::read(l2.join(manifest_name(k))).unwrap();
+            let l1s = std::fs::read(l1.join("rex").join(manifest_name(k))).unwrap();
+            assert!(
+                ours == l1s,
+                "{ctx}: L2's manifest of generation {k} differs from L1's copy"
+            );
+        }
+    });
+    for (which, l1opt) in [
+        ("restore --l2", None),
+        ("restore --l1 --l2", Some(l1.as_path())),
+    ] {
+        case(&mut failures, || {
+            let dir = work.path().join(which.replace(' ', "_"));
+            let (out, img) = restore(&l2, l1opt, &[], &dir);
+            if out.status.success() {
+                assert_image(&img, &want, &format!("{ctx}: {which}"));
+            } else {
+                assert!(
+                    !pushed,
+                    "{ctx}: push-l2 succeeded but then {which} fails\n{}",
+                    show(&[which], &out)
+                );
+            }
+        });
+    }
+    failures
+}
+
+fn older_l2_manifest_cases(seed: u64, defect: ManifestDefect) {
+    let c = chain(seed, 3, true);
+    let mut failures = Vec::new();
+    for k in 1..=3 {
+        failures.extend(older_l2_manifest_case(&c, k, defect));
+    }
+    assert_no_failures(&failures, 3 * 5);
+}
+
+/// L2 lost the manifest of one generation of its newest chain (1, 2 or 3):
+/// the next push heals L2 from L1's copy or fails keeping the pending IC
+/// files; it never deletes that generation's data files while L2 has no
+/// manifest for them, nor builds a new generation on a chain L2 cannot
+/// restore.
+#[test]
+fn lost_older_l2_manifest_is_healed_not_built_upon() {
+    older_l2_manifest_cases(61, ManifestDefect::Delete);
+}
+
+/// As above, with one byte of the manifest flipped instead of deleted.
+#[test]
+fn flipped_older_l2_manifest_is_healed_not_built_upon() {
+    older_l2_manifest_cases(62, ManifestDefect::Flip);
+}
+
+// ---------------------------------------------------------------------------
+// 2. L1 holds a newer generation than L2
+// ---------------------------------------------------------------------------
+
+/// Every batch was pushed (no IC file in L1), then L2 lost the manifest of
+/// generation 3. L1/rex/ still holds generation 3: a transient restore
+/// gives its state, and verify reports the disagreement.
+#[test]
+fn l1_l2_restore_takes_the_newest_generation_of_either_place() {
+    let c = chain(63, 3, false);
+    let work = tempfile::tempdir().unwrap();
+    let (l1, l2) = (work.path().join("l1"), work.path().join("l2"));
+    copy_tree(&c.template.join("l1"), &l1);
+    copy_tree(&c.template.join("l2"), &l2);
+    std::fs::remove_file(l2.join(manifest_name(3))).unwrap();
+    let mut failures = Vec::new();
+    case(&mut failures, || {
+        let (out, img) = restore(&l2, Some(&l1), &[], &work.path().join("a"));
+        assert!(
+            out.status.success(),
+            "restore --l1 --l2 fails\n{}",
+            show(&["restore"], &out)
+        );
+        assert!(
+            !same_image(&img, &c.image(3)),
+            "restore --l1 --l2 gives generation 2's state (seq 3), not generation 3's (seq 5), which L1/rex/ holds\n{}",
+            show(&["restore"], &out)
+        );
+        assert_image(&img, &c.image(5), "restore --l1 --l2");
+    });
+    case(&mut failures, || {
+        let args = ["verify", "--l1", s(&l1), "--l2", s(&l2)];
+        let v = rex(&args);
+        assert_no_crash(&v, "verify");
+        assert!(
+            !v.status.success(),
+            "verify --l1 --l2 passes although L1 holds generation 3 and L2 does not\n{}",
+            show(&args, &v)
+        );
+        // "L1 generation 3: ok" alone is no report of the disagreement.
+        let mentions = all_output(&v)
+            .lines()
+            .any(|l| l.contains("generation 3") && !l.trim_end().ends_with(": ok"));
+        assert!(
+            mentions,
+            "verify does not report that L1 holds generation 3, newer than L2's newest\n{}",
+            show(&args, &v)
+        );
+    });
+    assert_no_failures(&failures, 2);
+}
+
+// ---------------------------------------------------------------------------
+// 3. A damaged pending IC file
+// ---------------------------------------------------------------------------
+
+/// Generations 1 (seq 0..=1) and 2 (seq 2..=3), then pending seq 4, 5, 6;
+/// a page of seq 5 that seq 6 does not rewrite is damaged. A plain restore
+/// fails naming the file; `--fallback` restores generation 2 plus seq 4
+/// (the newest intact state), not generation 1.
+#[test]
+fn fallback_keeps_the_newest_intact_generation_when_a_pending_ic_is_damaged() {
+    let d = tempfile::tempdir().unwrap();
+    let (l1, l2, truth) = (
+        d.path().join("l1"),
+        d.path().join("l2"),
+        d.path().join("truth"),
+    );
+    let mut w = workload("balanced", 48, 64);
+    take_until(&mut w, &l1, 1, &truth);
+    rex_ok(&push_args(&l1, &l2));
+    take_until(&mut w, &l1, 3, &truth);
+    rex_ok(&push_args(&l1, &l2));
+    assert_eq!(generations(&l2).len(), 2);
+    let want = take_until(&mut w, &l1, 4, &truth);
+    take_until(&mut w, &l1, 6, &truth);
+
+    // The last page of seq 5 that is still live at seq 6 (neither rewritten
+    // nor dropped), so the restore of seq 6 must read it.
+    let bad = l1.join(ic_file_name(5));
+    let m5 = IcMeta::read(&bad).unwrap();
+    let m6 = IcMeta::read(l1.join(ic_file_name(6))).unwrap();
+    let pp = (0..m5.pages.len())
+        .rev()
+        .find(|&i| {
+            let p = m5.pages[i];
+            m6.pages.binary_search(&p).is_err() && !m6.drops.iter().any(|d| d.contains(p))
+        })
+        .expect("seq 5 carries a page that seq 6 neither rewrites nor drops");
+    let ps = u64::from(m5.header.page_size);
+    flip_byte(&bad, m5.layout.data_off + pp as u64 * ps + ps - 8);
+    let bad_name = bad.file_name().unwrap().to_str().unwrap().to_owned();
+
+    let mut failures = Vec::new();
+    case(&mut failures, || {
+        let (out, _) = restore(&l2, Some(&l1), &[], &d.path().join("plain"));
+        assert_eq!(
+            out.status.code(),
+            Some(3),
+            "restore --l1 --l2 with a damaged pending IC file\n{}",
+            show(&["restore"], &out)
+        );
+        assert!(
+            stderr(&out).contains(&bad_name),
+            "restore does not name {bad_name}\n{}",
+            show(&["restore"], &out)
+        );
+    });
+    case(&mut failures, || {
+        let (out, img) = restore(&l2, Some(&l1), &["--fallback"], &d.path().join("fb"));
+        assert!(
+            out.status.success(),
+            "restore --l1 --l2 --fallback fails\n{}",
+            show(&["restore", "--fallback"], &out)
+        );
+        assert!(
+            !same_image(&img, &truth.join("seq-1.rexic")),
+            "restore --fallback fell back to generation 1 (seq 1) instead of generation 2 + seq 4\n{}",
+            show(&["restore", "--fallback"], &out)
+        );
+        assert_image(&img, &want, "restore --l1 --l2 --fallback");
+        assert!(
+            all_output(&out).contains(&bad_name),
+            "restore --fallback does not name {bad_name}\n{}",
+            show(&["restore", "--fallback"], &out)
+        );
+    });
+    assert_no_failures(&failures, 2);
+}
+
+// ---------------------------------------------------------------------------
+// 4, 5. Symlinks
+// ---------------------------------------------------------------------------
+
+/// L2's newest manifest is a symlink to the real file elsewhere: it is read
+/// through the link, or the restore fails; never does the older generation
+/// pass for the newest.
+#[test]
+fn manifest_symlink_is_followed_or_refused() {
+    let c = chain(65, 2, false);
+    let work = tempfile::tempdir().unwrap();
+    let l2 = work.path().join("l2");
+    copy_tree(&c.template.join("l2"), &l2);
+    let elsewhere = work.path().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let man = l2.join(manifest_name(2));
+    let target = elsewhere.join(manifest_name(2));
+    std::fs::rename(&man, &target).unwrap();
+    std::os::unix::fs::symlink(&target, &man).unwrap();
+
+    let (out, img) = restore(&l2, None, &[], &work.path().join("a"));
+    if out.status.success() {
+        assert!(
+            !same_image(&img, &c.image(1)),
+            "restore --l2 ignored the symlinked manifest of generation 2 and restored generation 1 (seq 1)\n{}",
+            show(&["restore"], &out)
+        );
+        assert_image(&img, &c.image(3), "restore --l2");
+    }
+}
+
+/// The newest IC file is a dangling symlink: push-l2 and a transient
+/// restore refuse it, naming it, instead of skipping it.
+#[test]
+fn dangling_symlink_as_newest_ic_is_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let (l1, l2, truth) = (
+        d.path().join("l1"),
+        d.path().join("l2"),
+        d.path().join("truth"),
+    );
+    let mut w = workload("balanced", 48, 66);
+    take_until(&mut w, &l1, 2, &truth);
+    rex_ok(&push_args(&l1, &l2));
+    take_until(&mut w, &l1, 3, &truth);
+    let link = l1.join(ic_file_name(3));
+    assert!(link.is_file());
+    std::fs::remove_file(&link).unwrap();
+    std::os::unix::fs::symlink(d.path().join("gone").join(ic_file_name(3)), &link).unwrap();
+    let name = ic_file_name(3);
+
+    let mut failures = Vec::new();
+    case(&mut failures, || {
+        let (out, _) = restore(&l2, Some(&l1), &[], &d.path().join("a"));
+        assert!(
+            !out.status.success(),
+            "restore --l1 --l2 skips the dangling symlink {} and succeeds\n{}",
+            link.display(),
+            show(&["restore"], &out)
+        );
+        assert!(
+            stderr(&out).contains(&name),
+            "restore does not name {}\n{}",
+            link.display(),
+            show(&["restore"], &out)
+        );
+    });
+    case(&mut failures, || {
+        let args = push_args(&l1, &l2);
+        let out = rex(&args);
+        assert!(
+            !out.status.success(),
+            "push-l2 skips the dangling symlink {} and succeeds\n{}",
+            link.display(),
+            show(&args, &out)
+        );
+        assert_clean_error(&out, "push-l2");
+        assert!(
+            stderr(&out).contains(&name),
+            "push-l2 does not name {}\n{}",
+            link.display(),
+            show(&args, &out)
+        );
+    });
+    assert_no_failures(&failures, 2);
+}
+
+// ---------------------------------------------------------------------------
+// 6. A sparse IC file claiming a huge page count
+// ---------------------------------------------------------------------------
+
+const DATA_LIMIT: u64 = 96 << 20;
+
+/// Runs `rexctl args...` with RLIMIT_DATA at 96 MiB, killed after `limit`.
+fn rex_limited(args: &[&str], limit: Duration) -> Output {
+    let mut c = rexctl();
+    c.args(args).env_remove("REX_FAILPOINT");
+    // SAFETY: only setrlimit (async-signal-safe) runs between fork and exec.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut c, || {
+            let lim = libc::rlimit {
+                rlim_cur: DATA_LIMIT as libc::rlim_t,
+                rlim_max: DATA_LIMIT as libc::rlim_t,
+            };
+            if libc::setrlimit(libc::RLIMIT_DATA, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    wait_bounded(c, limit, &format!("rexctl {args:?}"))
+}
+
+/// Spawns `c` with piped output and waits at most `limit`; on timeout,
+/// kills it and fails.
+fn wait_bounded(mut c: Command, limit: Duration, ctx: &str) -> Output {
+    c.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().expect("spawn rexctl");
+    let t0 = Instant::now();
+    loop {
+        if child.try_wait().expect("try_wait").is_some() {
+            return child.wait_with_output().expect("collect output");
+        }
+        if t0.elapsed() > limit {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("collect output");
+            panic!(
+                "{ctx}: still running after {limit:?}, killed\nstdout:\n{}\nstderr:\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A valid FULL REX-IC header (FORMAT.md §2.2) for `page_count` pages of
+/// 4096 bytes, and the file length it implies.
+fn huge_header(page_count: u64) -> ([u8; 64], u64) {
+    let ps = 4096u64;
+    let mut b = [0u8; 64];
+    b[0..8].copy_from_slice(b"REXIC01\n");
+    b[8..12].copy_from_slice(&1u32.to_le_bytes());
+    b[12..16].copy_from_slice(&(ps as u32).to_le_bytes());
+    b[16..24].copy_from_slice(&0u64.to_le_bytes());
+    b[24..28].copy_from_slice(&1u32.to_le_bytes());
+    b[32..40].copy_from_slice(&page_count.to_le_bytes());
+    b[40..48].copy_from_slice(&0u64.to_le_bytes());
+    b[48..56].copy_from_slice(&rexctl::eval::workload::GEN_EPOCH_NS.to_le_bytes());
+    let crc = crc32fast::hash(&b[0..56]);
+    b[56..60].copy_from_slice(&crc.to_le_bytes());
+    let data_off = (64 + page_count * 8 + page_count * 4 + 4).next_multiple_of(ps);
+    (b, data_off + page_count * ps)
+}
+
+/// A sparse IC file whose header claims 2^28 pages (1 TiB of data, a 3 GiB
+/// metadata block of zeros): inspect, coalesce and push-l2 reject it as bad
+/// data with a bounded heap, and leave it in L1.
+#[test]
+fn sparse_ic_claiming_huge_page_count_is_refused_in_bounded_memory() {
+    let d = tempfile::tempdir().unwrap();
+    let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
+    std::fs::create_dir_all(&l1).unwrap();
+    let file = l1.join(ic_file_name(0));
+    let mut page_count = 1u64 << 28;
+    loop {
+        let (header, len) = huge_header(page_count);
+        std::fs::write(&file, header).unwrap();
+        let f = std::fs::OpenOptions::new().write(true).open(&file).unwrap();
+        match f.set_len(len) {
+            Ok(()) => break,
+            Err(e) if page_count == 1 << 28 => {
+                eprintln!(
+                    "the file system refuses a {len}-byte sparse file ({e}); falling back to 2^24 pages"
+                );
+                page_count = 1 << 24;
+            }
+            Err(e) => panic!("set_len({len}): {e}"),
+        }
+    }
+    eprintln!(
+        "sparse IC file of {} bytes, page_count {page_count}",
+        std::fs::metadata(&file).unwrap().len()
+    );
+
+    // The limit alone does not stop rexctl: a small valid file inspects.
+    {
+        let ok = d.path().join("ok");
+        std::fs::create_dir_all(&ok).unwrap();
+        let mut w = workload("balanced", 16, 67);
+        w.checkpoint(&ok).unwrap();
+        let p = ok.join(ic_file_name(0));
+        let out = rex_limited(&["inspect", s(&p)], Duration::from_secs(30));
+        assert!(
+            out.status.success(),
+            "inspect of a valid file under RLIMIT_DATA {DATA_LIMIT}\n{}",
+            show(&["inspect"], &out)
+        );
+    }
+
+    let mut failures = Vec::new();
+    let cmds: [Vec<&str>; 3] = [
+        vec!["inspect", s(&file)],
+        vec!["coalesce", s(&l1)],
+        vec!["push-l2", "--l1", s(&l1), "--l2", s(&l2)],
+    ];
+    for args in &cmds {
+        case(&mut failures, || {
+            let out = rex_limited(args, Duration::from_secs(120));
+            let ctx = show(args, &out);
+            assert_no_crash(&out, &ctx);
+            assert_eq!(out.status.code(), Some(3), "exit code\n{ctx}");
+            assert!(
+                stderr(&out).contains(ic_file_name(0).as_str()),
+                "the error does not name the file\n{ctx}"
+            );
+            assert!(file.is_file(), "{} deleted\n{ctx}", file.display());
+        });
+    }
+    assert_no_failures(&failures, cmds.len());
+}
+
+// ---------------------------------------------------------------------------
+// 7. A raw restore whose page span wraps
+// ---------------------------------------------------------------------------
+
+/// A FULL IC file carrying pages 0 and u64::MAX, pushed: a raw restore
+/// cannot lay those out in one file and says so (the span), leaving no
+/// output.
+#[test]
+fn raw_restore_of_a_span_that_wraps_is_a_clear_error() {
+    let d = tempfile::tempdir().unwrap();
+    let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
+    std::fs::create_dir_all(&l1).unwrap();
+    let p0 = vec![0x11u8; 4096];
+    let p1 = vec![0x22u8; 4096];
+    rexctl::format::ic::write_ic(
+        l1.join(ic_file_name(0)),
+        4096,
+        0,
+        true,
+        rexctl::eval::workload::GEN_EPOCH_NS,
+        &[(0, &p0), (u64::MAX, &p1)],
+        &[],
+    )
+    .unwrap();
+    rex_ok(&push_args(&l1, &l2));
+
+    let out_file = d.path().join("out").join("image.raw");
+    std::fs::create_dir_all(out_file.parent().unwrap()).unwrap();
+    let args = ["restore", "--l2", s(&l2), "--raw", "--out", s(&out_file)];
+    let out = rex(&args);
+    let ctx = show(&args, &out);
+    assert_no_crash(&out, &ctx);
+    assert!(!out.status.success(), "raw restore succeeded\n{ctx}");
+    let err = stderr(&out);
+    assert!(
+        !err.contains("seek: Invalid argument"),
+        "raw restore fails with a bare seek error\n{ctx}"
+    );
+    assert!(
+        err.to_lowercase().contains("span")
+            || err.contains("0xffffffffffffffff")
+            || err.contains("18446744073709551615"),
+        "the error does not mention the page span\n{ctx}"
+    );
+    assert!(
+        !out_file.exists(),
+        "a failed raw restore left {}\n{ctx}",
+        out_file.display()
+    );
+    assert!(
+        names_in(out_file.parent().unwrap()).is_empty(),
+        "a failed raw restore left files: {:?}",
+        names_in(out_file.parent().unwrap())
+    );
+}
+
+// ---------------------------------------------------------------------------
+// 8. A FIFO
+// ---------------------------------------------------------------------------
+
+/// `inspect` on a FIFO (no writer) returns at once, saying it is not a
+/// regular file, instead of blocking in open.
+#[test]
+fn inspect_refuses_a_fifo() {
+    let d = tempfile::tempdir().unwrap();
+    let fifo = d.path().join("ckpt.rexic");
+    let c = std::ffi::CString::new(s(&fifo)).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    let rc = unsafe { libc::mkfifo(c.as_ptr(), 0o600) };
+    assert_eq!(rc, 0, "mkfifo: {}", std::io::Error::last_os_error());
+    let mut cmd = rexctl();
+    cmd.args(["inspect", s(&fifo)]).env_remove("REX_FAILPOINT");
+    let out = wait_bounded(cmd, Duration::from_secs(5), "rexctl inspect FIFO");
+    let ctx = show(&["inspect", s(&fifo)], &out);
+    assert_no_crash(&out, &ctx);
+    assert!(!out.status.success(), "inspect of a FIFO succeeded\n{ctx}");
+    let err = stderr(&out);
+    assert!(err.contains("ckpt.rexic"), "does not name the file\n{ctx}");
+    assert!(
+        err.contains("not a regular file"),
+        "does not say it is not a regular file\n{ctx}"
+    );
+}
+
+/// A tmpfs of `bytes` mounted on `dir` for the life of the guard.
+struct SmallDisk(PathBuf);
+
+impl SmallDisk {
+    /// `None` when this process may not mount (not root): said, not hidden.
+    fn mount(dir: &Path, bytes: u64) -> Option<SmallDisk> {
+        std::fs::create_dir_all(dir).unwrap();
+        let out = Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={bytes}"),
+                "tmpfs",
+                s(dir),
+            ])
+            .output()
+            .ok()?;
+        out.status.success().then(|| SmallDisk(dir.to_path_buf()))
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// A full disk when the restored image is committed: exit 1 with the
+/// error, and neither the image nor its temporary file is left behind.
+#[test]
+fn enospc_at_commit_leaves_no_temporary_file() {
+    let c = chain(31, 2, false);
+    let work = tempfile::tempdir().unwrap();
+    let (l1, l2) = (work.path().join("l1"), work.path().join("l2"));
+    copy_tree(&c.template.join("l1"), &l1);
+    copy_tree(&c.template.join("l2"), &l2);
+    let disk = work.path().join("small");
+    let Some(_mounted) = SmallDisk::mount(&disk, 64 << 10) else {
+        eprintln!(
+            "enospc_at_commit_leaves_no_temporary_file: cannot mount a tmpfs here (needs root); not run"
+        );
+        return;
+    };
+    let out_file = disk.join("image.rexic");
+    let args = ["restore", "--l2", s(&l2), "--out", s(&out_file)];
+    let out = rex(&args);
+    let ctx = show(&args, &out);
+    assert_no_crash(&out, &ctx);
+    assert_eq!(out.status.code(), Some(1), "{ctx}");
+    assert!(
+        stderr(&out).contains("No space left on device"),
+        "does not say the disk is full\n{ctx}"
+    );
+    assert_eq!(names_in(&disk), Vec::<String>::new(), "{ctx}");
+}
