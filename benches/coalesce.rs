@@ -31,6 +31,7 @@ fn sparse_batch(dir: &std::path::Path) {
             page_count: PER_FILE,
             drop_count: 0,
             time_ns: 0,
+            ext_len: 0,
         };
         let path = dir.join(format!("c{seq}.rexic"));
         let mut f = std::fs::File::create(&path).unwrap();

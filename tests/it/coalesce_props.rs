@@ -233,6 +233,7 @@ fn coalescing_a_gib_batch_reads_no_page_data() {
             page_count: per_file,
             drop_count: 0,
             time_ns: 0,
+            ext_len: 0,
         };
         let layout = h.layout().unwrap();
         let path = dir.path().join(format!("c{seq}.rexic"));

@@ -67,7 +67,9 @@ fn expected_due(l1: &Path, l2: &Path) -> (bool, u64) {
             0,
         );
     };
-    let pending = L1Dir::scan_after(l1, Some(newest.last_seq)).unwrap().files;
+    let pending = L1Dir::scan_after(l1, Some(rexctl::l1::Covered::from(newest)))
+        .unwrap()
+        .files;
     let Some(latest) = pending.last() else {
         return (false, 0);
     };

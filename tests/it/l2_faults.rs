@@ -979,7 +979,7 @@ fn l1_l2_restore_after_l2_lost_its_newest_manifest_is_never_silently_stale() {
 fn lib_push<H: PatternHasher>(l1: &Path, l2: &DirStore, hasher: H) -> Manifest {
     let index = ChainIndex::load(l2).unwrap();
     let newest = index.newest().cloned();
-    let l1d = L1Dir::scan_after(l1, newest.as_ref().map(|m| m.last_seq)).unwrap();
+    let l1d = L1Dir::scan_after(l1, newest.as_ref().map(rexctl::l1::Covered::from)).unwrap();
     let batch = &l1d.files;
     let clist = CList::build(batch).unwrap();
     let chain = newest
@@ -1027,6 +1027,9 @@ fn lib_push<H: PatternHasher>(l1: &Path, l2: &DirStore, hasher: H) -> Manifest {
         timings: Timings::default(),
         created_ns: 0,
         writer: "l2_faults test".into(),
+        chain_id: None,
+        job: None,
+        rank: None,
     };
     m.check(&l2.root().join(manifest_name(generation))).unwrap();
     l2.put_bytes(&manifest_name(generation), &m.encode())

@@ -908,3 +908,168 @@ fn enospc_at_commit_leaves_no_temporary_file() {
     );
     assert_eq!(names_in(&disk), Vec::<String>::new(), "{ctx}");
 }
+
+// ---------------------------------------------------------------------------
+// Chain identity: checkpoints are never "already pushed" by seq alone.
+
+/// As `take_until`, with capture times `t0 + seq` seconds (a run that
+/// happened at another time than the generator's fixed epoch).
+fn take_until_at(w: &mut Workload, l1: &Path, last: u64, truth: &Path, t0: u64) -> PathBuf {
+    std::fs::create_dir_all(l1).unwrap();
+    std::fs::create_dir_all(truth).unwrap();
+    while w.next_seq() <= last {
+        let c = w.step();
+        w.write(&c, l1, t0 + c.seq * 1_000_000_000).unwrap();
+    }
+    let p = truth.join(format!("seq-{last}.rexic"));
+    w.write_image(&p).unwrap();
+    p
+}
+
+fn ic_names(l1: &Path) -> Vec<String> {
+    names_in(l1)
+        .into_iter()
+        .filter(|n| n.ends_with(".rexic"))
+        .collect()
+}
+
+/// Run A (8 checkpoints) is pushed; the job restarts in a fresh L1 at seq 0
+/// (run B, 12 checkpoints, later in time). B starts a new chain: both
+/// restores give B's state, and no file of B is deleted unpushed.
+#[test]
+fn job_restarted_in_a_fresh_l1_starts_a_new_chain() {
+    let d = tempfile::tempdir().unwrap();
+    let (l1, l2, truth) = (d.path().join("l1"), d.path().join("l2"), d.path().join("t"));
+    let mut a = workload("balanced", 40, 101);
+    take_until_at(&mut a, &l1, 7, &truth.join("a"), 1_800_000_000_000_000_000);
+    rex_ok(&push_args(&l1, &l2));
+    std::fs::remove_dir_all(&l1).unwrap();
+    let mut b = workload("balanced", 40, 202);
+    let want = take_until_at(&mut b, &l1, 11, &truth.join("b"), 1_800_000_100_000_000_000);
+    // Before the push, L1 + L2 is already B's state (B's FULL supersedes).
+    let (out, img) = restore(&l2, Some(&l1), &[], &d.path().join("r0"));
+    assert!(out.status.success(), "{}", show(&["restore"], &out));
+    assert_image(&img, &want, "restore --l1 --l2 before pushing B");
+    rex_ok(&push_args(&l1, &l2));
+    for (which, l1opt) in [("L2 alone", None), ("L1 + L2", Some(l1.as_path()))] {
+        let (out, img) = restore(&l2, l1opt, &[], &d.path().join(which.replace(' ', "")));
+        assert!(
+            out.status.success(),
+            "{which}: {}",
+            show(&["restore"], &out)
+        );
+        assert_image(&img, &want, which);
+    }
+    let newest = ChainIndex::load(&DirStore::open(&l2).unwrap())
+        .unwrap()
+        .newest()
+        .cloned()
+        .unwrap();
+    assert_eq!(newest.kind, GenKind::Full, "B starts a new L2 chain");
+    assert_eq!(newest.chain_id, Some(b.chain_id()));
+    assert_eq!((newest.first_seq, newest.last_seq), (0, 11));
+}
+
+/// The generator's runs share one fixed epoch, so run B's FULL is not newer
+/// than L2's chain of run A: pointed at it, B is refused and kept, and the
+/// L1 + L2 restore fails loudly instead of mixing the runs.
+#[test]
+fn older_run_pointed_at_a_newer_l2_is_refused_and_kept() {
+    let d = tempfile::tempdir().unwrap();
+    let (l1, l2, truth) = (d.path().join("l1"), d.path().join("l2"), d.path().join("t"));
+    let mut a = workload("balanced", 40, 103);
+    let want_a = take_until(&mut a, &l1, 7, &truth.join("a"));
+    rex_ok(&push_args(&l1, &l2));
+    std::fs::remove_dir_all(&l1).unwrap();
+    let mut b = workload("balanced", 40, 204);
+    take_until(&mut b, &l1, 11, &truth.join("b"));
+    let before = ic_names(&l1);
+    let args = push_args(&l1, &l2);
+    let out = rex(&args);
+    let ctx = show(&args, &out);
+    assert_no_crash(&out, &ctx);
+    assert_eq!(out.status.code(), Some(3), "{ctx}");
+    assert!(
+        stderr(&out).contains("not after L2's newest generation"),
+        "{ctx}"
+    );
+    assert_eq!(
+        ic_names(&l1),
+        before,
+        "a refused push deleted IC files\n{ctx}"
+    );
+    let (out, _) = restore(&l2, Some(&l1), &[], &d.path().join("r1"));
+    assert_eq!(out.status.code(), Some(3), "{}", show(&["restore"], &out));
+    // L2 alone still holds A's newest durable state.
+    let (out, img) = restore(&l2, None, &[], &d.path().join("r2"));
+    assert!(out.status.success(), "{}", show(&["restore"], &out));
+    assert_image(&img, &want_a, "restore --l2 after the refused push");
+}
+
+/// Incrementals of run B (its FULL lost) in the L1 of run A's L2 chain, with
+/// seqs that continue A's: refused by chain id, kept, never pushed as a Δ.
+#[test]
+fn incrementals_of_another_run_are_refused_and_kept() {
+    let d = tempfile::tempdir().unwrap();
+    let (l1, l2, truth) = (d.path().join("l1"), d.path().join("l2"), d.path().join("t"));
+    let mut a = workload("balanced", 40, 105);
+    let want_a = take_until(&mut a, &l1, 5, &truth.join("a"));
+    rex_ok(&push_args(&l1, &l2));
+    let other = d.path().join("other");
+    let mut b = workload("balanced", 40, 206);
+    take_until(&mut b, &other, 9, &truth.join("b"));
+    for seq in 6..=9 {
+        let n = rexctl::l1::ic_file_name(seq);
+        std::fs::copy(other.join(&n), l1.join(&n)).unwrap();
+    }
+    let before = ic_names(&l1);
+    let args = push_args(&l1, &l2);
+    let out = rex(&args);
+    let ctx = show(&args, &out);
+    assert_no_crash(&out, &ctx);
+    assert_eq!(out.status.code(), Some(3), "{ctx}");
+    assert!(
+        stderr(&out).contains(&b.chain_id().to_string()),
+        "names B's run\n{ctx}"
+    );
+    assert_eq!(ic_names(&l1), before, "{ctx}");
+    let (out, _) = restore(&l2, Some(&l1), &[], &d.path().join("r1"));
+    assert_eq!(out.status.code(), Some(3), "{}", show(&["restore"], &out));
+    let (out, img) = restore(&l2, None, &[], &d.path().join("r2"));
+    assert!(out.status.success());
+    assert_image(&img, &want_a, "restore --l2");
+    let v = rex(&["verify", "--l2", s(&l2), "--l1", s(&l1)]);
+    assert_eq!(v.status.code(), Some(3), "{}", show(&["verify"], &v));
+}
+
+/// Two ranks pointed at one L2 directory: the second writer is refused and
+/// keeps its checkpoints; L2 keeps the first rank's chain.
+#[test]
+fn two_l1s_on_one_l2_are_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let (l1a, l1b, l2) = (d.path().join("a"), d.path().join("b"), d.path().join("l2"));
+    let truth = d.path().join("t");
+    let mut a = workload("balanced", 40, 107);
+    let want_a = take_until_at(&mut a, &l1a, 3, &truth.join("a"), 1_800_000_000_000_000_000);
+    let mut b = workload("balanced", 40, 208);
+    take_until_at(&mut b, &l1b, 3, &truth.join("b"), 1_800_000_100_000_000_000);
+    let mut pa = push_args(&l1a, &l2);
+    pa.extend(["--job", "42", "--rank", "0"]);
+    rex_ok(&pa);
+    let mut pb = push_args(&l1b, &l2);
+    pb.extend(["--job", "42", "--rank", "1"]);
+    let before = ic_names(&l1b);
+    let out = rex(&pb);
+    let ctx = show(&pb, &out);
+    assert_no_crash(&out, &ctx);
+    assert_eq!(out.status.code(), Some(3), "{ctx}");
+    assert!(stderr(&out).contains("two writers"), "{ctx}");
+    assert_eq!(ic_names(&l1b), before, "{ctx}");
+    let (out, img) = restore(&l2, None, &[], &d.path().join("r"));
+    assert!(out.status.success());
+    assert_image(
+        &img,
+        &want_a,
+        "restore --l2 after the refused second writer",
+    );
+}

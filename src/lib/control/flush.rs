@@ -29,8 +29,8 @@ use crate::control::config::Config;
 use crate::control::controller::{CostRule, chi_int};
 use crate::error::Result;
 use crate::format::manifest::{GenKind, Manifest};
-use crate::l1::L1Dir;
 use crate::l1::lock::JobLock;
+use crate::l1::{Covered, L1Dir};
 use crate::l2::chain::ChainIndex;
 use crate::l2::push::{Job, PushOptions, PushReport, push_locked, recover};
 
@@ -77,7 +77,7 @@ pub struct Decision {
 pub fn decide(job: &Job, cfg: &Config, now_ns: u64) -> Result<Decision> {
     let index = ChainIndex::load(job.l2.as_ref())?;
     let newest = index.newest();
-    let l1 = L1Dir::scan_after(&job.l1, newest.map(|m| m.last_seq))?;
+    let l1 = L1Dir::scan_after(&job.l1, newest.map(Covered::from))?;
     let pending = &l1.files;
     let pending_bytes: u64 = pending.iter().map(|m| m.layout.file_len).sum();
     let oldest_age_s = pending

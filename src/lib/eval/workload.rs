@@ -34,7 +34,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
 use crate::error::{Error, IoContext, Result};
-use crate::format::ic::{DropRange, IcWriter};
+use crate::format::ic::{ChainId, DropRange, IcWriter};
 use crate::l1::ic_file_name;
 
 /// The granularity at which the generator mutates pages (the paper's
@@ -203,6 +203,9 @@ pub struct Workload {
     dict: Vec<[u8; GRAIN]>,
     next_seq: u64,
     next_base: u64,
+    /// The run's chain id (REX-IC version 2), derived from the seed so that
+    /// generated runs are reproducible and tell apart.
+    chain_id: ChainId,
 }
 
 impl Workload {
@@ -237,6 +240,7 @@ impl Workload {
             // Heap-like addresses first (0x5555_5555_0000 / 4 KiB), as a
             // real process has; mappings go above.
             next_base: 0x5_5555_5555,
+            chain_id: ChainId::from_seed(seed),
         };
         // Three regions: a large heap, a medium mapping, a small stack-like.
         let total = w.profile.pages;
@@ -247,6 +251,11 @@ impl Workload {
             w.map_region(base, len);
         }
         Ok(w)
+    }
+
+    /// The chain id its checkpoints carry.
+    pub fn chain_id(&self) -> ChainId {
+        self.chain_id
     }
 
     /// The profile driving this workload.
@@ -462,12 +471,13 @@ impl Workload {
     /// taken from the current image. Returns the file's path.
     pub fn write(&self, c: &Checkpoint, dir: &Path, time_ns: u64) -> Result<PathBuf> {
         let path = dir.join(ic_file_name(c.seq));
-        let mut w = IcWriter::create(
+        let mut w = IcWriter::create_in_chain(
             &path,
             self.profile.page_size,
             c.seq,
             c.full,
             time_ns,
+            Some(self.chain_id),
             c.pages.clone(),
             c.drops.clone(),
         )?;

@@ -28,8 +28,18 @@ use crate::error::{Error, IoContext, Result};
 
 /// The 8-byte magic at offset 0.
 pub const MAGIC: [u8; 8] = *b"REXIC01\n";
-/// The format version this code reads and writes.
+/// The format version of a file without an extension area (byte for byte
+/// the original layout).
 pub const VERSION: u32 = 1;
+/// The format version of a file with an extension area (chain id).
+pub const VERSION_EXT: u32 = 2;
+/// Largest extension area a reader accepts, bytes.
+pub const MAX_EXT_LEN: u32 = 64 * 1024;
+/// Extension record tag: the 16-byte chain id.
+pub const EXT_CHAIN_ID: u32 = 1;
+/// Extension record tags with this bit set may be skipped by readers that
+/// do not know them; others must be understood.
+pub const EXT_OPTIONAL: u32 = 1 << 31;
 /// Length of the fixed header.
 pub const HEADER_LEN: u64 = 64;
 /// Flag bit 0: the file holds every live page.
@@ -62,6 +72,149 @@ impl DropRange {
     }
 }
 
+/// The identity of one run of a job: 16 random bytes minted with its FULL
+/// checkpoint and carried by every incremental that extends it, and by the
+/// L2 generations made from them. Checkpoints of another run (a job
+/// restarted in a fresh L1 at seq 0, two jobs on one L2) are thereby never
+/// taken for this run's, whatever their seq numbers.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ChainId(pub [u8; 16]);
+
+impl ChainId {
+    /// A fresh random id (from the kernel's random source).
+    pub fn random() -> Result<ChainId> {
+        use std::io::Read;
+        let mut b = [0u8; 16];
+        let path = Path::new("/dev/urandom");
+        File::open(path)
+            .and_then(|mut f| f.read_exact(&mut b))
+            .ctx(path, "read")?;
+        if b == [0; 16] {
+            b[0] = 1; // all-zero is reserved (never valid in a file)
+        }
+        Ok(ChainId(b))
+    }
+
+    /// A deterministic id derived from `seed` (the workload generator's, so
+    /// that generated runs are reproducible and distinct per seed).
+    pub fn from_seed(seed: u64) -> ChainId {
+        let h =
+            xxhash_rust::xxh3::xxh3_128(&[b"rex chain ".as_slice(), &seed.to_le_bytes()].concat());
+        let mut b = h.to_le_bytes();
+        if b == [0; 16] {
+            b[0] = 1;
+        }
+        ChainId(b)
+    }
+
+    /// Parses 32 hex digits.
+    pub fn parse(s: &str) -> Option<ChainId> {
+        if s.len() != 32 || !s.bytes().all(|c| c.is_ascii_hexdigit()) {
+            return None;
+        }
+        let mut b = [0u8; 16];
+        for (i, v) in b.iter_mut().enumerate() {
+            *v = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
+        }
+        (b != [0; 16]).then_some(ChainId(b))
+    }
+}
+
+impl std::fmt::Display for ChainId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for b in self.0 {
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for ChainId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ChainId({self})")
+    }
+}
+
+impl Serialize for ChainId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ChainId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        ChainId::parse(&s).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "{s:?} is not a chain id (32 hex digits, not all zero)"
+            ))
+        })
+    }
+}
+
+/// The extension area of a file with one record, the chain id.
+pub fn encode_ext(chain: Option<ChainId>) -> Vec<u8> {
+    let mut e = Vec::new();
+    if let Some(c) = chain {
+        e.extend_from_slice(&EXT_CHAIN_ID.to_le_bytes());
+        e.extend_from_slice(&16u32.to_le_bytes());
+        e.extend_from_slice(&c.0);
+    }
+    e
+}
+
+/// Parses and checks an extension area (docs/FORMAT.md §2.11) that starts
+/// at file offset `base`; returns the chain id it carries, if any.
+pub(crate) fn parse_ext(path: &Path, base: u64, ext: &[u8]) -> Result<Option<ChainId>> {
+    let mut chain = None;
+    let mut at = 0usize;
+    while at < ext.len() {
+        let abs = base + at as u64;
+        let bad = |why: String| Error::corrupt(path, abs, "extension", why);
+        if ext.len() - at < 8 {
+            return Err(bad(format!(
+                "{} bytes left, too few for a record header",
+                ext.len() - at
+            )));
+        }
+        let tag = le32(ext, at);
+        let len = le32(ext, at + 4) as usize;
+        let padded = len.div_ceil(8) * 8;
+        if padded > ext.len() - at - 8 {
+            return Err(bad(format!(
+                "record tag {tag} of {len} bytes overruns the {}-byte extension area",
+                ext.len()
+            )));
+        }
+        let value = &ext[at + 8..at + 8 + len];
+        if ext[at + 8 + len..at + 8 + padded].iter().any(|&b| b != 0) {
+            return Err(bad(format!("record tag {tag}: non-zero padding")));
+        }
+        match tag {
+            EXT_CHAIN_ID => {
+                if chain.is_some() {
+                    return Err(bad("a second chain id".into()));
+                }
+                let id: [u8; 16] = value
+                    .try_into()
+                    .map_err(|_| bad(format!("chain id of {len} bytes, expected 16")))?;
+                if id == [0; 16] {
+                    return Err(bad("chain id is all zeros".into()));
+                }
+                chain = Some(ChainId(id));
+            }
+            t if t & EXT_OPTIONAL != 0 => {}
+            t => {
+                return Err(bad(format!(
+                    "unknown record tag {t} (not optional: this rexctl cannot read the file)"
+                )));
+            }
+        }
+        at += 8 + padded;
+    }
+    Ok(chain)
+}
+
 /// The fixed 64-byte header, decoded.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct IcHeader {
@@ -77,6 +230,9 @@ pub struct IcHeader {
     pub drop_count: u64,
     /// Capture time, Unix nanoseconds.
     pub time_ns: u64,
+    /// Length of the extension area (version 2; 0 in version 1, where the
+    /// field at offset 28 is reserved).
+    pub ext_len: u32,
 }
 
 /// Sizes derived from a header: where each block starts and how long the
@@ -87,6 +243,8 @@ pub struct IcLayout {
     pub drops_off: u64,
     /// Offset of the page CRCs.
     pub crcs_off: u64,
+    /// Offset of the extension area (right after the page CRCs).
+    pub ext_off: u64,
     /// Offset of `meta_crc`.
     pub meta_crc_off: u64,
     /// Offset of the page data (a multiple of the page size).
@@ -100,11 +258,17 @@ impl IcHeader {
     pub fn encode(&self) -> [u8; HEADER_LEN as usize] {
         let mut b = [0u8; HEADER_LEN as usize];
         b[0..8].copy_from_slice(&MAGIC);
-        b[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        let version = if self.ext_len > 0 {
+            VERSION_EXT
+        } else {
+            VERSION
+        };
+        b[8..12].copy_from_slice(&version.to_le_bytes());
         b[12..16].copy_from_slice(&self.page_size.to_le_bytes());
         b[16..24].copy_from_slice(&self.seq.to_le_bytes());
         let flags = if self.full { FLAG_FULL } else { 0 };
         b[24..28].copy_from_slice(&flags.to_le_bytes());
+        b[28..32].copy_from_slice(&self.ext_len.to_le_bytes());
         b[32..40].copy_from_slice(&self.page_count.to_le_bytes());
         b[40..48].copy_from_slice(&self.drop_count.to_le_bytes());
         b[48..56].copy_from_slice(&self.time_ns.to_le_bytes());
@@ -115,7 +279,13 @@ impl IcHeader {
 
     /// Decodes and checks a header read from `path`.
     pub fn decode(path: &Path, b: &[u8; HEADER_LEN as usize]) -> Result<IcHeader> {
-        super::check_prefix(path, b, &MAGIC, "a REX-IC file", VERSION)?;
+        let version = super::check_prefix_versions(
+            path,
+            b,
+            &MAGIC,
+            "a REX-IC file",
+            &[VERSION, VERSION_EXT],
+        )?;
         let flags = le32(b, 24);
         if flags & !FLAG_FULL != 0 {
             return Err(Error::corrupt(
@@ -125,7 +295,25 @@ impl IcHeader {
                 format!("unknown flag bits {:#x} set", flags & !FLAG_FULL),
             ));
         }
-        for (off, name) in [(28usize, "reserved"), (60, "reserved")] {
+        let ext_len = if version == VERSION_EXT {
+            le32(b, 28)
+        } else {
+            0
+        };
+        if ext_len % 8 != 0 || ext_len > MAX_EXT_LEN {
+            return Err(Error::corrupt(
+                path,
+                28,
+                "ext_len",
+                format!("{ext_len} is not a multiple of 8 in 0..={MAX_EXT_LEN}"),
+            ));
+        }
+        let reserved: &[(usize, &str)] = if version == VERSION {
+            &[(28, "reserved"), (60, "reserved")]
+        } else {
+            &[(60, "reserved")]
+        };
+        for &(off, name) in reserved {
             let v = le32(b, off);
             if v != 0 {
                 return Err(Error::corrupt(
@@ -152,6 +340,7 @@ impl IcHeader {
             page_count: le64(b, 32),
             drop_count: le64(b, 40),
             time_ns: le64(b, 48),
+            ext_len,
         })
     }
 
@@ -162,7 +351,8 @@ impl IcHeader {
         let dc = self.drop_count;
         let drops_off = HEADER_LEN.checked_add(pc.checked_mul(8)?)?;
         let crcs_off = drops_off.checked_add(dc.checked_mul(16)?)?;
-        let meta_crc_off = crcs_off.checked_add(pc.checked_mul(4)?)?;
+        let ext_off = crcs_off.checked_add(pc.checked_mul(4)?)?;
+        let meta_crc_off = ext_off.checked_add(u64::from(self.ext_len))?;
         let meta_end = meta_crc_off.checked_add(4)?;
         let ps = u64::from(self.page_size);
         let data_off = meta_end.checked_next_multiple_of(ps)?;
@@ -170,6 +360,7 @@ impl IcHeader {
         Some(IcLayout {
             drops_off,
             crcs_off,
+            ext_off,
             meta_crc_off,
             data_off,
             file_len,
@@ -200,6 +391,9 @@ pub struct IcMeta {
     pub drops: Vec<DropRange>,
     /// CRC-32 of each carried page, in index order.
     pub page_crcs: Vec<u32>,
+    /// The run this checkpoint belongs to (version 2); `None` in a version 1
+    /// file, which is matched by seq alone, as before chain ids.
+    pub chain_id: Option<ChainId>,
     /// Bytes read from the file to obtain this (header + metadata block).
     pub bytes_read: u64,
 }
@@ -260,7 +454,13 @@ impl IcMeta {
         }
         let meta = read_meta_block(path, file, layout.meta_crc_off)?;
         let meta_len = meta.len();
-        let parsed = parse_meta(path, header.page_count, header.drop_count, &meta)?;
+        let parsed = parse_meta(
+            path,
+            header.page_count,
+            header.drop_count,
+            header.ext_len,
+            &meta,
+        )?;
         Ok(IcMeta {
             path: path.to_path_buf(),
             header,
@@ -268,6 +468,7 @@ impl IcMeta {
             pages: parsed.0,
             drops: parsed.1,
             page_crcs: parsed.2,
+            chain_id: parsed.3,
             bytes_read: HEADER_LEN + meta_len as u64,
         })
     }
@@ -318,14 +519,20 @@ pub(crate) fn read_meta_block(path: &Path, file: &File, meta_crc_off: u64) -> Re
     Ok(meta)
 }
 
-/// A parsed metadata block: page index, drop ranges, page CRCs.
-pub(crate) type ParsedMeta = (Vec<u64>, Vec<DropRange>, Vec<u32>);
+/// A parsed metadata block: page index, drop ranges, page CRCs, chain id.
+pub(crate) type ParsedMeta = (Vec<u64>, Vec<DropRange>, Vec<u32>, Option<ChainId>);
 
 /// Parses and checks a metadata block `meta` (file bytes 64 ..
 /// meta_crc_off + 4) of `pc` pages and `dc` drop ranges: `meta_crc`, index
 /// order, drop ranges. Shared with the P-Table file, which carries the same
 /// block. The caller has checked that `meta` has the right length.
-pub(crate) fn parse_meta(path: &Path, pc: u64, dc: u64, meta: &[u8]) -> Result<ParsedMeta> {
+pub(crate) fn parse_meta(
+    path: &Path,
+    pc: u64,
+    dc: u64,
+    ext_len: u32,
+    meta: &[u8],
+) -> Result<ParsedMeta> {
     let l = IcHeader {
         page_size: MIN_PAGE_SIZE,
         seq: 0,
@@ -333,6 +540,7 @@ pub(crate) fn parse_meta(path: &Path, pc: u64, dc: u64, meta: &[u8]) -> Result<P
         page_count: pc,
         drop_count: dc,
         time_ns: 0,
+        ext_len,
     }
     .layout()
     .expect("the caller checked the block fits in the file");
@@ -438,7 +646,8 @@ pub(crate) fn parse_meta(path: &Path, pc: u64, dc: u64, meta: &[u8]) -> Result<P
     for i in 0..pc {
         crcs.push(le32(meta, rel(l.crcs_off) + i * 4));
     }
-    Ok((pages, drops, crcs))
+    let chain = parse_ext(path, l.ext_off, &meta[rel(l.ext_off)..rel(l.meta_crc_off)])?;
+    Ok((pages, drops, crcs, chain))
 }
 
 /// An IC file opened for reading page data through a memory map.
@@ -579,6 +788,7 @@ impl IcFile {
 pub struct IcWriter {
     out: AtomicFile,
     header: IcHeader,
+    ext: Vec<u8>,
     layout: IcLayout,
     pages: Vec<u64>,
     drops: Vec<DropRange>,
@@ -598,7 +808,24 @@ impl IcWriter {
         pages: Vec<u64>,
         drops: Vec<DropRange>,
     ) -> Result<IcWriter> {
+        Self::create_in_chain(path, page_size, seq, full, time_ns, None, pages, drops)
+    }
+
+    /// As [`IcWriter::create`], for a checkpoint of run `chain`: a version 2
+    /// file whose extension area carries the chain id (version 1 without).
+    #[allow(clippy::too_many_arguments)]
+    pub fn create_in_chain(
+        path: impl AsRef<Path>,
+        page_size: u32,
+        seq: u64,
+        full: bool,
+        time_ns: u64,
+        chain: Option<ChainId>,
+        pages: Vec<u64>,
+        drops: Vec<DropRange>,
+    ) -> Result<IcWriter> {
         let path = path.as_ref();
+        let ext = encode_ext(chain);
         let header = IcHeader {
             page_size,
             seq,
@@ -606,6 +833,7 @@ impl IcWriter {
             page_count: pages.len() as u64,
             drop_count: drops.len() as u64,
             time_ns,
+            ext_len: ext.len() as u32,
         };
         if !page_size.is_power_of_two() || !(MIN_PAGE_SIZE..=MAX_PAGE_SIZE).contains(&page_size) {
             return Err(Error::Invalid(format!(
@@ -629,6 +857,7 @@ impl IcWriter {
         Ok(IcWriter {
             out,
             header,
+            ext,
             layout,
             crcs: Vec::with_capacity(pages.len()),
             pages,
@@ -675,7 +904,7 @@ impl IcWriter {
                 self.pages.len()
             )));
         }
-        let meta = encode_meta(&self.pages, &self.drops, &self.crcs);
+        let meta = encode_meta_ext(&self.pages, &self.drops, &self.crcs, &self.ext);
         debug_assert_eq!(HEADER_LEN + meta.len() as u64, self.layout.meta_crc_off + 4);
         let temp = self.out.temp_path().to_path_buf();
         self.out.seek(SeekFrom::Start(0)).ctx(&temp, "seek")?;
@@ -687,6 +916,11 @@ impl IcWriter {
 
 /// Encodes the metadata block: index, drops, page CRCs and `meta_crc`.
 pub fn encode_meta(pages: &[u64], drops: &[DropRange], crcs: &[u32]) -> Vec<u8> {
+    encode_meta_ext(pages, drops, crcs, &[])
+}
+
+/// Encodes the metadata block with an extension area `ext` (version 2).
+pub fn encode_meta_ext(pages: &[u64], drops: &[DropRange], crcs: &[u32], ext: &[u8]) -> Vec<u8> {
     let mut m = Vec::with_capacity(pages.len() * 12 + drops.len() * 16 + 4);
     for p in pages {
         m.extend_from_slice(&p.to_le_bytes());
@@ -698,6 +932,7 @@ pub fn encode_meta(pages: &[u64], drops: &[DropRange], crcs: &[u32]) -> Vec<u8> 
     for c in crcs {
         m.extend_from_slice(&c.to_le_bytes());
     }
+    m.extend_from_slice(ext);
     let crc = crc32fast::hash(&m);
     m.extend_from_slice(&crc.to_le_bytes());
     m

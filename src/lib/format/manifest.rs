@@ -16,6 +16,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::format::ic::ChainId;
 use crate::format::ptable::check_sizes;
 
 /// First line of every manifest.
@@ -118,6 +119,17 @@ pub struct Manifest {
     pub created_ns: u64,
     /// The rexctl version that wrote it.
     pub writer: String,
+    /// The run (REX-IC chain id) whose checkpoints this generation holds:
+    /// the chain id of checkpoint `last_seq`. Absent when those checkpoints
+    /// were version 1 files, which carry none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chain_id: Option<ChainId>,
+    /// The job that pushed it (the first level of its prefix in a bucket).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
+    /// The rank within the job that pushed it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank: Option<String>,
 }
 
 impl Manifest {

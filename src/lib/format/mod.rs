@@ -130,6 +130,17 @@ pub(crate) fn check_prefix(
     what: &str,
     version: u32,
 ) -> Result<()> {
+    check_prefix_versions(path, b, magic, what, &[version]).map(|_| ())
+}
+
+/// As [`check_prefix`], accepting any of `versions`; returns the version.
+pub(crate) fn check_prefix_versions(
+    path: &Path,
+    b: &[u8; HEADER_LEN],
+    magic: &[u8; 8],
+    what: &str,
+    versions: &[u32],
+) -> Result<u32> {
     if &b[0..8] != magic {
         return Err(Error::corrupt(
             path,
@@ -143,12 +154,20 @@ pub(crate) fn check_prefix(
         ));
     }
     let found = u32::from_le_bytes(b[8..12].try_into().expect("4 bytes"));
-    if found != version {
+    if !versions.contains(&found) {
+        let known = versions
+            .iter()
+            .map(|v| v.to_string())
+            .collect::<Vec<_>>()
+            .join(" and ");
         return Err(Error::corrupt(
             path,
             8,
             "version",
-            format!("unsupported version {found} (this rexctl reads version {version})"),
+            format!(
+                "unsupported version {found} (this rexctl reads version{} {known})",
+                if versions.len() > 1 { "s" } else { "" }
+            ),
         ));
     }
     let stored = u32::from_le_bytes(b[56..60].try_into().expect("4 bytes"));
@@ -161,5 +180,5 @@ pub(crate) fn check_prefix(
             format!("stored {stored:#010x}, computed {actual:#010x} over bytes 0..56"),
         ));
     }
-    Ok(())
+    Ok(found)
 }

@@ -122,7 +122,7 @@ impl PTableDelta {
             ));
         };
         let meta = super::ic::read_meta_block(path, &file, HEADER_LEN + meta_len - 4)?;
-        let (pages, drops, page_crcs) = parse_meta(path, pc, dc, &meta)?;
+        let (pages, drops, page_crcs, _) = parse_meta(path, pc, dc, 0, &meta)?;
         Ok(PTableDelta {
             path: path.to_path_buf(),
             generation: le64(16),

@@ -6,6 +6,14 @@
 //! silently wrong, so a gap is an error, never skipped. A FULL file may follow
 //! a gap, because it starts a new chain on its own.
 //!
+//! **Runs.** A FULL file of version 2 mints a chain id, and every incremental
+//! that extends it carries the same id (docs/FORMAT.md §2.11). An incremental
+//! whose id differs from the file before it is an error, and a file counts as
+//! covered by an L2 generation ([`Covered`]) only if it belongs to the same
+//! run: seq numbers alone never decide it, because a job restarted in a fresh
+//! L1 directory counts from 0 again. Version 1 files carry no id and are
+//! matched by seq alone, as before.
+//!
 //! This is the L1 layer of the pipeline (the left of the paper's Fig. 4):
 //! the directory of IC files ([`L1Dir`]), the Page Coalescer that turns a
 //! batch of them into the C-List ([`coalesce`], Fig. 5a), and the job lock
@@ -18,7 +26,49 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, IoContext, Result};
-use crate::format::ic::{EXTENSION, IcMeta};
+use crate::format::ic::{ChainId, EXTENSION, IcMeta};
+use crate::format::manifest::Manifest;
+
+/// What an L2 generation already holds of an L1 directory: the checkpoints
+/// of run `chain_id` up to `last_seq`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Covered {
+    /// The last seq the generation holds.
+    pub last_seq: u64,
+    /// The run it holds (`None` for version 1 checkpoints).
+    pub chain_id: Option<ChainId>,
+    /// The capture time of checkpoint `last_seq`.
+    pub time_ns: u64,
+}
+
+impl From<&Manifest> for Covered {
+    fn from(m: &Manifest) -> Covered {
+        Covered {
+            last_seq: m.last_seq,
+            chain_id: m.chain_id,
+            time_ns: m.time_ns,
+        }
+    }
+}
+
+/// Whether two checkpoints may belong to one run: their chain ids agree, or
+/// one of them has none (version 1).
+pub fn same_run(a: Option<ChainId>, b: Option<ChainId>) -> bool {
+    a.is_none() || b.is_none() || a == b
+}
+
+impl Covered {
+    /// Whether the generation already holds `m`.
+    pub fn covers(&self, m: &IcMeta) -> bool {
+        m.seq() <= self.last_seq && same_run(m.chain_id, self.chain_id)
+    }
+}
+
+fn run_name(c: Option<ChainId>) -> String {
+    c.map_or("a version 1 run (no chain id)".into(), |c| {
+        format!("run {c}")
+    })
+}
 
 /// The IC files found in an L1 directory, validated as a chain.
 #[derive(Debug, Clone)]
@@ -109,12 +159,21 @@ impl L1Dir {
     /// every seq up to `covered` (when `Some`): files up to it go to
     /// `orphans` (they are replaced by the generation), and the rest must
     /// continue at `covered + 1` (or restart at a FULL file) without a gap.
-    pub fn scan_after(dir: impl AsRef<Path>, covered: Option<u64>) -> Result<L1Dir> {
+    ///
+    /// Only files of the generation's run are covered (see the module doc).
+    /// Pending files of another run must start with a FULL file newer than
+    /// the generation (a restarted job); an incremental of another run is an
+    /// error, and so is an older FULL file (an old L1 pointed at a newer
+    /// L2): such files are never taken as pushed, hence never deleted.
+    pub fn scan_after(dir: impl AsRef<Path>, covered: Option<Covered>) -> Result<L1Dir> {
         let dir = dir.as_ref();
-        let Some(last) = covered else {
+        let Some(cov) = covered else {
             return Self::scan(dir);
         };
-        let mut files = read_all(dir)?;
+        let last = cov.last_seq;
+        let all = read_all(dir)?;
+        let (mut files, pending): (Vec<IcMeta>, Vec<IcMeta>) =
+            all.into_iter().partition(|m| cov.covers(m));
         for w in files.windows(2) {
             if w[0].seq() == w[1].seq() {
                 return Err(Error::chain(
@@ -128,9 +187,46 @@ impl L1Dir {
                 ));
             }
         }
-        let split = files.partition_point(|m| m.seq() <= last);
-        let pending = files.split_off(split);
+        for w in pending.windows(2) {
+            if w[0].seq() == w[1].seq() {
+                return Err(Error::chain(
+                    dir,
+                    format!(
+                        "checkpoint seq {} appears twice: {} and {}",
+                        w[0].seq(),
+                        w[0].path.display(),
+                        w[1].path.display()
+                    ),
+                ));
+            }
+        }
+        files.sort_by_key(|m| m.seq());
         if let Some(first) = pending.first()
+            && !same_run(first.chain_id, cov.chain_id)
+        {
+            if !first.is_full() {
+                return Err(Error::chain(
+                    &first.path,
+                    format!(
+                        "belongs to {}, but L2's newest generation holds {} (up to seq {last}): not pushed, kept; a restarted job starts with a FULL checkpoint, or continues its own chain",
+                        run_name(first.chain_id),
+                        run_name(cov.chain_id)
+                    ),
+                ));
+            }
+            if first.header.time_ns <= cov.time_ns {
+                return Err(Error::chain(
+                    &first.path,
+                    format!(
+                        "starts {} with a FULL checkpoint taken at {} ns, not after L2's newest generation ({} up to seq {last}, taken at {} ns): an older L1 directory pointed at a newer L2? Not pushed, kept",
+                        run_name(first.chain_id),
+                        first.header.time_ns,
+                        run_name(cov.chain_id),
+                        cov.time_ns
+                    ),
+                ));
+            }
+        } else if let Some(first) = pending.first()
             && first.seq() != last + 1
             && !first.is_full()
         {
@@ -160,7 +256,7 @@ impl L1Dir {
     /// saying why. Never fails: what cannot be read is left out and said.
     pub fn valid_prefix_after(
         dir: impl AsRef<Path>,
-        covered: Option<u64>,
+        covered: Option<Covered>,
     ) -> (Vec<IcMeta>, Vec<String>) {
         let dir = dir.as_ref();
         let mut skipped = Vec::new();
@@ -183,7 +279,7 @@ impl L1Dir {
         let mut metas = Vec::new();
         for p in paths {
             match IcMeta::read(&p) {
-                Ok(m) if covered.is_none_or(|c| m.seq() > c) => metas.push(m),
+                Ok(m) if covered.is_none_or(|c| !c.covers(&m)) => metas.push(m),
                 Ok(_) => {}
                 Err(e) => skipped.push(format!("{}: {}", p.display(), e.report())),
             }
@@ -199,13 +295,20 @@ impl L1Dir {
         }
         let mut out: Vec<IcMeta> = Vec::new();
         let mut expected = match covered {
-            Some(c) => c.checked_add(1),
+            Some(c) => c.last_seq.checked_add(1),
             None => metas.first().map(|m| m.seq()),
         };
+        let mut run = covered.and_then(|c| c.chain_id);
         let mut rest = metas.into_iter().peekable();
         while let Some(m) = rest.next() {
             let why = if rest.peek().is_some_and(|n| n.seq() == m.seq()) {
                 Some(format!("seq {} appears twice", m.seq()))
+            } else if !m.is_full() && !same_run(run, m.chain_id) {
+                Some(format!(
+                    "it continues {}, not {}",
+                    run_name(m.chain_id),
+                    run_name(run)
+                ))
             } else if Some(m.seq()) != expected && !m.is_full() {
                 Some(format!(
                     "seq {} is missing before it",
@@ -230,6 +333,7 @@ impl L1Dir {
                 break;
             }
             expected = m.seq().checked_add(1);
+            run = m.chain_id.or(run);
             out.push(m);
         }
         (out, skipped)
@@ -300,6 +404,20 @@ pub fn check_contiguous(dir: &Path, files: &[IcMeta]) -> Result<()> {
                     b.header.page_size,
                     a.path.display(),
                     a.header.page_size
+                ),
+            ));
+        }
+        if !b.is_full() && !same_run(a.chain_id, b.chain_id) {
+            return Err(Error::chain(
+                dir,
+                format!(
+                    "{} (seq {}) belongs to {}, but the file before it, {} (seq {}), to {}: an incremental continues the run of the FULL checkpoint it extends",
+                    b.path.display(),
+                    b.seq(),
+                    run_name(b.chain_id),
+                    a.path.display(),
+                    a.seq(),
+                    run_name(a.chain_id)
                 ),
             ));
         }

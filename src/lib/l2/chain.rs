@@ -115,14 +115,15 @@ fn check_link(store: &dyn Store, parent: &Manifest, child: &Manifest) -> Result<
         && child.page_size == parent.page_size
         && child.pattern_size == parent.pattern_size
         && child.pattern_base == parent.pattern_end()
-        && child.first_seq == parent.last_seq + 1;
+        && child.first_seq == parent.last_seq + 1
+        && crate::l1::same_run(child.chain_id, parent.chain_id);
     if ok {
         Ok(())
     } else {
         Err(Error::chain(
             store.describe(),
             format!(
-                "generation {} does not continue its parent {}: chain base {} vs {}, sizes {}/{} vs {}/{}, pattern base {} vs {}, seqs {}.. after ..{}",
+                "generation {} does not continue its parent {}: chain base {} vs {}, sizes {}/{} vs {}/{}, pattern base {} vs {}, seqs {}.. after ..{}, runs {:?} vs {:?}",
                 child.generation,
                 parent.generation,
                 child.chain_base,
@@ -134,7 +135,9 @@ fn check_link(store: &dyn Store, parent: &Manifest, child: &Manifest) -> Result<
                 child.pattern_base,
                 parent.pattern_end(),
                 child.first_seq,
-                parent.last_seq
+                parent.last_seq,
+                child.chain_id,
+                parent.chain_id
             ),
         ))
     }

@@ -41,9 +41,9 @@ use serde::Serialize;
 use crate::durable;
 use crate::error::{Error, IoContext, Result};
 use crate::format::manifest::{GenKind, Manifest, Timings, manifest_name};
-use crate::l1::L1Dir;
 use crate::l1::coalesce::{CList, CoalesceStats};
 use crate::l1::lock::JobLock;
+use crate::l1::{Covered, L1Dir};
 use crate::l2::chain::{ChainIndex, OpenChain};
 use crate::l2::dedup::{DedupJob, DedupOutput, HashChoice, deduplicate};
 use crate::l2::dedup_table::{Crc32Hasher, Xxh3Hasher};
@@ -90,6 +90,18 @@ pub struct Job {
     pub l2: Box<dyn Store>,
     /// Receives the progress of uploads to L2 (none by default).
     pub progress: Option<Arc<dyn Progress>>,
+    /// Who pushes: recorded in every manifest, and a push onto an L2 whose
+    /// newest generation another job or rank pushed is refused.
+    pub identity: Option<JobIdentity>,
+}
+
+/// A job and rank, as named by the configuration or the scheduler.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobIdentity {
+    /// The job.
+    pub job: String,
+    /// The rank within the job.
+    pub rank: String,
 }
 
 impl Job {
@@ -110,7 +122,15 @@ impl Job {
             l1_chain,
             l2,
             progress: None,
+            identity: None,
         })
+    }
+
+    /// Records `identity` in the manifests this job pushes, and refuses to
+    /// push onto another job's or rank's chain.
+    pub fn with_identity(mut self, identity: JobIdentity) -> Job {
+        self.identity = Some(identity);
+        self
     }
 
     /// Reports the progress of uploads to L2 to `p`.
@@ -170,8 +190,21 @@ pub fn push_locked(
 ) -> Result<PushReport> {
     let mut report = PushReport::default();
     let rec = recover(job, opts, &mut report)?;
+    // One writer per chain: L2's newest generation names who pushed it.
+    if let (Some(me), Some(n)) = (&job.identity, &rec.newest)
+        && let (Some(j), Some(r)) = (&n.job, &n.rank)
+        && (j != &me.job || r != &me.rank)
+    {
+        return Err(Error::chain(
+            job.l2.describe(),
+            format!(
+                "L2's newest generation {} was pushed by job {j} rank {r}, this is job {} rank {}: two writers on one L2 are refused (give each job and rank its own L2 location); the pending checkpoints are kept",
+                n.generation, me.job, me.rank
+            ),
+        ));
+    }
     let t0 = Instant::now();
-    let l1 = L1Dir::scan_after(&job.l1, rec.newest.as_ref().map(|m| m.last_seq))?;
+    let l1 = L1Dir::scan_after(&job.l1, rec.newest.as_ref().map(Covered::from))?;
     let batch = &l1.files;
     let mut full_reason = forced_reason.or_else(|| opts.full.then(|| "--full".to_string()));
     if batch.is_empty() && full_reason.is_none() {
@@ -344,6 +377,12 @@ pub fn push_locked(
         },
         created_ns: crate::format::ic::now_ns(),
         writer: format!("rexctl {}", env!("CARGO_PKG_VERSION")),
+        chain_id: batch
+            .last()
+            .map(|m| m.chain_id)
+            .unwrap_or_else(|| chain.as_ref().and_then(|c| c.manifest().chain_id)),
+        job: job.identity.as_ref().map(|i| i.job.clone()),
+        rank: job.identity.as_ref().map(|i| i.rank.clone()),
     };
     // Never commit a Δ on a broken L2 lineage: it would make every later
     // restore fail. The pending IC files are kept; recovery healed what L1's
@@ -584,7 +623,7 @@ pub fn recover(job: &Job, opts: &PushOptions, report: &mut PushReport) -> Result
 
     // IC files the newest generation already covers.
     if let Some(n) = &newest {
-        let l1 = L1Dir::scan_after(&job.l1, Some(n.last_seq));
+        let l1 = L1Dir::scan_after(&job.l1, Some(Covered::from(n)));
         if let Ok(l1) = l1 {
             for m in &l1.orphans {
                 durable::remove_file(&m.path)?;

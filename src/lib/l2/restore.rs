@@ -26,8 +26,8 @@ use crate::durable::AtomicFile;
 use crate::error::{Error, Result};
 use crate::format::ic::{IcFile, IcMeta, IcWriter};
 use crate::format::manifest::Manifest;
-use crate::l1::L1Dir;
 use crate::l1::coalesce::{PageLayer, merge_layers};
+use crate::l1::{Covered, L1Dir};
 use crate::l2::chain::{ChainIndex, LivePage, OpenChain, OpenGeneration};
 use crate::l2::push::Job;
 use crate::store::{Store, file_crc};
@@ -160,14 +160,15 @@ pub fn restore_l1_l2(job: &Job, opts: &RestoreOptions, out: &Path) -> Result<Res
             return Ok(report);
         }
         let last = chain.manifest().last_seq;
-        let strict = L1Dir::scan_after(&job.l1, Some(last))
+        let covered = Covered::from(chain.manifest());
+        let strict = L1Dir::scan_after(&job.l1, Some(covered))
             .and_then(|l1| write_image(Some(&chain), &l1.files, opts, out, &mut report));
         match strict {
             Ok(()) => Ok(report),
             // The generation is sound but a pending file is not: its newest
             // valid state is the generation plus the files before it.
             Err(e) if last_resort => {
-                let (prefix, skipped) = L1Dir::valid_prefix_after(&job.l1, Some(last));
+                let (prefix, skipped) = L1Dir::valid_prefix_after(&job.l1, Some(covered));
                 let mut report = RestoreReport {
                     l2_fallbacks: report.l2_fallbacks,
                     ..Default::default()
@@ -625,7 +626,7 @@ pub fn verify(l2: &dyn Store, job: Option<&Job>) -> Result<VerifyReport> {
         let newest = l2_index
             .overlaid_with(&l1_index)
             .newest()
-            .map(|m| m.last_seq);
+            .map(Covered::from);
         match L1Dir::scan_after(&job.l1, newest) {
             Ok(l1) => {
                 for m in &l1.files {

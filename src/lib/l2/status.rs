@@ -4,7 +4,7 @@ use serde::Serialize;
 
 use crate::error::Result;
 use crate::format::manifest::{GenKind, Manifest};
-use crate::l1::L1Dir;
+use crate::l1::{Covered, L1Dir};
 use crate::l2::chain::ChainIndex;
 use crate::l2::push::Job;
 
@@ -102,7 +102,7 @@ pub fn status(job: &Job) -> Result<Status> {
             .iter()
             .map(|(g, e)| format!("L1 generation {g}: {e}")),
     );
-    let (pending, pending_error) = match L1Dir::scan_after(&job.l1, l2.newest().map(|m| m.last_seq))
+    let (pending, pending_error) = match L1Dir::scan_after(&job.l1, l2.newest().map(Covered::from))
     {
         Ok(d) => (d.files, None),
         Err(e) => (Vec::new(), Some(e.report())),

@@ -54,7 +54,7 @@ pub use process::{PERMISSION_HINT, StopMethod, permission_error};
 pub use state::{CaptureState, ProcessIdentity, STATE_NAME};
 
 use crate::error::{Error, IoContext, Result};
-use crate::format::ic::{IcWriter, now_ns};
+use crate::format::ic::{ChainId, IcWriter, now_ns};
 use memory::{
     Memory, ProcMemory, ScanOpts, ScanPart, drop_ranges, live_runs, scan_part, split_runs,
 };
@@ -194,6 +194,8 @@ pub struct Capture {
     prev: Vec<(u64, u64)>,
     next_seq: u64,
     next_full: bool,
+    /// The run the checkpoints belong to; minted with each FULL one.
+    chain_id: Option<ChainId>,
     start_note: String,
     bufs: Vec<Vec<u8>>,
     _lock: File,
@@ -241,13 +243,23 @@ pub fn soft_dirty_supported() -> bool {
 /// The newest seq an L1 directory knows: its IC files, and the generations
 /// already pushed from it (`L1/rex`).
 pub fn newest_seq(l1: &Path) -> Result<Option<u64>> {
-    let mut newest = crate::l1::read_all(l1)?.last().map(|m| m.seq());
+    Ok(newest_checkpoint(l1)?.map(|n| n.0))
+}
+
+/// The newest seq an L1 directory knows and the run (chain id) it belongs
+/// to: from its IC files, and the generations already pushed from it.
+pub fn newest_checkpoint(l1: &Path) -> Result<Option<(u64, Option<ChainId>)>> {
+    let mut newest = crate::l1::read_all(l1)?
+        .last()
+        .map(|m| (m.seq(), m.chain_id));
     let chain = l1.join(crate::l2::push::L1_CHAIN_DIR);
     if chain.is_dir() {
         let store = crate::store::DirStore::open(&chain)?;
         let index = crate::l2::chain::ChainIndex::load(&store)?;
-        if let Some(m) = index.newest() {
-            newest = newest.max(Some(m.last_seq));
+        if let Some(m) = index.newest()
+            && newest.is_none_or(|n| m.last_seq > n.0)
+        {
+            newest = Some((m.last_seq, m.chain_id));
         }
     }
     Ok(newest)
@@ -348,7 +360,8 @@ impl Capture {
         };
         std::fs::create_dir_all(&l1).ctx(&l1, "create directory")?;
         let lock = lock_dir(&l1)?;
-        let newest = newest_seq(&l1)?;
+        let newest_ck = newest_checkpoint(&l1)?;
+        let newest = newest_ck.map(|n| n.0);
         let (state, state_note) = match CaptureState::load(&l1) {
             Ok(s) => (s, None),
             Err(e) => (
@@ -366,6 +379,7 @@ impl Capture {
             prev: Vec::new(),
             next_seq: newest.map_or(0, |s| s + 1),
             next_full: true,
+            chain_id: None,
             start_note: String::new(),
             bufs: Vec::new(),
             _lock: lock,
@@ -392,6 +406,9 @@ impl Capture {
             Some(s) if why_full.is_empty() => {
                 cap.next_seq = s.last_seq + 1;
                 cap.next_full = false;
+                // Continue the run of the newest checkpoint (none for a
+                // version 1 chain, which stays version 1).
+                cap.chain_id = newest_ck.and_then(|n| n.1);
                 cap.soft_cleared = s.flags & state::FLAG_SOFT_DIRTY_CLEARED != 0;
                 cap.start_note = format!(
                     "continuing the chain of this process after seq {} ({} live pages)",
@@ -675,7 +692,19 @@ impl Capture {
         let drops = if full { Vec::new() } else { drop_ranges(&gone) };
         let path = self.l1.join(crate::l1::ic_file_name(seq));
         let (n_pages, n_drops) = (pages.len() as u64, drops.len() as u64);
-        let mut w = IcWriter::create(&path, self.page_size, seq, full, time_ns, pages, drops)?;
+        if full {
+            self.chain_id = Some(ChainId::random()?);
+        }
+        let mut w = IcWriter::create_in_chain(
+            &path,
+            self.page_size,
+            seq,
+            full,
+            time_ns,
+            self.chain_id,
+            pages,
+            drops,
+        )?;
         for p in &s.parts {
             for i in 0..p.carried.len() {
                 if p.is_dirty(i) {

@@ -75,6 +75,7 @@ impl Counterpart for Aic {
             page_count: clist.entries.len() as u64,
             drop_count: clist.drops.len() as u64,
             time_ns: batch.files[batch.files.len() - 1].header.time_ns,
+            ext_len: 0,
         };
         self.prev.begin(&dst, &header, &clist.drops)?;
         let mut meta = Vec::with_capacity(48 + clist.drops.len() * 16 + clist.entries.len() * 20);
@@ -169,6 +170,7 @@ impl Counterpart for Aic {
                 page_count: np as u64,
                 drop_count: nd as u64,
                 time_ns,
+                ext_len: 0,
             };
             img.begin(&p, &header, &drops)?;
             let mut recs = Vec::with_capacity(np);

@@ -59,7 +59,13 @@ impl Counterpart for Libhash {
         fps.write_all(&(batch.files.len() as u32).to_le_bytes())?;
         for m in batch.files {
             let f = IcFile::open(&m.path)?;
-            fps.write_all(&m.header.encode())?;
+            fps.write_all(
+                &IcHeader {
+                    ext_len: 0,
+                    ..m.header
+                }
+                .encode(),
+            )?;
             fps.write_all(&encode_meta(&m.pages, &m.drops, &m.page_crcs))?;
             for pp in 0..m.pages.len() {
                 for block in f.page(pp)?.chunks_exact(BLOCK) {
@@ -120,8 +126,8 @@ impl Counterpart for Libhash {
                     .ok_or_else(|| Error::corrupt(&fp_path, at, "header", "counts overflow"))?;
                 let meta_len = (layout.meta_crc_off + 4 - HEADER_LEN) as usize;
                 let meta = c.take(meta_len, "metadata")?;
-                let (pages, drops, crcs) =
-                    ic::parse_meta(&fp_path, h.page_count, h.drop_count, meta)?;
+                let (pages, drops, crcs, _) =
+                    ic::parse_meta(&fp_path, h.page_count, h.drop_count, h.ext_len, meta)?;
                 img.begin(&fp_path, &h, &drops)?;
                 let ps = h.page_size as usize;
                 let mut buf = vec![0u8; ps];

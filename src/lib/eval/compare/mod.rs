@@ -1245,10 +1245,11 @@ impl MemIc {
                 )
             })?;
         let meta_end = (layout.meta_crc_off + 4) as usize;
-        let (pages, drops, page_crcs) = ic::parse_meta(
+        let (pages, drops, page_crcs, chain_id) = ic::parse_meta(
             path,
             header.page_count,
             header.drop_count,
+            header.ext_len,
             &bytes[HEADER_LEN as usize..meta_end],
         )?;
         Ok(MemIc {
@@ -1259,6 +1260,7 @@ impl MemIc {
                 pages,
                 drops,
                 page_crcs,
+                chain_id,
                 bytes_read: meta_end as u64,
             },
             bytes,

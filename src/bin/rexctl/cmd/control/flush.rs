@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use rexctl::control::flush::{Decision, FlushReport, flush};
-use rexctl::l2::push::Job;
+use rexctl::l2::push::{Job, JobIdentity};
 
 use crate::cmd::config_args::ConfigArgs;
 use crate::ui;
@@ -41,7 +41,12 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let cfg = a.cfg.load()?;
     let pb = ui::spinner("flush");
     let l2 = rexctl::store::open_l2(&cfg.l2, &cfg.store, true)?;
-    let job = Job::open(&cfg.l1, l2)?.with_progress(Arc::new(ui::UploadBar::new(pb.clone())));
+    let job = Job::open(&cfg.l1, l2)?
+        .with_identity(JobIdentity {
+            job: cfg.store.job.clone(),
+            rank: cfg.store.rank.clone(),
+        })
+        .with_progress(Arc::new(ui::UploadBar::new(pb.clone())));
     let report = flush(&job, &cfg, a.dry_run);
     pb.finish_and_clear();
     let report = report.map_err(|e| job.l2.public_error(e))?;

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use rexctl::l2::dedup::HashChoice;
-use rexctl::l2::push::{Job, PushOptions, PushReport, push_l2};
+use rexctl::l2::push::{Job, JobIdentity, PushOptions, PushReport, push_l2};
 
 use crate::cmd::config_args::StoreArgs;
 use crate::ui;
@@ -55,7 +55,12 @@ pub struct Args {
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
     let pb = ui::spinner("coalescing, deduplicating and pushing");
-    let job = Job::open(&a.l1, a.store.open(&a.l2, true)?)?
+    let settings = a.store.settings()?;
+    let job = Job::open(&a.l1, rexctl::store::open_l2(&a.l2, &settings, true)?)?
+        .with_identity(JobIdentity {
+            job: settings.job.clone(),
+            rank: settings.rank.clone(),
+        })
         .with_progress(Arc::new(ui::UploadBar::new(pb.clone())));
     let opts = PushOptions {
         pattern_size: a.pattern_size,
