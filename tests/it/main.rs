@@ -12,5 +12,6 @@ mod flush;
 mod l2_faults;
 mod layers;
 mod never_wrong;
+mod restart_props;
 mod s3;
 mod util;

@@ -24,7 +24,7 @@ use serde::Serialize;
 
 use crate::durable::AtomicFile;
 use crate::error::{Error, Result};
-use crate::format::ic::{IcFile, IcMeta, IcWriter};
+use crate::format::ic::{ChainId, IcFile, IcMeta, IcWriter};
 use crate::format::manifest::Manifest;
 use crate::l1::coalesce::{PageLayer, merge_layers};
 use crate::l1::{Covered, L1Dir};
@@ -104,6 +104,9 @@ pub struct RestoreReport {
     pub fell_back: Option<String>,
     /// For `--raw`: the page number of the image's first byte.
     pub raw_first_page: Option<u64>,
+    /// The run (chain id) whose state the image is, when its checkpoints
+    /// carry one; a REX-IC image carries it too.
+    pub chain_id: Option<ChainId>,
 }
 
 /// Restores from L2 alone (permanent failure) into `out`.
@@ -413,8 +416,15 @@ fn write_image(
         .map(|m| m.header.time_ns)
         .or_else(|| chain.map(|c| c.manifest().time_ns))
         .unwrap_or(0);
+    // The run whose state this is: the image carries it, as a FULL
+    // checkpoint of that run would (a restarted job continues it).
+    let chain_id = match pending.last() {
+        Some(m) => m.chain_id,
+        None => chain.and_then(|c| c.manifest().chain_id),
+    };
     report.generation = chain.map(|c| c.manifest().generation);
     report.seq = seq;
+    report.chain_id = chain_id;
 
     let mut buf = vec![0u8; page_size as usize];
     let mut fetch = |e: &crate::l1::coalesce::CListEntry, buf: &mut Vec<u8>| -> Result<u32> {
@@ -473,12 +483,13 @@ fn write_image(
         report.raw_first_page = Some(first_page);
     } else {
         let full = opts.pages.is_none();
-        let mut w = IcWriter::create(
+        let mut w = IcWriter::create_in_chain(
             out,
             page_size,
             seq,
             full,
             time_ns,
+            chain_id,
             entries.iter().map(|e| e.page).collect(),
             Vec::new(),
         )?;
