@@ -134,7 +134,7 @@ fn inspect_checks_every_file_and_fails_on_a_bad_one() {
     assert!(err.contains("offset "), "{err}");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
-        stdout.contains("ckpt-00000000.rexic: REX-IC v1"),
+        stdout.contains("ckpt-00000000.rexic: REX-IC v2, seq 0, FULL"),
         "the good file is still reported: {stdout}"
     );
     let missing = d.path().join("nope.rexic");

@@ -1,4 +1,5 @@
-//! REX-IC version 1: the L1 incremental checkpoint file (docs/FORMAT.md §2).
+//! REX-IC versions 1 and 2: the L1 incremental checkpoint file (docs/FORMAT.md
+//! §2; version 2 adds the extension area with the run's chain id, §2.11).
 //!
 //! This is an interchange format: files come from our own writers, from
 //! kernel modules and from jobs' own libraries, so the reader trusts nothing.
@@ -558,7 +559,7 @@ pub(crate) fn parse_meta(
             l.meta_crc_off,
             "meta_crc",
             format!(
-                "stored {stored:#010x}, computed {actual:#010x} over the page index, drop ranges and page CRCs"
+                "stored {stored:#010x}, computed {actual:#010x} over the page index, drop ranges, page CRCs and extension area"
             ),
         ));
     }

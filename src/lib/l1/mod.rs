@@ -303,6 +303,17 @@ impl L1Dir {
         while let Some(m) = rest.next() {
             let why = if rest.peek().is_some_and(|n| n.seq() == m.seq()) {
                 Some(format!("seq {} appears twice", m.seq()))
+            } else if m.is_full()
+                && let Some(c) = covered
+                && !same_run(m.chain_id, c.chain_id)
+                && m.header.time_ns <= c.time_ns
+            {
+                Some(format!(
+                    "its FULL checkpoint starts {} at {} ns, not after the generation's {} ns",
+                    run_name(m.chain_id),
+                    m.header.time_ns,
+                    c.time_ns
+                ))
             } else if !m.is_full() && !same_run(run, m.chain_id) {
                 Some(format!(
                     "it continues {}, not {}",
@@ -333,7 +344,11 @@ impl L1Dir {
                 break;
             }
             expected = m.seq().checked_add(1);
-            run = m.chain_id.or(run);
+            run = if m.is_full() {
+                m.chain_id
+            } else {
+                m.chain_id.or(run)
+            };
             out.push(m);
         }
         (out, skipped)

@@ -188,21 +188,29 @@ pub fn push_locked(
     opts: &PushOptions,
     forced_reason: Option<String>,
 ) -> Result<PushReport> {
-    let mut report = PushReport::default();
-    let rec = recover(job, opts, &mut report)?;
-    // One writer per chain: L2's newest generation names who pushed it.
-    if let (Some(me), Some(n)) = (&job.identity, &rec.newest)
-        && let (Some(j), Some(r)) = (&n.job, &n.rank)
-        && (j != &me.job || r != &me.rank)
+    // One writer per chain, checked before recovery touches anything: two
+    // ranks never share a chain. Another job (the same job restarted under
+    // a new scheduler id) may only take over with a FULL checkpoint newer
+    // than L2's chain, which the L1 scan enforces per run.
+    if let Some(me) = &job.identity
+        && let Some(n) = ChainIndex::load(job.l2.as_ref())?.newest()
+        && let Some(r) = &n.rank
+        && r != &me.rank
     {
         return Err(Error::chain(
             job.l2.describe(),
             format!(
-                "L2's newest generation {} was pushed by job {j} rank {r}, this is job {} rank {}: two writers on one L2 are refused (give each job and rank its own L2 location); the pending checkpoints are kept",
-                n.generation, me.job, me.rank
+                "L2's newest generation {} was pushed by rank {r}{}, this is rank {}: two writers on one L2 are refused (give each rank its own L2 location); the pending checkpoints are kept",
+                n.generation,
+                n.job
+                    .as_ref()
+                    .map_or(String::new(), |j| format!(" of job {j}")),
+                me.rank
             ),
         ));
     }
+    let mut report = PushReport::default();
+    let rec = recover(job, opts, &mut report)?;
     let t0 = Instant::now();
     let l1 = L1Dir::scan_after(&job.l1, rec.newest.as_ref().map(Covered::from))?;
     let batch = &l1.files;

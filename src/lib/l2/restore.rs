@@ -177,11 +177,18 @@ pub fn restore_l1_l2(job: &Job, opts: &RestoreOptions, out: &Path) -> Result<Res
                     ..Default::default()
                 };
                 write_image(Some(&chain), &prefix, opts, out, &mut report)?;
+                let base = match prefix.iter().rposition(|m| m.is_full()) {
+                    Some(i) => format!(
+                        "the pending FULL checkpoint of seq {} (which supersedes generation {g})",
+                        prefix[i].seq()
+                    ),
+                    None => format!("generation {g}"),
+                };
                 report.fell_back = Some(format!(
-                    "the pending checkpoints cannot all be used ({}); restored generation {g}{} (seq {}); left out: {}",
+                    "the pending checkpoints cannot all be used ({}); restored {base}{} (the state at seq {}); left out: {}",
                     e.report(),
                     match (prefix.first(), prefix.last()) {
-                        (Some(a), Some(b)) => format!(" plus seq {}..={}", a.seq(), b.seq()),
+                        (Some(a), Some(b)) => format!(" with seq {}..={}", a.seq(), b.seq()),
                         _ => String::new(),
                     },
                     prefix.last().map_or(last, |m| m.seq()),

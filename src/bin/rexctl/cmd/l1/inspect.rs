@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use rexctl::format::ic::{DropRange, IcFile, IcHeader, IcLayout};
+use rexctl::format::ic::{ChainId, DropRange, IcFile, IcHeader, IcLayout};
 use serde::Serialize;
 
 use crate::ui;
@@ -41,6 +41,8 @@ struct Report {
     last_page: Option<u64>,
     dropped_pages: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
+    chain_id: Option<ChainId>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pages: Option<Vec<u64>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     drops: Option<Vec<DropRange>>,
@@ -59,6 +61,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             first_page: None,
             last_page: None,
             dropped_pages: 0,
+            chain_id: None,
             pages: None,
             drops: None,
         };
@@ -70,6 +73,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 r.first_page = m.pages.first().copied();
                 r.last_page = m.pages.last().copied();
                 r.dropped_pages = m.drops.iter().map(|d| d.count).sum();
+                r.chain_id = m.chain_id;
                 if a.index {
                     r.pages = Some(m.pages.clone());
                     r.drops = Some(m.drops.clone());
@@ -109,11 +113,13 @@ fn print_human(r: &Report) {
     };
     let l = r.layout.expect("layout with header");
     println!(
-        "{}: REX-IC v1, seq {}, {}, page size {}",
+        "{}: REX-IC v{}, seq {}, {}, page size {}{}",
         r.path.display(),
+        if h.ext_len > 0 { 2 } else { 1 },
         h.seq,
         if h.full { "FULL" } else { "incremental" },
-        h.page_size
+        h.page_size,
+        r.chain_id.map_or(String::new(), |c| format!(", run {c}"))
     );
     let span = match (r.first_page, r.last_page) {
         (Some(a), Some(b)) => format!(", pages {a:#x}..={b:#x}"),

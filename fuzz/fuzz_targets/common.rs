@@ -1,0 +1,16 @@
+//! Shared by the fuzz targets: the readers take files, so each input is
+//! written to one scratch file per process (on tmpfs when there is one).
+
+use std::path::PathBuf;
+
+/// Writes `data` to this process's scratch file and returns its path.
+pub fn scratch(data: &[u8], ext: &str) -> PathBuf {
+    let dir = if std::path::Path::new("/dev/shm").is_dir() {
+        PathBuf::from("/dev/shm")
+    } else {
+        std::env::temp_dir()
+    };
+    let path = dir.join(format!("rexctl-fuzz-{}.{ext}", std::process::id()));
+    std::fs::write(&path, data).expect("write the scratch file");
+    path
+}
