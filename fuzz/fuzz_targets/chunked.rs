@@ -21,7 +21,10 @@ fuzz_target!(|data: &[u8]| {
                     i >= n || !verified || r.is_ok(),
                     "record {i} of a verified file failed"
                 );
-                assert!(i < n || r.is_err(), "record {i} past the end was handed out");
+                assert!(
+                    i < n || r.is_err(),
+                    "record {i} past the end was handed out"
+                );
             }
             let _ = f.payload();
         }

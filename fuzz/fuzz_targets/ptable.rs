@@ -10,6 +10,10 @@ mod common;
 fuzz_target!(|data: &[u8]| {
     let path = common::scratch(data, "ptab");
     if let Ok(d) = PTableDelta::read(&path) {
-        assert_eq!(d.encode(), data, "a valid P-Table delta re-encodes to its bytes");
+        assert_eq!(
+            d.encode(),
+            data,
+            "a valid P-Table delta re-encodes to its bytes"
+        );
     }
 });

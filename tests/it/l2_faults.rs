@@ -1239,3 +1239,114 @@ fn push_while_locked_is_busy_and_harmless() {
     restore_exact(&l2, None, &[], &d.path().join("c"), &seq4, "after the lock");
     assert_clean(&l1, &l2, "after the lock");
 }
+
+// ---------------------------------------------------------------------------
+// 5. Runs: a job restarted in a fresh L1, and two L1s on one L2
+// ---------------------------------------------------------------------------
+
+/// As `take_until`, with capture times `t0 + seq` seconds.
+fn take_until_at(w: &mut Workload, l1: &Path, last: u64, truth: &Path, t0: u64) -> PathBuf {
+    std::fs::create_dir_all(l1).unwrap();
+    std::fs::create_dir_all(truth).unwrap();
+    while w.next_seq() <= last {
+        let c = w.step();
+        w.write(&c, l1, t0 + c.seq * 1_000_000_000).unwrap();
+    }
+    let p = truth.join(format!("seq-{last}-{}.rexic", w.chain_id()));
+    w.write_image(&p).unwrap();
+    p
+}
+
+/// Crash at every durable operation of the first push of a job restarted
+/// in a fresh L1 (run B, seq 0..=4) onto L2's chain of run A: L2 alone gives
+/// A's or B's state, L1 + L2 always B's, and the next push recovers.
+#[test]
+fn crash_during_push_of_a_job_restarted_in_a_fresh_l1_recovers() {
+    let d = tempfile::tempdir().unwrap();
+    let t = d.path().join("template");
+    let (l1, l2, truth) = (t.join("l1"), t.join("l2"), d.path().join("truth"));
+    let mut a = workload("balanced", 64, 61);
+    let old = take_until_at(&mut a, &l1, 3, &truth, 1_800_000_000_000_000_000);
+    rex_ok(&push_args(&l1, &l2, &[]));
+    std::fs::remove_dir_all(&l1).unwrap();
+    let mut b = workload("balanced", 64, 62);
+    let new = take_until_at(&mut b, &l1, 4, &truth, 1_800_000_100_000_000_000);
+    run_crash_case(&CrashCase {
+        name: "restarted job, fresh L1",
+        template: t,
+        push_args: vec![],
+        old: Some(old),
+        new,
+        max_l2_chains: 2,
+    });
+}
+
+/// Two L1 directories (ranks 0 and 1) push onto one L2 directory at the same
+/// time, round after round: one writer at a time (the L2 writer lock: busy,
+/// exit 4), the second rank refused once the first has pushed (exit 3), and
+/// L2 always one rank's whole chain.
+#[test]
+fn two_l1s_racing_on_one_l2_never_corrupt() {
+    let mut outcomes = BTreeSet::new();
+    for round in 0..6u64 {
+        let d = tempfile::tempdir().unwrap();
+        let l2 = d.path().join("l2");
+        let truth = d.path().join("truth");
+        let ls: Vec<PathBuf> = (0..2).map(|r| d.path().join(format!("l1-{r}"))).collect();
+        let wants: Vec<PathBuf> = (0..2u64)
+            .map(|r| {
+                let mut w = workload("balanced", 128, 70 + 2 * round + r);
+                take_until_at(
+                    &mut w,
+                    &ls[r as usize],
+                    3,
+                    &truth,
+                    1_800_000_000_000_000_000,
+                )
+            })
+            .collect();
+        let ranks = ["0", "1"];
+        let argv: Vec<Vec<&str>> = (0..2)
+            .map(|r| push_args(&ls[r], &l2, &["--job", "7", "--rank", ranks[r]]))
+            .collect();
+        let spawn = |args: &Vec<&str>| {
+            let mut c = rexctl();
+            c.args(args).env_remove("REX_FAILPOINT");
+            c.stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped());
+            c.spawn().unwrap()
+        };
+        let (a, b) = (spawn(&argv[0]), spawn(&argv[1]));
+        let outs = [a.wait_with_output().unwrap(), b.wait_with_output().unwrap()];
+        let codes: Vec<Option<i32>> = outs.iter().map(|o| o.status.code()).collect();
+        let ctx = format!(
+            "round {round}\n{}\n{}",
+            show(&argv[0], &outs[0]),
+            show(&argv[1], &outs[1])
+        );
+        let winners: Vec<usize> = (0..2).filter(|&r| codes[r] == Some(0)).collect();
+        assert_eq!(winners.len(), 1, "exactly one rank pushes: {ctx}");
+        let loser = 1 - winners[0];
+        match codes[loser] {
+            Some(4) => outcomes.insert("busy"),
+            Some(3) => {
+                assert!(stderr(&outs[loser]).contains("two writers"), "{ctx}");
+                outcomes.insert("refused")
+            }
+            _ => panic!("unexpected outcome: {ctx}"),
+        };
+        assert!(!stderr(&outs[loser]).contains("panicked"), "{ctx}");
+        // The loser kept its checkpoints; L2 is the winner's chain, whole.
+        assert_eq!(list_ic_files(&ls[loser]).unwrap().len(), 4, "{ctx}");
+        rex_ok(&["verify", "--l2", s(&l2), "--l1", s(&ls[winners[0]])]);
+        restore_exact(
+            &l2,
+            None,
+            &[],
+            &d.path().join("r"),
+            &wants[winners[0]],
+            &ctx,
+        );
+    }
+    eprintln!("two L1s racing on one L2: {outcomes:?}");
+}

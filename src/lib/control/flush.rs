@@ -29,10 +29,9 @@ use crate::control::config::Config;
 use crate::control::controller::{CostRule, chi_int};
 use crate::error::Result;
 use crate::format::manifest::{GenKind, Manifest};
-use crate::l1::lock::JobLock;
 use crate::l1::{Covered, L1Dir};
 use crate::l2::chain::ChainIndex;
-use crate::l2::push::{Job, PushOptions, PushReport, push_locked, recover};
+use crate::l2::push::{Job, PushOptions, PushReport, begin_writing, push_locked, recover};
 
 /// Default L2 read rate when nothing was measured, bytes per second.
 const DEFAULT_RATE: f64 = 200e6;
@@ -293,7 +292,7 @@ pub fn flush(job: &Job, cfg: &Config, dry_run: bool) -> Result<FlushReport> {
             seconds: started.elapsed().as_secs_f64(),
         });
     }
-    let _lock = JobLock::acquire(&job.l1, "flush")?;
+    let _writer = begin_writing(job, "flush")?;
     let mut rec_report = PushReport::default();
     recover(job, &opts, &mut rec_report)?;
     let decision = decide(job, cfg, crate::format::ic::now_ns())?;

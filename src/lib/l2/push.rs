@@ -167,27 +167,31 @@ pub struct PushReport {
 
 /// Runs `push-l2` on `job` under its lock.
 pub fn push_l2(job: &Job, opts: &PushOptions) -> Result<PushReport> {
-    let _lock = JobLock::acquire(&job.l1, "push-l2")?;
+    let _writer = begin_writing(job, "push-l2")?;
     push_locked(job, opts, None)
 }
 
-/// The chain state after recovery.
-pub struct Recovered {
-    /// The newest generation durable in both places.
-    pub newest: Option<Manifest>,
-    /// The L2 index.
-    pub l2_index: ChainIndex,
-    /// The L1 index.
-    pub l1_index: ChainIndex,
+/// What a writer of a job's two levels holds while it writes.
+#[derive(Debug)]
+pub struct Writer {
+    _job: JobLock,
+    _l2: Option<JobLock>,
 }
 
-/// Pushes with the lock already held. `forced_reason`, when given, makes
-/// the push a complete coalescence for that reason (the controller's).
-pub fn push_locked(
-    job: &Job,
-    opts: &PushOptions,
-    forced_reason: Option<String>,
-) -> Result<PushReport> {
+/// Starts writing `job` (a push, `flush`, `gc --l1`), before recovery
+/// touches anything: takes the job lock (L1), and the writer lock of a
+/// directory L2 (`L2/.rex.lock`: the job lock is per L1 directory, so two
+/// L1 directories pointed at one L2 would otherwise race for generation
+/// numbers), both without waiting ([`Error::Busy`]); then refuses a rank
+/// other than the one that pushed L2's newest generation. An object store
+/// has no lock; there, manifests are create-only, so of two racing writers
+/// one fails its commit.
+pub fn begin_writing(job: &Job, what: &str) -> Result<Writer> {
+    let job_lock = JobLock::acquire(&job.l1, what)?;
+    let l2_lock = match job.l2.local_root() {
+        Some(root) => Some(JobLock::acquire(&root, what)?),
+        None => None,
+    };
     // One writer per chain, checked before recovery touches anything: two
     // ranks never share a chain. Another job (the same job restarted under
     // a new scheduler id) may only take over with a FULL checkpoint newer
@@ -209,6 +213,29 @@ pub fn push_locked(
             ),
         ));
     }
+    Ok(Writer {
+        _job: job_lock,
+        _l2: l2_lock,
+    })
+}
+
+/// The chain state after recovery.
+pub struct Recovered {
+    /// The newest generation durable in both places.
+    pub newest: Option<Manifest>,
+    /// The L2 index.
+    pub l2_index: ChainIndex,
+    /// The L1 index.
+    pub l1_index: ChainIndex,
+}
+
+/// Pushes with the lock already held. `forced_reason`, when given, makes
+/// the push a complete coalescence for that reason (the controller's).
+pub fn push_locked(
+    job: &Job,
+    opts: &PushOptions,
+    forced_reason: Option<String>,
+) -> Result<PushReport> {
     let mut report = PushReport::default();
     let rec = recover(job, opts, &mut report)?;
     let t0 = Instant::now();
