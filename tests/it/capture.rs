@@ -328,6 +328,12 @@ fn a_restarted_capture_continues_the_chain_of_the_same_process_only() {
         3,
         "a FULL may follow: the directory stays a valid chain"
     );
+    // The restarted capture continued the run of seq 0 (its chain id); the
+    // other process's FULL checkpoint started a run of its own.
+    let runs: Vec<_> = chain.files.iter().map(|m| m.chain_id).collect();
+    assert!(runs[0].is_some(), "capture writes REX-IC version 2");
+    assert_eq!(runs[0], runs[1], "a restarted capture continues its run");
+    assert_ne!(runs[1], runs[2], "another process starts a new run");
     drop(cap);
 
     // --full starts a new chain even for the same process.

@@ -635,9 +635,9 @@ fn dangling_symlink_as_newest_ic_is_refused() {
 // 6. A sparse IC file claiming a huge page count
 // ---------------------------------------------------------------------------
 
-const DATA_LIMIT: u64 = 96 << 20;
+const DATA_LIMIT: u64 = 64 << 20;
 
-/// Runs `rexctl args...` with RLIMIT_DATA at 96 MiB, killed after `limit`.
+/// Runs `rexctl args...` with RLIMIT_DATA at 64 MiB (the bound), killed after `limit`.
 fn rex_limited(args: &[&str], limit: Duration) -> Output {
     let mut c = rexctl();
     c.args(args).env_remove("REX_FAILPOINT");
