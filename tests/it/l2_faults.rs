@@ -1027,7 +1027,7 @@ fn lib_push<H: PatternHasher>(l1: &Path, l2: &DirStore, hasher: H) -> Manifest {
         timings: Timings::default(),
         created_ns: 0,
         writer: "l2_faults test".into(),
-        chain_id: None,
+        chain_id: batch.last().and_then(|m| m.chain_id),
         job: None,
         rank: None,
     };

@@ -70,6 +70,11 @@ pub struct Timings {
     pub upload_s: f64,
 }
 
+/// The largest manifest a reader accepts: a real one is a few KiB (its
+/// size does not grow with the data), so anything larger is damage, and
+/// never read into memory.
+pub const MAX_MANIFEST_BYTES: u64 = 1 << 20;
+
 /// A generation's manifest.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
@@ -194,7 +199,15 @@ impl Manifest {
                     path,
                     body_end as u64,
                     "crc32",
-                    format!("malformed last line {line:?} (truncated?)"),
+                    format!(
+                        "malformed last line {:?}{} (truncated?)",
+                        line.chars().take(80).collect::<String>(),
+                        if line.chars().nth(80).is_some() {
+                            "..."
+                        } else {
+                            ""
+                        }
+                    ),
                 )
             })?;
         let actual = crc32fast::hash(&b[..body_end]);

@@ -51,10 +51,38 @@ impl From<&Manifest> for Covered {
     }
 }
 
-/// Whether two checkpoints may belong to one run: their chain ids agree, or
-/// one of them has none (version 1).
+/// Whether two checkpoints (or generations) belong to one run: their chain
+/// ids are equal. Version 1 files have none, and are one "run" among
+/// themselves (matched by seq alone, as before chain ids); a version 2 file
+/// never continues them, nor they a version 2 run.
 pub fn same_run(a: Option<ChainId>, b: Option<ChainId>) -> bool {
-    a.is_none() || b.is_none() || a == b
+    a == b
+}
+
+/// Why `next` cannot follow a state of run `run` whose newest checkpoint was
+/// taken at `time_ns`, if it cannot: an incremental must continue that run;
+/// a FULL checkpoint of another run must be newer (checkpoint times order
+/// runs; a higher seq of an older run is never newer). `None` when it can.
+fn run_break(run: Option<ChainId>, time_ns: u64, next: &IcMeta) -> Option<String> {
+    if next.is_full() {
+        (!same_run(run, next.chain_id) && next.header.time_ns <= time_ns).then(|| {
+            format!(
+                "its FULL checkpoint starts {} at {} ns, not after the {} ns of {} before it (runs are ordered by time: an older run's checkpoint, or an older L1 directory pointed at a newer L2?)",
+                run_name(next.chain_id),
+                next.header.time_ns,
+                time_ns,
+                run_name(run)
+            )
+        })
+    } else {
+        (!same_run(run, next.chain_id)).then(|| {
+            format!(
+                "it is an incremental of {}, but continues {}: an incremental continues the run of the FULL checkpoint it extends",
+                run_name(next.chain_id),
+                run_name(run)
+            )
+        })
+    }
 }
 
 impl Covered {
@@ -202,30 +230,15 @@ impl L1Dir {
         }
         files.sort_by_key(|m| m.seq());
         if let Some(first) = pending.first()
-            && !same_run(first.chain_id, cov.chain_id)
+            && let Some(why) = run_break(cov.chain_id, cov.time_ns, first)
         {
-            if !first.is_full() {
-                return Err(Error::chain(
-                    &first.path,
-                    format!(
-                        "belongs to {}, but L2's newest generation holds {} (up to seq {last}): not pushed, kept; a restarted job starts with a FULL checkpoint, or continues its own chain",
-                        run_name(first.chain_id),
-                        run_name(cov.chain_id)
-                    ),
-                ));
-            }
-            if first.header.time_ns <= cov.time_ns {
-                return Err(Error::chain(
-                    &first.path,
-                    format!(
-                        "starts {} with a FULL checkpoint taken at {} ns, not after L2's newest generation ({} up to seq {last}, taken at {} ns): an older L1 directory pointed at a newer L2? Not pushed, kept",
-                        run_name(first.chain_id),
-                        first.header.time_ns,
-                        run_name(cov.chain_id),
-                        cov.time_ns
-                    ),
-                ));
-            }
+            return Err(Error::chain(
+                &first.path,
+                format!(
+                    "{why}; L2's newest generation holds {} up to seq {last}: not pushed, kept",
+                    run_name(cov.chain_id)
+                ),
+            ));
         } else if let Some(first) = pending.first()
             && first.seq() != last + 1
             && !first.is_full()
@@ -293,33 +306,27 @@ impl L1Dir {
                 .unwrap_or(metas.len());
             metas.drain(..first_full);
         }
+        // Walk the files in seq order; a file that cannot be used ends the
+        // state there, unless a later FULL checkpoint (which needs nothing
+        // before it) starts a newer one.
         let mut out: Vec<IcMeta> = Vec::new();
         let mut expected = match covered {
             Some(c) => c.last_seq.checked_add(1),
             None => metas.first().map(|m| m.seq()),
         };
-        let mut run = covered.and_then(|c| c.chain_id);
+        let (mut run, mut time) = match covered {
+            Some(c) => (c.chain_id, c.time_ns),
+            None => (metas.first().and_then(|m| m.chain_id), 0),
+        };
+        let mut broken = false;
         let mut rest = metas.into_iter().peekable();
         while let Some(m) = rest.next() {
             let why = if rest.peek().is_some_and(|n| n.seq() == m.seq()) {
                 Some(format!("seq {} appears twice", m.seq()))
-            } else if m.is_full()
-                && let Some(c) = covered
-                && !same_run(m.chain_id, c.chain_id)
-                && m.header.time_ns <= c.time_ns
-            {
-                Some(format!(
-                    "its FULL checkpoint starts {} at {} ns, not after the generation's {} ns",
-                    run_name(m.chain_id),
-                    m.header.time_ns,
-                    c.time_ns
-                ))
-            } else if !m.is_full() && !same_run(run, m.chain_id) {
-                Some(format!(
-                    "it continues {}, not {}",
-                    run_name(m.chain_id),
-                    run_name(run)
-                ))
+            } else if broken && !m.is_full() {
+                Some("after a checkpoint left out".to_string())
+            } else if let Some(why) = run_break(run, time, &m) {
+                Some(why)
             } else if Some(m.seq()) != expected && !m.is_full() {
                 Some(format!(
                     "seq {} is missing before it",
@@ -338,17 +345,18 @@ impl L1Dir {
             };
             if let Some(why) = why {
                 skipped.push(format!("{}: {why}", m.path.display()));
-                skipped.extend(
-                    rest.map(|n| format!("{}: after a checkpoint left out", n.path.display())),
-                );
-                break;
+                broken = true;
+                continue;
             }
+            if m.is_full() && broken {
+                // A newer self-contained state: what came before no longer
+                // matters (it stays listed as left out).
+                out.clear();
+            }
+            broken = false;
             expected = m.seq().checked_add(1);
-            run = if m.is_full() {
-                m.chain_id
-            } else {
-                m.chain_id.or(run)
-            };
+            run = m.chain_id;
+            time = m.header.time_ns;
             out.push(m);
         }
         (out, skipped)
@@ -422,17 +430,15 @@ pub fn check_contiguous(dir: &Path, files: &[IcMeta]) -> Result<()> {
                 ),
             ));
         }
-        if !b.is_full() && !same_run(a.chain_id, b.chain_id) {
+        if let Some(why) = run_break(a.chain_id, a.header.time_ns, b) {
             return Err(Error::chain(
                 dir,
                 format!(
-                    "{} (seq {}) belongs to {}, but the file before it, {} (seq {}), to {}: an incremental continues the run of the FULL checkpoint it extends",
+                    "{} (seq {}) cannot follow {} (seq {}): {why}; not pushed, kept",
                     b.path.display(),
                     b.seq(),
-                    run_name(b.chain_id),
                     a.path.display(),
                     a.seq(),
-                    run_name(a.chain_id)
                 ),
             ));
         }

@@ -118,7 +118,23 @@ pub fn gc(store: &dyn Store, l1: Option<&Path>, opts: &GcOptions) -> Result<GcRe
     for m in index.manifests.values() {
         referenced.extend(m.files.iter().map(|f| f.name.as_str()));
     }
-    let invalid: BTreeSet<u64> = index.invalid.iter().map(|(g, _)| *g).collect();
+    let mut invalid: BTreeSet<u64> = index.invalid.iter().map(|(g, _)| *g).collect();
+    // A generation between a Δ's chain base and its parent may be one of
+    // its ancestors whose manifest was lost: its files are what the Δ's
+    // pointers reach, so they are kept as evidence (recovery heals them
+    // from L1's copy, `verify` reports them), never collected.
+    for m in index.manifests.values() {
+        if let Some(p) = m.parent {
+            for o in &objects {
+                if let Some(g) = generation_of(&o.name)
+                    && (m.chain_base..=p).contains(&g)
+                    && index.get(g).is_none()
+                {
+                    invalid.insert(g);
+                }
+            }
+        }
+    }
     let now = SystemTime::now();
     let mut report = GcReport {
         store: store.describe(),

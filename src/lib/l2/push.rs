@@ -189,7 +189,34 @@ pub struct Writer {
 pub fn begin_writing(job: &Job, what: &str) -> Result<Writer> {
     let job_lock = JobLock::acquire(&job.l1, what)?;
     let l2_lock = match job.l2.local_root() {
-        Some(root) => Some(JobLock::acquire(&root, what)?),
+        Some(root) => {
+            let same = |a: &Path, b: &Path| {
+                a.canonicalize()
+                    .ok()
+                    .is_some_and(|a| b.canonicalize().ok() == Some(a))
+            };
+            if same(&root, &job.l1) || same(&root, job.l1_chain.root()) {
+                return Err(Error::Invalid(format!(
+                    "L2 {} is the L1 directory (or its chain copy): L2 must be another place",
+                    root.display()
+                )));
+            }
+            match JobLock::acquire(&root, what) {
+                Ok(l) => Some(l),
+                // A file system without flock (Lustre mounted without
+                // -o flock, some NFS setups): no writer lock there; the job
+                // lock and the two-writers check still hold.
+                Err(Error::Io { source, .. })
+                    if matches!(
+                        source.raw_os_error(),
+                        Some(libc::ENOSYS | libc::EOPNOTSUPP | libc::ENOLCK)
+                    ) =>
+                {
+                    None
+                }
+                Err(e) => return Err(e),
+            }
+        }
         None => None,
     };
     // One writer per chain, checked before recovery touches anything: two
@@ -635,11 +662,17 @@ pub fn recover(job: &Job, opts: &PushOptions, report: &mut PushReport) -> Result
             .iter()
             .filter_map(|o| crate::format::manifest::parse_manifest_name(&o.name))
             .collect();
-        let newest_valid = index.newest().map(|m| m.generation);
+        let newest_valid = index.newest();
         let oldest_base = index.manifests.values().map(|m| m.chain_base).min();
+        // Above the newest generation, only while L1 still holds the batch
+        // that such a push was pushing (IC files go only after a commit): a
+        // committed generation whose manifest was lost everywhere looks the
+        // same, but its batch is gone from L1, and its files are kept.
+        let batch_pending = L1Dir::scan_after(&job.l1, newest_valid.map(Covered::from))
+            .is_ok_and(|l1| !l1.files.is_empty());
         let crash_left = |g: u64| match (newest_valid, oldest_base) {
-            (Some(n), Some(b)) => g > n || g < b,
-            _ => true,
+            (Some(n), Some(b)) => (g > n.generation && batch_pending) || g < b,
+            _ => batch_pending,
         };
         for o in &objects {
             if let Some(g) = generation_of(&o.name)

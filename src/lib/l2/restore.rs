@@ -27,7 +27,7 @@ use crate::error::{Error, Result};
 use crate::format::ic::{ChainId, IcFile, IcMeta, IcWriter};
 use crate::format::manifest::Manifest;
 use crate::l1::coalesce::{PageLayer, merge_layers};
-use crate::l1::{Covered, L1Dir};
+use crate::l1::{Covered, L1Dir, same_run};
 use crate::l2::chain::{ChainIndex, LivePage, OpenChain, OpenGeneration};
 use crate::l2::push::Job;
 use crate::store::{Store, file_crc};
@@ -151,33 +151,87 @@ pub fn restore_l1_l2(job: &Job, opts: &RestoreOptions, out: &Path) -> Result<Res
             Err(e) => Err(e),
         };
     }
-    restore_with_fallback(&index, opts, |g, last_resort| {
-        let (chain, notes) = open_mixed(job, &l1_index, &index, g)?;
+    restore_with_fallback(&index, opts, |g, first| {
+        let m = index
+            .get(g)
+            .cloned()
+            .expect("restore_with_fallback picks indexed generations");
+        let covered = Covered::from(&m);
+        // Pending IC files extend the newest generation; when falling back,
+        // also the newest generation of their own run (the L1 directory's
+        // run, which another job's newer chain on the same L2 must not
+        // replace).
+        let newest_of_run = !index
+            .manifests
+            .range(g + 1..)
+            .any(|(_, n)| same_run(n.chain_id, m.chain_id));
+        let pending_apply = Some(g) == newest
+            || (!first && opts.fallback && opts.generation.is_none() && newest_of_run);
+        let (chain, notes) = match open_mixed(job, &l1_index, &index, g) {
+            Ok(c) => c,
+            // The generation cannot be opened, but a pending FULL
+            // checkpoint after it needs nothing from it.
+            Err(e) if opts.fallback && pending_apply => {
+                let (prefix, skipped) = L1Dir::valid_prefix_after(&job.l1, Some(covered));
+                let Some(i) = prefix.iter().rposition(|p| p.is_full()) else {
+                    return Err(e);
+                };
+                let mut report = RestoreReport::default();
+                write_image(None, &prefix[i..], opts, out, &mut report)?;
+                report.fell_back = Some(format!(
+                    "generation {g} cannot be read ({}); restored the pending FULL checkpoint of seq {} with seq {}..={} (the state at seq {}); left out: {}",
+                    e.report(),
+                    prefix[i].seq(),
+                    prefix[i].seq(),
+                    prefix[prefix.len() - 1].seq(),
+                    prefix[prefix.len() - 1].seq(),
+                    if skipped.is_empty() {
+                        "nothing".into()
+                    } else {
+                        skipped.join("; ")
+                    }
+                ));
+                return Ok(report);
+            }
+            Err(e) => return Err(e),
+        };
         let mut report = RestoreReport {
             l2_fallbacks: notes,
             ..Default::default()
         };
-        // Pending IC files only extend the newest generation.
-        if Some(g) != newest {
+        if !pending_apply {
             write_image(Some(&chain), &[], opts, out, &mut report)?;
             return Ok(report);
         }
-        let last = chain.manifest().last_seq;
-        let covered = Covered::from(chain.manifest());
+        let last = m.last_seq;
         let strict = L1Dir::scan_after(&job.l1, Some(covered))
-            .and_then(|l1| write_image(Some(&chain), &l1.files, opts, out, &mut report));
+            .and_then(|l1| write_state(&chain, &l1.files, opts, out, &mut report));
         match strict {
             Ok(()) => Ok(report),
             // The generation is sound but a pending file is not: its newest
-            // valid state is the generation plus the files before it.
-            Err(e) if last_resort => {
+            // valid state is the generation plus the files before it (or a
+            // later pending FULL checkpoint and the files after it).
+            Err(e) if opts.fallback => {
                 let (prefix, skipped) = L1Dir::valid_prefix_after(&job.l1, Some(covered));
+                // Nothing of the pending files continues this generation,
+                // and they are of another run: this generation is not the
+                // L1 directory's (another job's chain on the same L2); fall
+                // back to the newest generation of the L1 directory's run.
+                let foreign = prefix.is_empty()
+                    && crate::l1::read_all(&job.l1).is_ok_and(|v| {
+                        v.iter().any(|f| {
+                            !covered.covers(f) && !f.is_full() && !same_run(f.chain_id, m.chain_id)
+                        })
+                    });
+                if foreign {
+                    return Err(e);
+                }
                 let mut report = RestoreReport {
                     l2_fallbacks: report.l2_fallbacks,
                     ..Default::default()
                 };
-                write_image(Some(&chain), &prefix, opts, out, &mut report)?;
-                let base = match prefix.iter().rposition(|m| m.is_full()) {
+                write_state(&chain, &prefix, opts, out, &mut report)?;
+                let base = match prefix.iter().rposition(|p| p.is_full()) {
                     Some(i) => format!(
                         "the pending FULL checkpoint of seq {} (which supersedes generation {g})",
                         prefix[i].seq()
@@ -191,7 +245,7 @@ pub fn restore_l1_l2(job: &Job, opts: &RestoreOptions, out: &Path) -> Result<Res
                         (Some(a), Some(b)) => format!(" with seq {}..={}", a.seq(), b.seq()),
                         _ => String::new(),
                     },
-                    prefix.last().map_or(last, |m| m.seq()),
+                    prefix.last().map_or(last, |p| p.seq()),
                     skipped.join("; ")
                 ));
                 Ok(report)
@@ -199,6 +253,22 @@ pub fn restore_l1_l2(job: &Job, opts: &RestoreOptions, out: &Path) -> Result<Res
             Err(e) => Err(e),
         }
     })
+}
+
+/// Writes the state of `chain` plus `pending`; when a pending FULL
+/// checkpoint supersedes the chain, from that FULL checkpoint on alone (the
+/// same image, and a damaged chain it no longer needs cannot spoil it).
+fn write_state(
+    chain: &OpenChain,
+    pending: &[IcMeta],
+    opts: &RestoreOptions,
+    out: &Path,
+    report: &mut RestoreReport,
+) -> Result<()> {
+    match pending.iter().rposition(|p| p.is_full()) {
+        Some(i) => write_image(None, &pending[i..], opts, out, report),
+        None => write_image(Some(chain), pending, opts, out, report),
+    }
 }
 
 /// With `--fallback` and no usable generation: the pending IC files up to
@@ -227,9 +297,9 @@ fn restore_pending_prefix(
 /// Picks the generation to restore and runs `restore` on it; with
 /// `--fallback`, walks back through older valid generations while the
 /// restore fails (opening, a chunk or page CRC, anything), saying so in the
-/// report. `restore(g, fallback)` may itself fall back within generation
-/// `g` (to fewer pending IC files) when `fallback` is set, which it is for
-/// the first attempt only. The output is written under a temporary name, so
+/// report. `restore(g, first)` is told whether `g` is the first choice or a
+/// fallback (with `--fallback`, it may itself fall back within `g`, to fewer
+/// pending IC files). The output is written under a temporary name, so
 /// a failed attempt leaves nothing behind.
 fn restore_with_fallback(
     index: &ChainIndex,
@@ -269,7 +339,7 @@ fn restore_with_fallback(
             }
         },
     };
-    let first = match restore(target, opts.fallback) {
+    let first = match restore(target, true) {
         Ok(mut r) => {
             if opts.generation.is_none() && r.fell_back.is_none() {
                 r.fell_back = index

@@ -102,8 +102,16 @@ pub fn status(job: &Job) -> Result<Status> {
             .iter()
             .map(|(g, e)| format!("L1 generation {g}: {e}")),
     );
-    let (pending, pending_error) = match L1Dir::scan_after(&job.l1, l2.newest().map(Covered::from))
-    {
+    // Pending after the newest generation of either place (a generation L2
+    // lost its manifest of still holds its checkpoints in L1's copy).
+    let newest = match (l2.newest(), l1.newest()) {
+        (Some(a), Some(b)) if b.generation > a.generation && l2.get(b.generation).is_none() => {
+            Some(b)
+        }
+        (Some(a), _) => Some(a),
+        (None, b) => b,
+    };
+    let (pending, pending_error) = match L1Dir::scan_after(&job.l1, newest.map(Covered::from)) {
         Ok(d) => (d.files, None),
         Err(e) => (Vec::new(), Some(e.report())),
     };

@@ -46,7 +46,7 @@ pub use s3::S3Store;
 use crate::durable::{self, AtomicFile};
 use crate::error::{Error, IoContext, Result};
 use crate::format::chunked::{ChunkedFile, Kind};
-use crate::format::manifest::generation_of;
+use crate::format::manifest::{MAX_MANIFEST_BYTES as MAX_SMALL_OBJECT, generation_of};
 use settings::StoreSettings;
 
 /// Metadata of a stored object.
@@ -280,8 +280,10 @@ impl Store for DirStore {
             }
             // Symlinks are followed (an administrator may link objects in
             // from elsewhere). An object name that does not end at a regular
-            // file is refused, not skipped: skipping the newest manifest
-            // would make restores silently older.
+            // file (a dangling or looping link, a directory) is listed all
+            // the same, as an empty object: whoever needs it fails loudly
+            // when it reads it (a manifest counts as invalid, so a newer one
+            // is never silently passed over), and nothing else is blocked.
             let path = e.path();
             match fs::metadata(&path) {
                 Ok(md) if md.is_file() => out.push(ObjectInfo {
@@ -289,22 +291,12 @@ impl Store for DirStore {
                     bytes: md.len(),
                     modified: md.modified().ok(),
                 }),
-                Ok(_) | Err(_) if generation_of(&name).is_none() => {}
-                Ok(_) => {
-                    return Err(Error::corrupt(
-                        &path,
-                        0,
-                        "file type",
-                        "named like a generation's object but not a regular file",
-                    ));
-                }
-                Err(err) => {
-                    return Err(Error::io(
-                        &path,
-                        "follow (a dangling symlink named like a generation's object?)",
-                        err,
-                    ));
-                }
+                _ if generation_of(&name).is_some() => out.push(ObjectInfo {
+                    name,
+                    bytes: 0,
+                    modified: None,
+                }),
+                _ => {}
             }
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -338,7 +330,23 @@ impl Store for DirStore {
 
     fn read(&self, name: &str) -> Result<Vec<u8>> {
         let p = self.path(name)?;
-        fs::read(&p).ctx(&p, "read")
+        // Small objects only (manifests): never sized by a file that claims
+        // to be huge (a sparse file costs its writer nothing).
+        let len = fs::metadata(&p).ctx(&p, "stat")?.len();
+        if len > MAX_SMALL_OBJECT {
+            return Err(Error::corrupt(
+                &p,
+                0,
+                "size",
+                format!("{len} bytes, more than the {MAX_SMALL_OBJECT} a manifest may have"),
+            ));
+        }
+        let mut f = fs::File::open(&p).ctx(&p, "open")?;
+        let mut b = Vec::new();
+        std::io::Read::take(&mut f, MAX_SMALL_OBJECT + 1)
+            .read_to_end(&mut b)
+            .ctx(&p, "read")?;
+        Ok(b)
     }
 
     fn open_local(&self, name: &str) -> Result<PathBuf> {

@@ -360,13 +360,29 @@ impl S3Store {
         }
     }
 
+    /// A whole small object (a manifest): one larger than a manifest may be
+    /// is refused from its announced size, before its body is read.
     fn get_whole(&self, key: &Key) -> Result<Vec<u8>> {
         self.count();
+        let max = crate::format::manifest::MAX_MANIFEST_BYTES;
         let r = self.rt.block_on(async {
             let g = self.s3.get(key).await?;
-            g.bytes().await
+            if g.meta.size > max {
+                return Ok(Err(g.meta.size));
+            }
+            g.bytes().await.map(Ok)
         });
-        let b = r.map_err(|e| self.remote(key, "get", &e))?;
+        let b = match r.map_err(|e| self.remote(key, "get", &e))? {
+            Ok(b) => b,
+            Err(size) => {
+                return Err(Error::corrupt(
+                    format!("s3://{}/{}", self.bucket, key.as_ref()),
+                    0,
+                    "size",
+                    format!("{size} bytes, more than the {max} a manifest may have"),
+                ));
+            }
+        };
         self.fetched.fetch_add(b.len() as u64, Ordering::Relaxed);
         Ok(b.to_vec())
     }
