@@ -14,8 +14,6 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use rexctl::eval::image::compare_ic_files;
-use rexctl::eval::workload::{Workload, profile};
 use rexctl::format::ic::IcMeta;
 use rexctl::format::manifest::{FORMAT, GenKind, Manifest, Timings, manifest_name};
 use rexctl::l1::coalesce::CList;
@@ -26,7 +24,9 @@ use rexctl::l2::dedup_table::{Crc32Hasher, PatternHash, PatternHasher};
 use rexctl::l2::restore::{RestoreOptions, restore_l2};
 use rexctl::store::{DirStore, Store};
 
-use crate::util::rexctl;
+use crate::util::{
+    assert_image, copy_tree, names_in, rexctl, same_image, take_until, take_until_at, workload,
+};
 
 // ---------------------------------------------------------------------------
 // Helpers
@@ -65,67 +65,6 @@ fn rex_ok(args: &[&str]) -> String {
 
 fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-/// A small workload: `pages` pages of the `name` profile.
-fn workload(name: &str, pages: u64, seed: u64) -> Workload {
-    let mut p = profile(name).unwrap();
-    p.pages = pages;
-    Workload::new(p, seed).unwrap()
-}
-
-/// Takes checkpoints into `l1` until seq `last` is written, then writes the
-/// true image at `last` into `truth/seq-<last>.rexic` and returns its path.
-fn take_until(w: &mut Workload, l1: &Path, last: u64, truth: &Path) -> PathBuf {
-    std::fs::create_dir_all(l1).unwrap();
-    std::fs::create_dir_all(truth).unwrap();
-    while w.next_seq() <= last {
-        w.checkpoint(l1).unwrap();
-    }
-    let p = truth.join(format!("seq-{last}.rexic"));
-    w.write_image(&p).unwrap();
-    p
-}
-
-/// Recursive copy (files and directories only).
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let t = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_tree(&e.path(), &t);
-        } else {
-            std::fs::copy(e.path(), &t).unwrap();
-        }
-    }
-}
-
-fn names_in(dir: &Path) -> Vec<String> {
-    match std::fs::read_dir(dir) {
-        Ok(rd) => {
-            let mut v: Vec<String> = rd
-                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-                .collect();
-            v.sort();
-            v
-        }
-        Err(_) => Vec::new(),
-    }
-}
-
-fn same_image(a: &Path, b: &Path) -> bool {
-    compare_ic_files(a, b).unwrap().is_equal()
-}
-
-/// Asserts `got` is exactly the image `want`.
-fn assert_image(got: &Path, want: &Path, ctx: &str) {
-    let d = compare_ic_files(got, want).unwrap();
-    assert!(
-        d.is_equal(),
-        "{ctx}: restored image differs from {}: {d}",
-        want.display()
-    );
 }
 
 /// A restore into a fresh, empty directory `outdir`; returns the output and
@@ -1243,19 +1182,6 @@ fn push_while_locked_is_busy_and_harmless() {
 // ---------------------------------------------------------------------------
 // 5. Runs: a job restarted in a fresh L1, and two L1s on one L2
 // ---------------------------------------------------------------------------
-
-/// As `take_until`, with capture times `t0 + seq` seconds.
-fn take_until_at(w: &mut Workload, l1: &Path, last: u64, truth: &Path, t0: u64) -> PathBuf {
-    std::fs::create_dir_all(l1).unwrap();
-    std::fs::create_dir_all(truth).unwrap();
-    while w.next_seq() <= last {
-        let c = w.step();
-        w.write(&c, l1, t0 + c.seq * 1_000_000_000).unwrap();
-    }
-    let p = truth.join(format!("seq-{last}-{}.rexic", w.chain_id()));
-    w.write_image(&p).unwrap();
-    p
-}
 
 /// Crash at every durable operation of the first push of a job restarted
 /// in a fresh L1 (run B, seq 0..=4) onto L2's chain of run A: L2 alone gives

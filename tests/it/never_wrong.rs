@@ -10,15 +10,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use rexctl::eval::image::compare_ic_files;
-use rexctl::eval::workload::{Workload, profile};
 use rexctl::format::ic::IcMeta;
 use rexctl::format::manifest::{GenKind, manifest_name};
 use rexctl::l1::ic_file_name;
 use rexctl::l2::chain::ChainIndex;
 use rexctl::store::DirStore;
 
-use crate::util::rexctl;
+use crate::util::{
+    assert_image, copy_tree, names_in, rexctl, same_image, take_until, take_until_at, workload,
+};
 
 // ---------------------------------------------------------------------------
 // Helpers (after l2_faults.rs)
@@ -93,65 +93,6 @@ fn assert_clean_error(out: &Output, ctx: &str) {
         stderr(out).contains("rexctl:"),
         "{ctx}: no error message\n{}",
         all_output(out)
-    );
-}
-
-fn workload(name: &str, pages: u64, seed: u64) -> Workload {
-    let mut p = profile(name).unwrap();
-    p.pages = pages;
-    Workload::new(p, seed).unwrap()
-}
-
-/// Takes checkpoints into `l1` until seq `last` is written, then writes the
-/// true image at `last` into `truth/seq-<last>.rexic` and returns its path.
-fn take_until(w: &mut Workload, l1: &Path, last: u64, truth: &Path) -> PathBuf {
-    std::fs::create_dir_all(l1).unwrap();
-    std::fs::create_dir_all(truth).unwrap();
-    while w.next_seq() <= last {
-        w.checkpoint(l1).unwrap();
-    }
-    let p = truth.join(format!("seq-{last}.rexic"));
-    w.write_image(&p).unwrap();
-    p
-}
-
-/// Recursive copy (files and directories only).
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let t = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_tree(&e.path(), &t);
-        } else {
-            std::fs::copy(e.path(), &t).unwrap();
-        }
-    }
-}
-
-fn names_in(dir: &Path) -> Vec<String> {
-    match std::fs::read_dir(dir) {
-        Ok(rd) => {
-            let mut v: Vec<String> = rd
-                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-                .collect();
-            v.sort();
-            v
-        }
-        Err(_) => Vec::new(),
-    }
-}
-
-fn same_image(a: &Path, b: &Path) -> bool {
-    compare_ic_files(a, b).unwrap().is_equal()
-}
-
-fn assert_image(got: &Path, want: &Path, ctx: &str) {
-    let d = compare_ic_files(got, want).unwrap();
-    assert!(
-        d.is_equal(),
-        "{ctx}: restored image differs from {}: {d}",
-        want.display()
     );
 }
 
@@ -912,20 +853,6 @@ fn enospc_at_commit_leaves_no_temporary_file() {
 // ---------------------------------------------------------------------------
 // Chain identity: checkpoints are never "already pushed" by seq alone.
 
-/// As `take_until`, with capture times `t0 + seq` seconds (a run that
-/// happened at another time than the generator's fixed epoch).
-fn take_until_at(w: &mut Workload, l1: &Path, last: u64, truth: &Path, t0: u64) -> PathBuf {
-    std::fs::create_dir_all(l1).unwrap();
-    std::fs::create_dir_all(truth).unwrap();
-    while w.next_seq() <= last {
-        let c = w.step();
-        w.write(&c, l1, t0 + c.seq * 1_000_000_000).unwrap();
-    }
-    let p = truth.join(format!("seq-{last}.rexic"));
-    w.write_image(&p).unwrap();
-    p
-}
-
 fn ic_names(l1: &Path) -> Vec<String> {
     names_in(l1)
         .into_iter()
@@ -1321,8 +1248,8 @@ fn fallback_is_not_stopped_by_damage_a_later_full_supersedes() {
     );
 }
 
-/// Two jobs (one default rank) on one L2: the other job's newer chain is
-/// never this L1 directory's state. Without `--fallback` the restore
+/// Two jobs (one default rank) on one L2: the other job's newer chain (of
+/// two generations) is never this L1 directory's state. Without `--fallback` the restore
 /// refuses; with it, it restores this run's newest generation plus its
 /// pending files.
 #[test]
@@ -1333,8 +1260,11 @@ fn fallback_prefers_the_l1_directorys_own_run() {
     a.ic(0, true, &[1, 2], 100, Some(0xA));
     a.ic(1, false, &[2], 101, Some(0xA));
     rex_ok(&push_args(&x, &l2));
+    // The other job's chain has two generations above ours.
     let mut b = Hand::new(&y);
     b.ic(0, true, &[8, 9], 200, Some(0xB));
+    rex_ok(&push_args(&y, &l2));
+    b.ic(1, false, &[9], 201, Some(0xB));
     rex_ok(&push_args(&y, &l2));
     a.ic(2, false, &[1], 202, Some(0xA));
     a.ic(3, false, &[2], 203, Some(0xA));

@@ -5,6 +5,9 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use rexctl::eval::image::compare_ic_files;
+use rexctl::eval::workload::{Workload, profile};
+
 /// The `rexctl` binary under test.
 pub fn rexctl() -> Command {
     Command::new(env!("CARGO_BIN_EXE_rexctl"))
@@ -47,4 +50,78 @@ pub fn assert_clean_failure(out: &Output, code: i32, needles: &[&str]) -> String
         assert!(stderr.contains(n), "stderr lacks {n:?}:\n{stderr}");
     }
     stderr
+}
+
+// Workloads, images and directories shared by the fault and regression suites.
+
+pub fn workload(name: &str, pages: u64, seed: u64) -> Workload {
+    let mut p = profile(name).unwrap();
+    p.pages = pages;
+    Workload::new(p, seed).unwrap()
+}
+
+/// Takes checkpoints into `l1` until seq `last` is written, then writes the
+/// true image at `last` into `truth/seq-<last>.rexic` and returns its path.
+pub fn take_until(w: &mut Workload, l1: &Path, last: u64, truth: &Path) -> PathBuf {
+    std::fs::create_dir_all(l1).unwrap();
+    std::fs::create_dir_all(truth).unwrap();
+    while w.next_seq() <= last {
+        w.checkpoint(l1).unwrap();
+    }
+    let p = truth.join(format!("seq-{last}.rexic"));
+    w.write_image(&p).unwrap();
+    p
+}
+
+/// Recursive copy (files and directories only).
+pub fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let t = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &t);
+        } else {
+            std::fs::copy(e.path(), &t).unwrap();
+        }
+    }
+}
+
+pub fn names_in(dir: &Path) -> Vec<String> {
+    match std::fs::read_dir(dir) {
+        Ok(rd) => {
+            let mut v: Vec<String> = rd
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            v.sort();
+            v
+        }
+        Err(_) => Vec::new(),
+    }
+}
+
+pub fn same_image(a: &Path, b: &Path) -> bool {
+    compare_ic_files(a, b).unwrap().is_equal()
+}
+
+pub fn assert_image(got: &Path, want: &Path, ctx: &str) {
+    let d = compare_ic_files(got, want).unwrap();
+    assert!(
+        d.is_equal(),
+        "{ctx}: restored image differs from {}: {d}",
+        want.display()
+    );
+}
+
+/// As `take_until`, with capture times `t0 + seq` seconds.
+pub fn take_until_at(w: &mut Workload, l1: &Path, last: u64, truth: &Path, t0: u64) -> PathBuf {
+    std::fs::create_dir_all(l1).unwrap();
+    std::fs::create_dir_all(truth).unwrap();
+    while w.next_seq() <= last {
+        let c = w.step();
+        w.write(&c, l1, t0 + c.seq * 1_000_000_000).unwrap();
+    }
+    let p = truth.join(format!("seq-{last}-{}.rexic", w.chain_id()));
+    w.write_image(&p).unwrap();
+    p
 }

@@ -74,7 +74,9 @@ pub struct Decision {
 /// Computes the controller's decision for `job` now (`now_ns`, Unix
 /// nanoseconds), from its files and `cfg`.
 pub fn decide(job: &Job, cfg: &Config, now_ns: u64) -> Result<Decision> {
-    let index = ChainIndex::load(job.l2.as_ref())?;
+    // After the newest generation of either place (recovery has uploaded
+    // any generation L2 lacked, so they agree but after a failed upload).
+    let index = ChainIndex::load(job.l2.as_ref())?.overlaid_with(&ChainIndex::load(&job.l1_chain)?);
     let newest = index.newest();
     let l1 = L1Dir::scan_after(&job.l1, newest.map(Covered::from))?;
     let pending = &l1.files;

@@ -202,32 +202,8 @@ impl L1Dir {
         let all = read_all(dir)?;
         let (mut files, pending): (Vec<IcMeta>, Vec<IcMeta>) =
             all.into_iter().partition(|m| cov.covers(m));
-        for w in files.windows(2) {
-            if w[0].seq() == w[1].seq() {
-                return Err(Error::chain(
-                    dir,
-                    format!(
-                        "checkpoint seq {} appears twice: {} and {}",
-                        w[0].seq(),
-                        w[0].path.display(),
-                        w[1].path.display()
-                    ),
-                ));
-            }
-        }
-        for w in pending.windows(2) {
-            if w[0].seq() == w[1].seq() {
-                return Err(Error::chain(
-                    dir,
-                    format!(
-                        "checkpoint seq {} appears twice: {} and {}",
-                        w[0].seq(),
-                        w[0].path.display(),
-                        w[1].path.display()
-                    ),
-                ));
-            }
-        }
+        check_unique_seqs(dir, &files)?;
+        check_unique_seqs(dir, &pending)?;
         files.sort_by_key(|m| m.seq());
         if let Some(first) = pending.first()
             && let Some(why) = run_break(cov.chain_id, cov.time_ns, first)
@@ -374,23 +350,27 @@ impl L1Dir {
     }
 }
 
+/// Checks that no two of the seq-sorted `files` have the same seq.
+fn check_unique_seqs(dir: &Path, files: &[IcMeta]) -> Result<()> {
+    match files.windows(2).find(|w| w[0].seq() == w[1].seq()) {
+        Some(w) => Err(Error::chain(
+            dir,
+            format!(
+                "checkpoint seq {} appears twice: {} and {}",
+                w[0].seq(),
+                w[0].path.display(),
+                w[1].path.display()
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Splits seq-sorted files into (orphans before the first FULL, chain) and
 /// checks the chain: unique seqs, no gaps except before a FULL file, one
 /// page size.
 pub fn order_chain(dir: &Path, metas: Vec<IcMeta>) -> Result<(Vec<IcMeta>, Vec<IcMeta>)> {
-    for w in metas.windows(2) {
-        if w[0].seq() == w[1].seq() {
-            return Err(Error::chain(
-                dir,
-                format!(
-                    "checkpoint seq {} appears twice: {} and {}",
-                    w[0].seq(),
-                    w[0].path.display(),
-                    w[1].path.display()
-                ),
-            ));
-        }
-    }
+    check_unique_seqs(dir, &metas)?;
     let Some(start) = metas.iter().position(|m| m.is_full()) else {
         return if metas.is_empty() {
             Ok((Vec::new(), Vec::new()))

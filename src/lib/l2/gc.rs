@@ -105,11 +105,9 @@ pub struct GcReport {
 /// job's lock throughout (busy: [`crate::Error::Busy`]).
 pub fn gc(store: &dyn Store, l1: Option<&Path>, opts: &GcOptions) -> Result<GcReport> {
     let _lock = l1.map(|d| JobLock::acquire(d, "gc")).transpose()?;
-    // A directory L2 has a writer lock of its own (see `begin_writing`).
-    let _l2_lock = store
-        .local_root()
-        .map(|root| JobLock::acquire(&root, "gc"))
-        .transpose()?;
+    // A directory L2 has a writer lock of its own (see `begin_writing`);
+    // L2 equal to L1 is refused there.
+    let _l2_lock = crate::l2::push::lock_l2(store, l1, "gc")?;
     // List first, then read the manifests: a manifest committed in between
     // is seen, so none of its files can pass for garbage.
     let objects = store.list()?;

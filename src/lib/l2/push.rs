@@ -178,7 +178,43 @@ pub struct Writer {
     _l2: Option<JobLock>,
 }
 
-/// Starts writing `job` (a push, `flush`, `gc --l1`), before recovery
+/// Takes the writer lock of a directory L2 (`L2/.rex.lock`) without
+/// waiting; `None` for an object store, or on a file system without flock
+/// (Lustre mounted without `-o flock`, some NFS setups: there the job lock
+/// and the two-writers check still hold). L2 equal to the L1 directory `l1`
+/// (or its chain copy) is a configuration error.
+pub fn lock_l2(l2: &dyn Store, l1: Option<&Path>, what: &str) -> Result<Option<JobLock>> {
+    let Some(root) = l2.local_root() else {
+        return Ok(None);
+    };
+    let same = |a: &Path, b: &Path| {
+        a.canonicalize()
+            .ok()
+            .is_some_and(|a| b.canonicalize().ok() == Some(a))
+    };
+    if let Some(l1) = l1
+        && (same(&root, l1) || same(&root, &l1.join(L1_CHAIN_DIR)))
+    {
+        return Err(Error::Invalid(format!(
+            "L2 {} is the L1 directory (or its chain copy): L2 must be another place",
+            root.display()
+        )));
+    }
+    match JobLock::acquire(&root, what) {
+        Ok(l) => Ok(Some(l)),
+        Err(Error::Io { source, .. })
+            if matches!(
+                source.raw_os_error(),
+                Some(libc::ENOSYS | libc::EOPNOTSUPP | libc::ENOLCK)
+            ) =>
+        {
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Starts writing `job` (a push or `flush`), before recovery
 /// touches anything: takes the job lock (L1), and the writer lock of a
 /// directory L2 (`L2/.rex.lock`: the job lock is per L1 directory, so two
 /// L1 directories pointed at one L2 would otherwise race for generation
@@ -188,37 +224,7 @@ pub struct Writer {
 /// one fails its commit.
 pub fn begin_writing(job: &Job, what: &str) -> Result<Writer> {
     let job_lock = JobLock::acquire(&job.l1, what)?;
-    let l2_lock = match job.l2.local_root() {
-        Some(root) => {
-            let same = |a: &Path, b: &Path| {
-                a.canonicalize()
-                    .ok()
-                    .is_some_and(|a| b.canonicalize().ok() == Some(a))
-            };
-            if same(&root, &job.l1) || same(&root, job.l1_chain.root()) {
-                return Err(Error::Invalid(format!(
-                    "L2 {} is the L1 directory (or its chain copy): L2 must be another place",
-                    root.display()
-                )));
-            }
-            match JobLock::acquire(&root, what) {
-                Ok(l) => Some(l),
-                // A file system without flock (Lustre mounted without
-                // -o flock, some NFS setups): no writer lock there; the job
-                // lock and the two-writers check still hold.
-                Err(Error::Io { source, .. })
-                    if matches!(
-                        source.raw_os_error(),
-                        Some(libc::ENOSYS | libc::EOPNOTSUPP | libc::ENOLCK)
-                    ) =>
-                {
-                    None
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        None => None,
-    };
+    let l2_lock = lock_l2(job.l2.as_ref(), Some(&job.l1), what)?;
     // One writer per chain, checked before recovery touches anything: two
     // ranks never share a chain. Another job (the same job restarted under
     // a new scheduler id) may only take over with a FULL checkpoint newer

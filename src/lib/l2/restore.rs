@@ -167,6 +167,23 @@ pub fn restore_l1_l2(job: &Job, opts: &RestoreOptions, out: &Path) -> Result<Res
             .any(|(_, n)| same_run(n.chain_id, m.chain_id));
         let pending_apply = Some(g) == newest
             || (!first && opts.fallback && opts.generation.is_none() && newest_of_run);
+        // Falling back, a generation of another run than the L1 directory's
+        // pending incrementals is another job's state (two jobs on one L2):
+        // passed over, so the walk reaches the L1 directory's own run.
+        if !first
+            && crate::l1::read_all(&job.l1).is_ok_and(|v| {
+                v.iter().any(|f| {
+                    !covered.covers(f) && !f.is_full() && !same_run(f.chain_id, m.chain_id)
+                })
+            })
+        {
+            return Err(Error::chain(
+                &job.l1,
+                format!(
+                    "generation {g} is of another run than the pending checkpoints of this L1 directory"
+                ),
+            ));
+        }
         let (chain, notes) = match open_mixed(job, &l1_index, &index, g) {
             Ok(c) => c,
             // The generation cannot be opened, but a pending FULL

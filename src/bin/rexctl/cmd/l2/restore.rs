@@ -51,8 +51,11 @@ pub struct Args {
     /// Restore this generation instead of the newest.
     #[arg(long)]
     generation: Option<u64>,
-    /// If the generation is corrupt, restore the newest older valid one
-    /// (says so on standard error).
+    /// Restore the newest valid state instead of failing: without the
+    /// damaged pending checkpoints (a later FULL one restarts the state),
+    /// from a pending FULL checkpoint when the generation is unreadable, else
+    /// the newest older valid generation of the L1 directory's own run. Says
+    /// what it left out and why on standard error.
     #[arg(long)]
     fallback: bool,
     /// Print a JSON object instead of text.
