@@ -1342,3 +1342,162 @@ fn l2_equal_to_l1_is_refused() {
     assert_eq!(out.status.code(), Some(5), "{ctx}");
     assert!(stderr(&out).contains("L2 must be another place"), "{ctx}");
 }
+
+// ---------------------------------------------------------------------------
+// A second hostile review.
+
+fn crc_of(path: &Path) -> u32 {
+    crc32fast::hash(&std::fs::read(path).unwrap())
+}
+
+/// A restarted job continued run A in a fresh L1 (from the restored image,
+/// which names the run) while the old node later pushed its stale tail of
+/// run A: the restarted job's checkpoints, taken after that generation with
+/// seqs it holds, are a fork: refused and kept, never taken as pushed.
+#[test]
+fn a_fork_of_a_run_is_never_taken_as_pushed() {
+    let d = tempfile::tempdir().unwrap();
+    let (a_dir, b_dir, l2) = (d.path().join("a"), d.path().join("b"), d.path().join("l2"));
+    let mut a = Hand::new(&a_dir);
+    a.ic(0, true, &[1, 2, 3], 100, Some(0xA));
+    a.ic(1, false, &[2], 101, Some(0xA));
+    rex_ok(&push_args(&a_dir, &l2));
+    a.ic(2, false, &[3], 102, Some(0xA));
+    a.ic(3, false, &[1], 103, Some(0xA));
+    // The restarted job, much later, continues run A with other pages.
+    let mut b = Hand::new(&b_dir);
+    b.ic(2, false, &[5], 5000, Some(0xA));
+    b.ic(3, false, &[6], 5001, Some(0xA));
+    b.ic(4, false, &[6], 5002, Some(0xA));
+    rex_ok(&push_args(&a_dir, &l2)); // the old node's stale tail
+    let err = refused_and_kept(&push_args(&b_dir, &l2), &b_dir);
+    assert!(err.contains("a fork of the run"), "{err}");
+    let (out, _) = restore(&l2, Some(&b_dir), &[], &d.path().join("r"));
+    assert_eq!(out.status.code(), Some(3), "{}", show(&["restore"], &out));
+}
+
+/// Another rank-less job's chains (two full generations) pruned this L1
+/// directory's chain from L2; its push is refused, and must not prune or
+/// overwrite L1's copy of its own chain: `--fallback` still restores it.
+#[test]
+fn a_refused_push_keeps_the_l1_copy_of_its_own_chain() {
+    let d = tempfile::tempdir().unwrap();
+    let (x, y, l2) = (d.path().join("x"), d.path().join("y"), d.path().join("l2"));
+    let mut a = Hand::new(&x);
+    a.ic(0, true, &[1, 2], 100, Some(0xA));
+    rex_ok(&push_args(&x, &l2));
+    a.ic(1, false, &[2], 101, Some(0xA));
+    rex_ok(&push_args(&x, &l2));
+    a.ic(2, false, &[1], 102, Some(0xA));
+    let want = a.truth(&d.path().join("truth.rexic"));
+    let mut b = Hand::new(&y);
+    b.ic(0, true, &[8], 200, Some(0xB));
+    rex_ok(&push_args(&y, &l2));
+    b.ic(1, true, &[9], 201, Some(0xB));
+    rex_ok(&push_args(&y, &l2));
+    assert!(
+        !l2.join(manifest_name(1)).exists(),
+        "run A's chain pruned from L2"
+    );
+    refused_and_kept(&push_args(&x, &l2), &x);
+    for g in [1, 2] {
+        assert!(
+            x.join("rex").join(manifest_name(g)).is_file(),
+            "L1's copy of g{g} kept"
+        );
+    }
+    let (out, img) = restore(&l2, Some(&x), &["--fallback"], &d.path().join("r"));
+    assert!(out.status.success(), "{}", show(&["restore"], &out));
+    assert_image(&img, &want, "restore --l1 x --fallback");
+}
+
+/// L1's copy of a generation L2 lacks is never uploaded over another run's
+/// files of the same number (whose manifest was lost), nor are those files
+/// swept as crash leftovers.
+#[test]
+fn a_stale_l1_generation_never_overwrites_another_runs_files() {
+    let d = tempfile::tempdir().unwrap();
+    let (x, y, l2) = (d.path().join("x"), d.path().join("y"), d.path().join("l2"));
+    let mut a = Hand::new(&x);
+    a.ic(0, true, &[1, 2], 100, Some(0xA));
+    rex_ok(&push_args(&x, &l2));
+    // Run A's next push, interrupted between its two manifests: its
+    // generation 2 is in L1's copy, its batch still pending in L1.
+    let f = a.ic(1, false, &[2, 3], 101, Some(0xA));
+    let keep = std::fs::read(&f).unwrap();
+    rex_ok(&push_args(&x, &l2));
+    std::fs::remove_file(l2.join(manifest_name(2))).unwrap();
+    std::fs::write(&f, keep).unwrap();
+    // Run B (newer, its own L1) pushes its generation 2 over A's leftovers.
+    let mut b = Hand::new(&y);
+    b.ic(0, true, &[7, 8, 9], 200, Some(0xB));
+    let want_b = b.truth(&d.path().join("b.rexic"));
+    rex_ok(&push_args(&y, &l2));
+    let b_crc = crc_of(&gen_file(&l2, 2, "rps"));
+    assert_eq!(b_crc, crc_of(&gen_file(&y.join("rex"), 2, "rps")));
+    // Run B's manifest of generation 2 is lost; run A pushes again.
+    std::fs::remove_file(l2.join(manifest_name(2))).unwrap();
+    let _ = rex(&push_args(&x, &l2));
+    assert!(gen_file(&l2, 2, "rps").is_file(), "run B's g2.rps swept");
+    assert_eq!(
+        crc_of(&gen_file(&l2, 2, "rps")),
+        b_crc,
+        "run B's g2.rps overwritten"
+    );
+    // Run B's generation survives in both places: its data in L2, its copy
+    // (manifest and data) in its own L1.
+    let _ = want_b;
+    assert!(y.join("rex").join(manifest_name(2)).is_file());
+    assert_eq!(crc_of(&gen_file(&y.join("rex"), 2, "rps")), b_crc);
+}
+
+/// An unreadable pending file does not turn `--fallback` to another job's
+/// chain: the L1 directory's run is told by its readable files.
+#[test]
+fn an_unreadable_pending_file_does_not_turn_fallback_to_another_job() {
+    let d = tempfile::tempdir().unwrap();
+    let (x, y, l2) = (d.path().join("x"), d.path().join("y"), d.path().join("l2"));
+    let mut a = Hand::new(&x);
+    a.ic(0, true, &[1, 2], 100, Some(0xA));
+    a.ic(1, false, &[2], 101, Some(0xA));
+    rex_ok(&push_args(&x, &l2));
+    a.ic(2, false, &[1], 102, Some(0xA));
+    let want = a.truth(&d.path().join("truth.rexic"));
+    let bad = a.ic(3, false, &[2], 103, Some(0xA));
+    let mut b = Hand::new(&y);
+    b.ic(0, true, &[8, 9], 200, Some(0xB));
+    rex_ok(&push_args(&y, &l2));
+    flip_byte(&bad, 20); // the header: the file no longer reads
+    let (out, img) = restore(&l2, Some(&x), &["--fallback"], &d.path().join("r"));
+    assert!(out.status.success(), "{}", show(&["restore"], &out));
+    assert_image(&img, &want, "restore --l1 x --fallback");
+}
+
+/// A generation that does not exist is a clear error, not a panic.
+#[test]
+fn restoring_a_generation_that_does_not_exist_is_a_clear_error() {
+    let c = chain(49, 2, false);
+    let work = tempfile::tempdir().unwrap();
+    let (l1, l2) = (work.path().join("l1"), work.path().join("l2"));
+    copy_tree(&c.template.join("l1"), &l1);
+    copy_tree(&c.template.join("l2"), &l2);
+    for l1opt in [None, Some(l1.as_path())] {
+        let (out, _) = restore(&l2, l1opt, &["--generation", "99"], &work.path().join("r"));
+        assert_eq!(out.status.code(), Some(3), "{}", show(&["restore"], &out));
+        assert!(stderr(&out).contains("99"), "{}", show(&["restore"], &out));
+    }
+}
+
+/// A job restarted in a fresh L1 whose FULL checkpoint is not pushed yet
+/// verifies: its L1 needs no copy of the old run's chain.
+#[test]
+fn verify_accepts_a_fresh_restart_before_its_first_push() {
+    let d = tempfile::tempdir().unwrap();
+    let (x, y, l2) = (d.path().join("x"), d.path().join("y"), d.path().join("l2"));
+    let mut a = Hand::new(&x);
+    a.ic(0, true, &[1, 2], 100, Some(0xA));
+    rex_ok(&push_args(&x, &l2));
+    let mut b = Hand::new(&y);
+    b.ic(0, true, &[3], 200, Some(0xB));
+    rex_ok(&["verify", "--l2", s(&l2), "--l1", s(&y)]);
+}

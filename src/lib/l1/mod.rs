@@ -86,9 +86,15 @@ fn run_break(run: Option<ChainId>, time_ns: u64, next: &IcMeta) -> Option<String
 }
 
 impl Covered {
-    /// Whether the generation already holds `m`.
+    /// Whether the generation already holds `m`: a checkpoint of its run,
+    /// at or below its last seq, taken no later than its last checkpoint. A
+    /// checkpoint of the run taken later with such a seq is a fork (a
+    /// restarted job that continued the run elsewhere while this generation
+    /// was pushed from another copy): never taken as pushed.
     pub fn covers(&self, m: &IcMeta) -> bool {
-        m.seq() <= self.last_seq && same_run(m.chain_id, self.chain_id)
+        m.seq() <= self.last_seq
+            && same_run(m.chain_id, self.chain_id)
+            && m.header.time_ns <= self.time_ns
     }
 }
 
@@ -159,6 +165,28 @@ pub fn list_ic_files(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(out)
 }
 
+/// The IC files of `dir` whose header and metadata read, sorted by seq;
+/// unreadable ones are left out (for decisions that must not be swayed by
+/// one damaged file).
+pub fn read_readable(dir: &Path) -> Vec<IcMeta> {
+    let mut metas: Vec<IcMeta> = fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.extension().is_some_and(|e| e == EXTENSION)
+                        && !p
+                            .file_name()
+                            .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+                })
+                .filter_map(|p| IcMeta::read(&p).ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    metas.sort_by_key(|m| m.seq());
+    metas
+}
+
 /// Reads the header and metadata of every IC file in `dir` (never page
 /// data), sorted by seq.
 pub fn read_all(dir: &Path) -> Result<Vec<IcMeta>> {
@@ -213,6 +241,18 @@ impl L1Dir {
                 format!(
                     "{why}; L2's newest generation holds {} up to seq {last}: not pushed, kept",
                     run_name(cov.chain_id)
+                ),
+            ));
+        } else if let Some(first) = pending.first()
+            && first.seq() <= last
+            && !first.is_full()
+        {
+            return Err(Error::chain(
+                &first.path,
+                format!(
+                    "seq {} of {} was taken after L2's newest generation, which already holds that run up to seq {last}: a fork of the run (a restarted job that continued it while another copy was pushed); not pushed, kept",
+                    first.seq(),
+                    run_name(first.chain_id)
                 ),
             ));
         } else if let Some(first) = pending.first()

@@ -586,6 +586,18 @@ pub fn recover(job: &Job, opts: &PushOptions, report: &mut PushReport) -> Result
         .cloned()
         .collect();
     for m in pending {
+        // Objects of that number already in L2 must be this generation's
+        // (a crash between its uploads and its L2 manifest leaves exactly
+        // its files): never overwrite another run's generation whose
+        // manifest was lost.
+        if let Some(why) = other_files_in_l2(job, &m)? {
+            report.recovered.push(format!(
+                "kept L1's generation {} out of {}: {why}",
+                m.generation,
+                job.l2.describe()
+            ));
+            continue;
+        }
         let replace = l2_index.invalid.iter().any(|(g, _)| *g == m.generation);
         match upload_generation(job, &m, replace) {
             Ok(()) => {
@@ -627,9 +639,16 @@ pub fn recover(job: &Job, opts: &PushOptions, report: &mut PushReport) -> Result
     }
 
     // L2's newest chain must be in L1 too (L1 is where the next batch is
-    // deduplicated and where a transient restore starts).
+    // deduplicated and where a transient restore starts) — unless the L1
+    // directory's pending checkpoints are refused against it (another run's
+    // chain): then L1's copy of its own chain is all that is left of its
+    // state, and neither copying back nor pruning may touch it.
     let newest = l2_index.newest().cloned();
+    let l1_accepts = newest
+        .as_ref()
+        .is_none_or(|n| L1Dir::scan_after(&job.l1, Some(Covered::from(n))).is_ok());
     if let Some(n) = &newest
+        && l1_accepts
         && let Ok(lineage) = l2_index.lineage(n.generation, job.l2.as_ref())
     {
         for m in lineage {
@@ -659,9 +678,9 @@ pub fn recover(job: &Job, opts: &PushOptions, report: &mut PushReport) -> Result
     // the kept chains whose manifest is missing are a lost manifest, not a
     // crash: they are kept (healed above, or reported by `verify`), and so
     // are files whose manifest exists but is invalid.
-    for (store, index) in [
-        (&job.l1_chain as &dyn Store, &l1_index),
-        (job.l2.as_ref(), &l2_index),
+    for (store, index, in_l2) in [
+        (&job.l1_chain as &dyn Store, &l1_index, false),
+        (job.l2.as_ref(), &l2_index, true),
     ] {
         let objects = store.list()?;
         let with_manifest: std::collections::BTreeSet<u64> = objects
@@ -676,9 +695,17 @@ pub fn recover(job: &Job, opts: &PushOptions, report: &mut PushReport) -> Result
         // same, but its batch is gone from L1, and its files are kept.
         let batch_pending = L1Dir::scan_after(&job.l1, newest_valid.map(Covered::from))
             .is_ok_and(|l1| !l1.files.is_empty());
-        let crash_left = |g: u64| match (newest_valid, oldest_base) {
-            (Some(n), Some(b)) => (g > n.generation && batch_pending) || g < b,
-            _ => batch_pending,
+        // In L2, a generation L1's copy holds a manifest of is not this L1
+        // directory's crash leftover (that would have been uploaded above):
+        // its objects in L2 are another run's, whose manifest is missing.
+        let crash_left = |g: u64| {
+            if in_l2 && l1_index.get(g).is_some() {
+                return false;
+            }
+            match (newest_valid, oldest_base) {
+                (Some(n), Some(b)) => (g > n.generation && batch_pending) || g < b,
+                _ => batch_pending,
+            }
         };
         for o in &objects {
             if let Some(g) = generation_of(&o.name)
@@ -708,6 +735,7 @@ pub fn recover(job: &Job, opts: &PushOptions, report: &mut PushReport) -> Result
     // Finish a prune a crash interrupted (a no-op otherwise): the newest
     // chain is whole in both places at this point.
     if let Some(n) = &newest
+        && l1_accepts
         && l2_index.lineage(n.generation, job.l2.as_ref()).is_ok()
     {
         let mut pruned = PushReport::default();
@@ -727,6 +755,31 @@ pub fn recover(job: &Job, opts: &PushOptions, report: &mut PushReport) -> Result
         l2_index,
         l1_index,
     })
+}
+
+/// Why L2 holds other files under generation `m`'s names than `m`'s own
+/// (another size or CRC), if it does.
+fn other_files_in_l2(job: &Job, m: &Manifest) -> Result<Option<String>> {
+    let objects = job.l2.list()?;
+    for f in &m.files {
+        let Some(o) = objects.iter().find(|o| o.name == f.name) else {
+            continue;
+        };
+        if o.bytes != f.bytes {
+            return Ok(Some(format!(
+                "L2 holds another {} ({} bytes, L1's copy has {}): the files of another generation of that number, whose manifest is missing",
+                f.name, o.bytes, f.bytes
+            )));
+        }
+        let (_, crc) = crate::store::file_crc(&job.l2.open_local(&f.name)?)?;
+        if crc != f.crc32 {
+            return Ok(Some(format!(
+                "L2 holds another {} (CRC {crc:08x}, L1's copy has {:08x}): the files of another generation of that number, whose manifest is missing",
+                f.name, f.crc32
+            )));
+        }
+    }
+    Ok(None)
 }
 
 /// Why generation `m` is not whole in `store`: its manifest is not the

@@ -152,10 +152,12 @@ pub fn restore_l1_l2(job: &Job, opts: &RestoreOptions, out: &Path) -> Result<Res
         };
     }
     restore_with_fallback(&index, opts, |g, first| {
-        let m = index
-            .get(g)
-            .cloned()
-            .expect("restore_with_fallback picks indexed generations");
+        let Some(m) = index.get(g).cloned() else {
+            return Err(Error::chain(
+                job.l2.describe(),
+                format!("generation {g} has no valid manifest in L2 or in L1's copy"),
+            ));
+        };
         let covered = Covered::from(&m);
         // Pending IC files extend the newest generation; when falling back,
         // also the newest generation of their own run (the L1 directory's
@@ -170,13 +172,7 @@ pub fn restore_l1_l2(job: &Job, opts: &RestoreOptions, out: &Path) -> Result<Res
         // Falling back, a generation of another run than the L1 directory's
         // pending incrementals is another job's state (two jobs on one L2):
         // passed over, so the walk reaches the L1 directory's own run.
-        if !first
-            && crate::l1::read_all(&job.l1).is_ok_and(|v| {
-                v.iter().any(|f| {
-                    !covered.covers(f) && !f.is_full() && !same_run(f.chain_id, m.chain_id)
-                })
-            })
-        {
+        if !first && foreign_pending(job, &covered, &m) {
             return Err(Error::chain(
                 &job.l1,
                 format!(
@@ -234,12 +230,7 @@ pub fn restore_l1_l2(job: &Job, opts: &RestoreOptions, out: &Path) -> Result<Res
                 // and they are of another run: this generation is not the
                 // L1 directory's (another job's chain on the same L2); fall
                 // back to the newest generation of the L1 directory's run.
-                let foreign = prefix.is_empty()
-                    && crate::l1::read_all(&job.l1).is_ok_and(|v| {
-                        v.iter().any(|f| {
-                            !covered.covers(f) && !f.is_full() && !same_run(f.chain_id, m.chain_id)
-                        })
-                    });
+                let foreign = prefix.is_empty() && foreign_pending(job, &covered, &m);
                 if foreign {
                     return Err(e);
                 }
@@ -270,6 +261,15 @@ pub fn restore_l1_l2(job: &Job, opts: &RestoreOptions, out: &Path) -> Result<Res
             Err(e) => Err(e),
         }
     })
+}
+
+/// Whether the L1 directory holds pending incrementals of another run than
+/// generation `m` (readable ones: a damaged file must not sway it): then `m`
+/// is not the L1 directory's state but another job's on the same L2.
+fn foreign_pending(job: &Job, covered: &Covered, m: &Manifest) -> bool {
+    crate::l1::read_readable(&job.l1)
+        .iter()
+        .any(|f| !covered.covers(f) && !f.is_full() && !same_run(f.chain_id, m.chain_id))
 }
 
 /// Writes the state of `chain` plus `pending`; when a pending FULL
@@ -699,7 +699,18 @@ pub fn verify(l2: &dyn Store, job: Option<&Job>) -> Result<VerifyReport> {
         // and the next push start.
         let l2_index = ChainIndex::load(l2)?;
         let l1_index = ChainIndex::load(&job.l1_chain)?;
+        // Not when the L1 directory has started a new run (a job restarted
+        // in a fresh L1 whose FULL checkpoint is still pending): its next
+        // push starts a new chain, and L1 needs no copy of the old one.
+        let new_run_pending = l2_index.newest().is_some_and(|n| {
+            L1Dir::scan_after(&job.l1, Some(Covered::from(n))).is_ok_and(|d| {
+                d.files
+                    .first()
+                    .is_some_and(|f| f.is_full() && !same_run(f.chain_id, n.chain_id))
+            })
+        });
         if let Some(n) = l2_index.newest()
+            && !new_run_pending
             && let Ok(lineage) = l2_index.lineage(n.generation, l2)
         {
             for m in lineage {
