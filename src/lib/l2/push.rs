@@ -644,9 +644,11 @@ pub fn recover(job: &Job, opts: &PushOptions, report: &mut PushReport) -> Result
     // chain): then L1's copy of its own chain is all that is left of its
     // state, and neither copying back nor pruning may touch it.
     let newest = l2_index.newest().cloned();
-    let l1_accepts = newest
-        .as_ref()
-        .is_none_or(|n| L1Dir::scan_after(&job.l1, Some(Covered::from(n))).is_ok());
+    // One scan of the L1 directory against L2's newest generation serves
+    // the steps below (whether L1 accepts that chain, whether a crashed
+    // push's batch is still pending, which IC files are covered).
+    let l1_scan = L1Dir::scan_after(&job.l1, newest.as_ref().map(Covered::from));
+    let l1_accepts = l1_scan.is_ok();
     if let Some(n) = &newest
         && l1_accepts
         && let Ok(lineage) = l2_index.lineage(n.generation, job.l2.as_ref())
@@ -693,8 +695,7 @@ pub fn recover(job: &Job, opts: &PushOptions, report: &mut PushReport) -> Result
         // that such a push was pushing (IC files go only after a commit): a
         // committed generation whose manifest was lost everywhere looks the
         // same, but its batch is gone from L1, and its files are kept.
-        let batch_pending = L1Dir::scan_after(&job.l1, newest_valid.map(Covered::from))
-            .is_ok_and(|l1| !l1.files.is_empty());
+        let batch_pending = l1_scan.as_ref().is_ok_and(|l1| !l1.files.is_empty());
         // In L2, a generation L1's copy holds a manifest of is not this L1
         // directory's crash leftover (that would have been uploaded above):
         // its objects in L2 are another run's, whose manifest is missing.
@@ -723,9 +724,8 @@ pub fn recover(job: &Job, opts: &PushOptions, report: &mut PushReport) -> Result
     }
 
     // IC files the newest generation already covers.
-    if let Some(n) = &newest {
-        let l1 = L1Dir::scan_after(&job.l1, Some(Covered::from(n)));
-        if let Ok(l1) = l1 {
+    if newest.is_some() {
+        if let Ok(l1) = &l1_scan {
             for m in &l1.orphans {
                 durable::remove_file(&m.path)?;
                 report.deleted_ics += 1;
