@@ -7,12 +7,13 @@
 //! a gap, because it starts a new chain on its own.
 //!
 //! **Runs.** A FULL file of version 2 mints a chain id, and every incremental
-//! that extends it carries the same id (docs/FORMAT.md §2.11). An incremental
-//! whose id differs from the file before it is an error, and a file counts as
-//! covered by an L2 generation ([`Covered`]) only if it belongs to the same
-//! run: seq numbers alone never decide it, because a job restarted in a fresh
-//! L1 directory counts from 0 again. Version 1 files carry no id and are
-//! matched by seq alone, as before.
+//! that extends it carries the same id (docs/FORMAT.md §2.11, §3.1.6). An
+//! incremental continues exactly the run of the file before it; a FULL file
+//! of another run must be newer in time (runs are ordered by time, not by
+//! seq). A file counts as covered by an L2 generation ([`Covered`]) only if
+//! it is of the same run and was taken no later: seq numbers alone never
+//! decide it, because a job restarted in a fresh L1 directory counts from 0
+//! again. Version 1 files carry no id and are one run among themselves.
 //!
 //! This is the L1 layer of the pipeline (the left of the paper's Fig. 4):
 //! the directory of IC files ([`L1Dir`]), the Page Coalescer that turns a

@@ -3,14 +3,20 @@
 //!
 //! # Order of operations (what makes a crash harmless)
 //!
-//! 1. Take the job lock, then **recover** from any interrupted push (below).
-//! 2. Coalesce the pending IC files (seq after the newest generation).
+//! 1. [`begin_writing`]: take the job lock and a directory L2's writer lock,
+//!    refuse a second writer (another rank), then **recover** from any
+//!    interrupted push (below).
+//! 2. Coalesce the pending IC files: those the newest generation does not
+//!    cover (its run, after its `last_seq`; or a newer run from its FULL
+//!    checkpoint, `crate::l1::Covered`).
 //! 3. Deduplicate into the L1 chain directory (`L1/rex/`): RPS, PF and
 //!    P-Table, each written under a temporary name, fsynced, renamed.
 //! 4. Upload those data files to L2 (same discipline), checking each
 //!    upload's CRC against what the Deduplication Unit wrote.
-//! 5. Write the manifest to L1, then to L2. A generation exists once its
-//!    manifest does; the L2 manifest is the commit point.
+//! 5. For a Δ, check the parent's lineage in L2 ([`check_lineage`]: manifests
+//!    and object sizes) and refuse to build on a broken one. Write the
+//!    manifest to L1, then to L2. A generation exists once its manifest
+//!    does; the L2 manifest is the commit point.
 //! 6. Delete the IC files the generation covers, now that it is durable in
 //!    both places; then prune chains beyond the retention counts, manifests
 //!    first, only once the complete coalescence that supersedes them is
@@ -18,14 +24,17 @@
 //!
 //! **Recovery**, at the start of every push (and of `flush`): uploads an
 //! interrupted push left unfinished in an object store are aborted (see
-//! [`crate::store::S3Store`]); a generation
-//! valid in L1 but not in L2 (a crash between 5a and 5b) is uploaded; a
-//! generation of L2's newest chain missing in L1 is copied back; files of
-//! generations newer than the newest manifest (a crash in 3 or 4) and
-//! temporaries are deleted; IC files covered by the newest generation are
-//! deleted. Whatever the crash, L1 + L2 restore either the old state (the
-//! IC files are still there and the new generation does not exist) or the
-//! new one.
+//! [`crate::store::S3Store`]); a generation valid in L1 but not in L2 (a
+//! crash between the two manifests) is uploaded, unless L2 holds other files
+//! under its names; L2's newest lineage is healed from L1's copy where a
+//! manifest or file is missing there; a generation of L2's newest chain
+//! missing in L1 is copied back (not when the L1 directory's checkpoints are
+//! refused against that chain); files of a generation without a manifest are
+//! deleted only where a crash can have left them (above the newest manifest
+//! while the batch is still pending, below the oldest chain base), with the
+//! temporaries; IC files the newest generation covers are deleted. Whatever
+//! the crash, L1 + L2 restore either the old state (the IC files are still
+//! there and the new generation does not exist) or the new one.
 //!
 //! The L2 store may be a directory or a bucket ([`crate::store::open_l2`]);
 //! the order above is the same for both. In a bucket a manifest is never
@@ -90,8 +99,8 @@ pub struct Job {
     pub l2: Box<dyn Store>,
     /// Receives the progress of uploads to L2 (none by default).
     pub progress: Option<Arc<dyn Progress>>,
-    /// Who pushes: recorded in every manifest, and a push onto an L2 whose
-    /// newest generation another job or rank pushed is refused.
+    /// Who pushes: recorded in every manifest; a push onto an L2 whose
+    /// newest generation another rank pushed is refused (`begin_writing`).
     pub identity: Option<JobIdentity>,
 }
 
@@ -127,7 +136,7 @@ impl Job {
     }
 
     /// Records `identity` in the manifests this job pushes, and refuses to
-    /// push onto another job's or rank's chain.
+    /// push onto another rank's chain.
     pub fn with_identity(mut self, identity: JobIdentity) -> Job {
         self.identity = Some(identity);
         self
