@@ -3,11 +3,19 @@
 //! * **Permanent failure** (`--l2` alone): the newest valid generation's
 //!   lineage (full RPS, ΔRPS files, P-Table deltas, PFs) rebuilds every live
 //!   page by dereferencing its `alpha` pointers.
-//! * **Transient failure** (`--l1` and `--l2`): pages in the C-List of the
-//!   IC files written since the newest generation come from those files; all
-//!   other live pages come from the chain, read from L1's local copy, with
-//!   each generation falling back to L2 when its L1 copy is missing or
-//!   corrupt.
+//! * **Transient failure** (`--l1` and `--l2`): the newest valid generation
+//!   of either place (L2's manifests overlaid with L1's copies of those L2
+//!   lacks); pages in the C-List of the IC files written since it (of its
+//!   run, or a newer run's from its FULL checkpoint, which then supersedes
+//!   the chain) come from those files; all other live pages come from the
+//!   chain, read from L1's local copy, with each generation falling back to
+//!   L2 when its L1 copy is missing or corrupt.
+//! * **`--fallback`** restores the newest valid state instead of failing:
+//!   the pending files up to the first unusable one (a later FULL one
+//!   restarts the state), a pending FULL checkpoint when the generation is
+//!   unreadable, else older generations, passing over another run's when the
+//!   L1 directory's pending checkpoints are of its own run; and says what it
+//!   left out.
 //!
 //! Both are one layered merge (generations, then pending IC files) followed
 //! by one pass over the live pages. Every byte is CRC-checked (chunks of
