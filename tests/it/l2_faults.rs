@@ -25,16 +25,13 @@ use rexctl::l2::restore::{RestoreOptions, restore_l2};
 use rexctl::store::{DirStore, Store};
 
 use crate::util::{
-    assert_image, copy_tree, names_in, rexctl, same_image, take_until, take_until_at, workload,
+    assert_image, assert_no_failures, case, copy_tree, names_in, rexctl, s, same_image, show,
+    stderr, take_until, take_until_at, workload,
 };
 
 // ---------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf-8 temp path")
-}
 
 /// Runs `rexctl args...`, with `REX_FAILPOINT=n` when given (and never
 /// inherited otherwise).
@@ -47,23 +44,10 @@ fn rex(args: &[&str], failpoint: Option<u64>) -> Output {
     c.output().expect("run rexctl")
 }
 
-fn show(args: &[&str], out: &Output) -> String {
-    format!(
-        "rexctl {args:?}: status {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
 /// Runs `rexctl` without failpoint and asserts success; returns stderr.
 fn rex_ok(args: &[&str]) -> String {
     let out = rex(args, None);
     assert!(out.status.success(), "{}", show(args, &out));
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
@@ -175,28 +159,6 @@ fn assert_clean(l1: &Path, l2: &Path, ctx: &str) {
             }
         }
     }
-}
-
-/// Runs one case, turning a failed assertion into an entry of `failures`
-/// (so one run reports every failing case, not just the first).
-fn case(failures: &mut Vec<String>, f: impl FnOnce()) {
-    if let Err(e) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
-        let msg = e
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_else(|| "panic".into());
-        failures.push(msg);
-    }
-}
-
-fn assert_no_failures(failures: &[String], total: usize) {
-    assert!(
-        failures.is_empty(),
-        "{} of {total} cases failed:\n\n{}",
-        failures.len(),
-        failures.join("\n\n")
-    );
 }
 
 /// Number of distinct chains (chain bases) with a valid manifest in `dir`.

@@ -17,16 +17,13 @@ use rexctl::l2::chain::ChainIndex;
 use rexctl::store::DirStore;
 
 use crate::util::{
-    assert_image, copy_tree, names_in, rexctl, same_image, take_until, take_until_at, workload,
+    assert_image, assert_no_failures, case, copy_tree, names_in, rexctl, s, same_image, show,
+    stderr, take_until, take_until_at, workload,
 };
 
 // ---------------------------------------------------------------------------
 // Helpers (after l2_faults.rs)
 // ---------------------------------------------------------------------------
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf-8 temp path")
-}
 
 /// Runs `rexctl args...` (never with an inherited failpoint).
 fn rex(args: &[&str]) -> Output {
@@ -35,22 +32,9 @@ fn rex(args: &[&str]) -> Output {
     c.output().expect("run rexctl")
 }
 
-fn show(args: &[&str], out: &Output) -> String {
-    format!(
-        "rexctl {args:?}: status {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
 fn rex_ok(args: &[&str]) -> String {
     let out = rex(args);
     assert!(out.status.success(), "{}", show(args, &out));
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
@@ -137,27 +121,6 @@ fn flip_byte(path: &Path, at: u64) {
     std::fs::write(path, b).unwrap();
 }
 
-/// Runs one case, turning a failed assertion into an entry of `failures`.
-fn case(failures: &mut Vec<String>, f: impl FnOnce()) {
-    if let Err(e) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
-        let msg = e
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_else(|| "panic".into());
-        failures.push(msg);
-    }
-}
-
-fn assert_no_failures(failures: &[String], total: usize) {
-    assert!(
-        failures.is_empty(),
-        "{} of {total} cases failed:\n\n{}",
-        failures.len(),
-        failures.join("\n\n")
-    );
-}
-
 /// (generation, last seq, kind) of every valid manifest in `dir`.
 fn generations(dir: &Path) -> Vec<(u64, u64, GenKind)> {
     let store = DirStore::open(dir).unwrap();
@@ -182,6 +145,18 @@ struct Chain {
 impl Chain {
     fn image(&self, seq: u64) -> PathBuf {
         self.truth.join(format!("seq-{seq}.rexic"))
+    }
+}
+
+impl Chain {
+    /// A fresh copy of the template's L1 and L2, in a new temporary
+    /// directory: (the directory, L1, L2).
+    fn copy(&self) -> (tempfile::TempDir, PathBuf, PathBuf) {
+        let work = tempfile::tempdir().unwrap();
+        let (l1, l2) = (work.path().join("l1"), work.path().join("l2"));
+        copy_tree(&self.template.join("l1"), &l1);
+        copy_tree(&self.template.join("l2"), &l2);
+        (work, l1, l2)
     }
 }
 
@@ -234,10 +209,7 @@ enum ManifestDefect {
 /// every way the case goes wrong).
 fn older_l2_manifest_case(c: &Chain, k: u64, defect: ManifestDefect) -> Vec<String> {
     let ctx = format!("L2 manifest of generation {k} {defect:?}");
-    let work = tempfile::tempdir().unwrap();
-    let (l1, l2) = (work.path().join("l1"), work.path().join("l2"));
-    copy_tree(&c.template.join("l1"), &l1);
-    copy_tree(&c.template.join("l2"), &l2);
+    let (work, l1, l2) = c.copy();
     let man = l2.join(manifest_name(k));
     match defect {
         ManifestDefect::Delete => std::fs::remove_file(&man).unwrap(),
@@ -365,10 +337,7 @@ fn flipped_older_l2_manifest_is_healed_not_built_upon() {
 #[test]
 fn l1_l2_restore_takes_the_newest_generation_of_either_place() {
     let c = chain(63, 3, false);
-    let work = tempfile::tempdir().unwrap();
-    let (l1, l2) = (work.path().join("l1"), work.path().join("l2"));
-    copy_tree(&c.template.join("l1"), &l1);
-    copy_tree(&c.template.join("l2"), &l2);
+    let (work, l1, l2) = c.copy();
     std::fs::remove_file(l2.join(manifest_name(3))).unwrap();
     let mut failures = Vec::new();
     case(&mut failures, || {
@@ -826,10 +795,7 @@ impl Drop for SmallDisk {
 #[test]
 fn enospc_at_commit_leaves_no_temporary_file() {
     let c = chain(31, 2, false);
-    let work = tempfile::tempdir().unwrap();
-    let (l1, l2) = (work.path().join("l1"), work.path().join("l2"));
-    copy_tree(&c.template.join("l1"), &l1);
-    copy_tree(&c.template.join("l2"), &l2);
+    let (work, _l1, l2) = c.copy();
     let disk = work.path().join("small");
     let Some(_mounted) = SmallDisk::mount(&disk, 64 << 10) else {
         eprintln!(
@@ -1150,10 +1116,7 @@ fn a_generation_without_a_run_never_covers_a_newer_run() {
 #[test]
 fn recovery_keeps_a_committed_generation_whose_manifest_is_lost_everywhere() {
     let c = chain(41, 3, true);
-    let work = tempfile::tempdir().unwrap();
-    let (l1, l2) = (work.path().join("l1"), work.path().join("l2"));
-    copy_tree(&c.template.join("l1"), &l1);
-    copy_tree(&c.template.join("l2"), &l2);
+    let (_work, l1, l2) = c.copy();
     for n in names_in(&c.template.join("more")) {
         std::fs::copy(c.template.join("more").join(&n), l1.join(&n)).unwrap();
     }
@@ -1177,10 +1140,7 @@ fn recovery_keeps_a_committed_generation_whose_manifest_is_lost_everywhere() {
 #[test]
 fn gc_keeps_the_files_of_a_lost_ancestor() {
     let c = chain(43, 3, true);
-    let work = tempfile::tempdir().unwrap();
-    let (l1, l2) = (work.path().join("l1"), work.path().join("l2"));
-    copy_tree(&c.template.join("l1"), &l1);
-    copy_tree(&c.template.join("l2"), &l2);
+    let (_work, l1, l2) = c.copy();
     std::fs::remove_file(l2.join(manifest_name(2))).unwrap();
     rex_ok(&["gc", "--l2", s(&l2), "--grace", "0"]);
     for kind in ["rps", "pf", "ptab"] {
@@ -1282,10 +1242,7 @@ fn fallback_prefers_the_l1_directorys_own_run() {
 #[test]
 fn a_dangling_manifest_link_is_an_invalid_manifest() {
     let c = chain(45, 2, false);
-    let work = tempfile::tempdir().unwrap();
-    let (l1, l2) = (work.path().join("l1"), work.path().join("l2"));
-    copy_tree(&c.template.join("l1"), &l1);
-    copy_tree(&c.template.join("l2"), &l2);
+    let (work, l1, l2) = c.copy();
     std::os::unix::fs::symlink(work.path().join("nowhere"), l2.join(manifest_name(9))).unwrap();
     let (out, _) = restore(&l2, None, &[], &work.path().join("r1"));
     assert_eq!(out.status.code(), Some(3), "{}", show(&["restore"], &out));
@@ -1477,10 +1434,7 @@ fn an_unreadable_pending_file_does_not_turn_fallback_to_another_job() {
 #[test]
 fn restoring_a_generation_that_does_not_exist_is_a_clear_error() {
     let c = chain(49, 2, false);
-    let work = tempfile::tempdir().unwrap();
-    let (l1, l2) = (work.path().join("l1"), work.path().join("l2"));
-    copy_tree(&c.template.join("l1"), &l1);
-    copy_tree(&c.template.join("l2"), &l2);
+    let (work, l1, l2) = c.copy();
     for l1opt in [None, Some(l1.as_path())] {
         let (out, _) = restore(&l2, l1opt, &["--generation", "99"], &work.path().join("r"));
         assert_eq!(out.status.code(), Some(3), "{}", show(&["restore"], &out));

@@ -125,3 +125,44 @@ pub fn take_until_at(w: &mut Workload, l1: &Path, last: u64, truth: &Path, t0: u
     w.write_image(&p).unwrap();
     p
 }
+
+// Output and case helpers shared by the fault and regression suites.
+
+pub fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 temp path")
+}
+
+pub fn show(args: &[&str], out: &Output) -> String {
+    format!(
+        "rexctl {args:?}: status {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Runs one case, turning a failed assertion into an entry of `failures`
+/// (so one run reports every failing case, not just the first).
+pub fn case(failures: &mut Vec<String>, f: impl FnOnce()) {
+    if let Err(e) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        let msg = e
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "panic".into());
+        failures.push(msg);
+    }
+}
+
+pub fn assert_no_failures(failures: &[String], total: usize) {
+    assert!(
+        failures.is_empty(),
+        "{} of {total} cases failed:\n\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
+}
