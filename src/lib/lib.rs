@@ -14,6 +14,7 @@
 //! | 4 | [`l2`] | the Deduplication Unit, chains of generations, push, restore, verify, gc |
 //! | 5 | [`control`] | the runtime controller, `flush`, the configuration |
 //! | 6 | [`eval`] | workload generator, capture of live processes, analyze, compare |
+//! | 6 | [`job`] | librex: a job that checkpoints itself (dirty-page trackers, C API) |
 //!
 //! The items re-exported here are the API a program needs to drive the
 //! pipeline: read and write REX-IC files, coalesce a batch, push it to L2,
@@ -44,6 +45,7 @@ pub mod durable;
 pub mod error;
 pub mod eval;
 pub mod format;
+pub mod job;
 pub mod l1;
 pub mod l2;
 pub mod store;

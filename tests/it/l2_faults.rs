@@ -931,6 +931,7 @@ fn lib_push<H: PatternHasher>(l1: &Path, l2: &DirStore, hasher: H) -> Manifest {
         chain_id: batch.last().and_then(|m| m.chain_id),
         job: None,
         rank: None,
+        regions: None,
     };
     m.check(&l2.root().join(manifest_name(generation))).unwrap();
     l2.put_bytes(&manifest_name(generation), &m.encode())

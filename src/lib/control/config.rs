@@ -89,6 +89,22 @@ pub struct ConfigLayer {
     pub s3_parts_in_flight: Option<usize>,
     /// Ranged GETs in flight at once when reading an object.
     pub s3_get_concurrency: Option<usize>,
+    /// librex: whether the library pushes L2 checkpoints from its own
+    /// background thread (default true); false leaves it to `rexctl flush`.
+    pub l2_thread: Option<bool>,
+    /// librex: the dirty-page tracker (default mprotect).
+    pub tracker: Option<TrackerChoice>,
+}
+
+/// The dirty-page tracker of a job that checkpoints itself (librex).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TrackerChoice {
+    /// `mprotect` + SIGSEGV, as the REX paper's AIC.
+    #[default]
+    Mprotect,
+    /// userfaultfd write-protect (Linux 5.7 and later, anonymous memory).
+    Userfaultfd,
 }
 
 impl ConfigLayer {
@@ -123,6 +139,8 @@ impl ConfigLayer {
             s3_part_size: self.s3_part_size.or(lower.s3_part_size),
             s3_parts_in_flight: self.s3_parts_in_flight.or(lower.s3_parts_in_flight),
             s3_get_concurrency: self.s3_get_concurrency.or(lower.s3_get_concurrency),
+            l2_thread: self.l2_thread.or(lower.l2_thread),
+            tracker: self.tracker.or(lower.tracker),
         }
     }
 
@@ -160,7 +178,23 @@ impl ConfigLayer {
                 )));
             }
         };
+        let tracker = match get("REX_TRACKER").as_deref() {
+            None | Some("") => None,
+            Some("mprotect") => Some(TrackerChoice::Mprotect),
+            Some("userfaultfd") => Some(TrackerChoice::Userfaultfd),
+            Some(v) => {
+                return Err(Error::Invalid(format!(
+                    "REX_TRACKER={v:?}: expected mprotect or userfaultfd"
+                )));
+            }
+        };
         let text = |vars: &[&str]| vars.iter().find_map(|v| get(v).filter(|x| !x.is_empty()));
+        let l2_thread = match text(&["REX_L2_THREAD"]) {
+            None => None,
+            Some(v) => Some(parse_bool(&v).ok_or_else(|| {
+                Error::Invalid(format!("REX_L2_THREAD={v:?}: expected true or false"))
+            })?),
+        };
         let allow_http = match text(&["AWS_ALLOW_HTTP"]) {
             None => None,
             Some(v) => Some(parse_bool(&v).ok_or_else(|| {
@@ -196,6 +230,8 @@ impl ConfigLayer {
             max_chain_length: parse(&get, "REX_MAX_CHAIN_LENGTH")?,
             hash,
             read_rate_mbps: parse(&get, "REX_READ_RATE")?,
+            l2_thread,
+            tracker,
         })
     }
 }
@@ -229,6 +265,10 @@ pub struct Config {
     pub read_rate_mbps: Option<f64>,
     /// How to reach the L2 store.
     pub store: StoreSettings,
+    /// librex: push L2 checkpoints from the library's background thread.
+    pub l2_thread: bool,
+    /// librex: the dirty-page tracker.
+    pub tracker: TrackerChoice,
     /// The files that were read, highest precedence first.
     pub sources: Vec<PathBuf>,
 }
@@ -460,6 +500,8 @@ impl Config {
             hash: l.hash.unwrap_or_default(),
             read_rate_mbps: l.read_rate_mbps,
             store,
+            l2_thread: l.l2_thread.unwrap_or(true),
+            tracker: l.tracker.unwrap_or_default(),
             sources,
         })
     }

@@ -26,6 +26,7 @@ use serde::Serialize;
 
 use crate::durable::AtomicFile;
 use crate::error::{Error, IoContext, Result};
+pub use crate::format::region::{EXT_REGIONS, Region, RegionTable};
 
 /// The 8-byte magic at offset 0.
 pub const MAGIC: [u8; 8] = *b"REXIC01\n";
@@ -153,21 +154,56 @@ impl<'de> serde::Deserialize<'de> for ChainId {
     }
 }
 
+/// What an extension area carries (docs/FORMAT.md §2.11, §2.12).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IcExt {
+    /// The run's chain id (record 1).
+    pub chain: Option<ChainId>,
+    /// The region table of a checkpoint written by librex (record
+    /// `0x8000_0002`).
+    pub regions: Option<RegionTable>,
+}
+
+impl IcExt {
+    /// An extension area with only a chain id.
+    pub fn chain(chain: Option<ChainId>) -> IcExt {
+        IcExt {
+            chain,
+            regions: None,
+        }
+    }
+
+    /// The encoded area: the chain id record, then the region table record.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut e = Vec::new();
+        let mut record = |tag: u32, value: &[u8]| {
+            e.extend_from_slice(&tag.to_le_bytes());
+            e.extend_from_slice(&(value.len() as u32).to_le_bytes());
+            e.extend_from_slice(value);
+            e.resize(e.len().div_ceil(8) * 8, 0);
+        };
+        if let Some(c) = self.chain {
+            record(EXT_CHAIN_ID, &c.0);
+        }
+        if let Some(t) = &self.regions {
+            record(EXT_REGIONS, &t.encode());
+        }
+        e
+    }
+}
+
 /// The extension area of a file with one record, the chain id.
 pub fn encode_ext(chain: Option<ChainId>) -> Vec<u8> {
-    let mut e = Vec::new();
-    if let Some(c) = chain {
-        e.extend_from_slice(&EXT_CHAIN_ID.to_le_bytes());
-        e.extend_from_slice(&16u32.to_le_bytes());
-        e.extend_from_slice(&c.0);
-    }
-    e
+    IcExt::chain(chain).encode()
 }
 
 /// Parses and checks an extension area (docs/FORMAT.md §2.11) that starts
-/// at file offset `base`; returns the chain id it carries, if any.
-pub(crate) fn parse_ext(path: &Path, base: u64, ext: &[u8]) -> Result<Option<ChainId>> {
+/// at file offset `base`, of a file of `page_size`-byte pages; returns the
+/// chain id and region table it carries.
+pub(crate) fn parse_ext(path: &Path, base: u64, page_size: u32, ext: &[u8]) -> Result<IcExt> {
     let mut chain = None;
+    let mut regions = None;
+    let mut seen_regions = false;
     let mut at = 0usize;
     while at < ext.len() {
         let abs = base + at as u64;
@@ -204,6 +240,13 @@ pub(crate) fn parse_ext(path: &Path, base: u64, ext: &[u8]) -> Result<Option<Cha
                 }
                 chain = Some(ChainId(id));
             }
+            EXT_REGIONS => {
+                if seen_regions {
+                    return Err(bad("a second region table".into()));
+                }
+                seen_regions = true;
+                regions = RegionTable::decode(path, abs + 8, page_size, value)?;
+            }
             t if t & EXT_OPTIONAL != 0 => {}
             t => {
                 return Err(bad(format!(
@@ -213,7 +256,7 @@ pub(crate) fn parse_ext(path: &Path, base: u64, ext: &[u8]) -> Result<Option<Cha
         }
         at += 8 + padded;
     }
-    Ok(chain)
+    Ok(IcExt { chain, regions })
 }
 
 /// The fixed 64-byte header, decoded.
@@ -395,6 +438,9 @@ pub struct IcMeta {
     /// The run this checkpoint belongs to (version 2); `None` in a version 1
     /// file, which is matched by seq alone, as before chain ids.
     pub chain_id: Option<ChainId>,
+    /// The region table of a checkpoint written by librex (§2.12); every
+    /// carried page then lies in one of its regions.
+    pub regions: Option<RegionTable>,
     /// Bytes read from the file to obtain this (header + metadata block).
     pub bytes_read: u64,
 }
@@ -457,6 +503,7 @@ impl IcMeta {
         let meta_len = meta.len();
         let parsed = parse_meta(
             path,
+            header.page_size,
             header.page_count,
             header.drop_count,
             header.ext_len,
@@ -469,7 +516,8 @@ impl IcMeta {
             pages: parsed.0,
             drops: parsed.1,
             page_crcs: parsed.2,
-            chain_id: parsed.3,
+            chain_id: parsed.3.chain,
+            regions: parsed.3.regions,
             bytes_read: HEADER_LEN + meta_len as u64,
         })
     }
@@ -521,7 +569,7 @@ pub(crate) fn read_meta_block(path: &Path, file: &File, meta_crc_off: u64) -> Re
 }
 
 /// A parsed metadata block: page index, drop ranges, page CRCs, chain id.
-pub(crate) type ParsedMeta = (Vec<u64>, Vec<DropRange>, Vec<u32>, Option<ChainId>);
+pub(crate) type ParsedMeta = (Vec<u64>, Vec<DropRange>, Vec<u32>, IcExt);
 
 /// Parses and checks a metadata block `meta` (file bytes 64 ..
 /// meta_crc_off + 4) of `pc` pages and `dc` drop ranges: `meta_crc`, index
@@ -529,6 +577,7 @@ pub(crate) type ParsedMeta = (Vec<u64>, Vec<DropRange>, Vec<u32>, Option<ChainId
 /// block. The caller has checked that `meta` has the right length.
 pub(crate) fn parse_meta(
     path: &Path,
+    page_size: u32,
     pc: u64,
     dc: u64,
     ext_len: u32,
@@ -647,8 +696,27 @@ pub(crate) fn parse_meta(
     for i in 0..pc {
         crcs.push(le32(meta, rel(l.crcs_off) + i * 4));
     }
-    let chain = parse_ext(path, l.ext_off, &meta[rel(l.ext_off)..rel(l.meta_crc_off)])?;
-    Ok((pages, drops, crcs, chain))
+    let ext = parse_ext(
+        path,
+        l.ext_off,
+        page_size,
+        &meta[rel(l.ext_off)..rel(l.meta_crc_off)],
+    )?;
+    if let Some(t) = &ext.regions
+        && let Err(p) = t.check_pages(&pages)
+    {
+        let i = pages.binary_search(&p).expect("a carried page");
+        let (id, idx) = crate::format::region::split_page(p);
+        return Err(Error::corrupt(
+            path,
+            HEADER_LEN + 8 * i as u64,
+            "page index",
+            format!(
+                "entry {i} is page {p:#x} (region {id}, index {idx}), outside every region of the file's region table"
+            ),
+        ));
+    }
+    Ok((pages, drops, crcs, ext))
 }
 
 /// An IC file opened for reading page data through a memory map.
@@ -812,6 +880,43 @@ impl IcWriter {
         Self::create_in_chain(path, page_size, seq, full, time_ns, None, pages, drops)
     }
 
+    /// As [`IcWriter::create_in_chain`], with the whole extension area
+    /// (chain id and region table, §2.12).
+    #[allow(clippy::too_many_arguments)]
+    pub fn create_ext(
+        path: impl AsRef<Path>,
+        page_size: u32,
+        seq: u64,
+        full: bool,
+        time_ns: u64,
+        ext: &IcExt,
+        pages: Vec<u64>,
+        drops: Vec<DropRange>,
+    ) -> Result<IcWriter> {
+        let path = path.as_ref();
+        if let Some(t) = &ext.regions {
+            t.check(page_size).map_err(|e| {
+                Error::Invalid(format!("{}: refusing to write: {e}", path.display()))
+            })?;
+            if let Err(p) = t.check_pages(&pages) {
+                return Err(Error::Invalid(format!(
+                    "{}: refusing to write: page {p:#x} lies outside every region",
+                    path.display()
+                )));
+            }
+        }
+        Self::create_raw(
+            path,
+            page_size,
+            seq,
+            full,
+            time_ns,
+            ext.encode(),
+            pages,
+            drops,
+        )
+    }
+
     /// As [`IcWriter::create`], for a checkpoint of run `chain`: a version 2
     /// file whose extension area carries the chain id (version 1 without).
     #[allow(clippy::too_many_arguments)]
@@ -825,8 +930,29 @@ impl IcWriter {
         pages: Vec<u64>,
         drops: Vec<DropRange>,
     ) -> Result<IcWriter> {
-        let path = path.as_ref();
         let ext = encode_ext(chain);
+        Self::create_raw(path, page_size, seq, full, time_ns, ext, pages, drops)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn create_raw(
+        path: impl AsRef<Path>,
+        page_size: u32,
+        seq: u64,
+        full: bool,
+        time_ns: u64,
+        ext: Vec<u8>,
+        pages: Vec<u64>,
+        drops: Vec<DropRange>,
+    ) -> Result<IcWriter> {
+        let path = path.as_ref();
+        if ext.len() > MAX_EXT_LEN as usize {
+            return Err(Error::Invalid(format!(
+                "{}: refusing to write: an extension area of {} bytes (at most {MAX_EXT_LEN}; too many regions)",
+                path.display(),
+                ext.len()
+            )));
+        }
         let header = IcHeader {
             page_size,
             seq,

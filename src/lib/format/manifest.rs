@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::format::ic::ChainId;
 use crate::format::ptable::check_sizes;
+use crate::format::region::RegionTable;
 
 /// First line of every manifest.
 pub const MAGIC_LINE: &str = "REXMAN1";
@@ -135,6 +136,10 @@ pub struct Manifest {
     /// The rank within the job that pushed it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rank: Option<String>,
+    /// The region table of checkpoint `last_seq`, when a job checkpointing
+    /// itself through librex wrote it (docs/FORMAT.md §2.12).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub regions: Option<RegionTable>,
 }
 
 impl Manifest {
@@ -234,6 +239,11 @@ impl Manifest {
     /// Checks the manifest's internal consistency.
     pub fn check(&self, path: &Path) -> Result<()> {
         let bad = |field: &'static str, why: String| Err(Error::corrupt(path, 0, field, why));
+        if let Some(t) = &self.regions
+            && let Err(why) = t.check(self.page_size)
+        {
+            return bad("regions", why);
+        }
         if self.format != FORMAT {
             return bad(
                 "format",

@@ -12,6 +12,7 @@ pub mod chunked;
 pub mod ic;
 pub mod manifest;
 pub mod ptable;
+pub mod region;
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;

@@ -122,7 +122,8 @@ impl PTableDelta {
             ));
         };
         let meta = super::ic::read_meta_block(path, &file, HEADER_LEN + meta_len - 4)?;
-        let (pages, drops, page_crcs, _) = parse_meta(path, pc, dc, 0, &meta)?;
+        let (pages, drops, page_crcs, _) =
+            parse_meta(path, crate::format::ic::MIN_PAGE_SIZE, pc, dc, 0, &meta)?;
         Ok(PTableDelta {
             path: path.to_path_buf(),
             generation: le64(16),

@@ -15,6 +15,11 @@ use crate::error::{Error, IoContext, Result};
 
 /// Name of the lock file inside the L1 directory.
 pub const LOCK_NAME: &str = ".rex.lock";
+/// Name of the producer lock inside the L1 directory: held for its whole
+/// life by a job that checkpoints itself through librex, so that two
+/// processes never write one L1 directory, and so that recovery leaves the
+/// temporary files of a live producer alone.
+pub const PRODUCER_LOCK_NAME: &str = ".rex.producer.lock";
 
 /// A held job lock; released on drop (or by the kernel at exit).
 #[derive(Debug)]
@@ -27,7 +32,17 @@ impl JobLock {
     /// Takes the lock of the L1 directory `l1` without waiting, or returns
     /// [`Error::Busy`] naming the holder.
     pub fn acquire(l1: &Path, what: &str) -> Result<JobLock> {
-        let path = l1.join(LOCK_NAME);
+        Self::acquire_named(l1, LOCK_NAME, what)
+    }
+
+    /// Takes the producer lock of the L1 directory `l1`
+    /// ([`PRODUCER_LOCK_NAME`]) without waiting.
+    pub fn acquire_producer(l1: &Path, what: &str) -> Result<JobLock> {
+        Self::acquire_named(l1, PRODUCER_LOCK_NAME, what)
+    }
+
+    fn acquire_named(l1: &Path, name: &str, what: &str) -> Result<JobLock> {
+        let path = l1.join(name);
         let mut file = OpenOptions::new()
             .read(true)
             .write(true)

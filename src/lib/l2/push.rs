@@ -460,6 +460,10 @@ pub fn push_locked(
             .unwrap_or_else(|| chain.as_ref().and_then(|c| c.manifest().chain_id)),
         job: job.identity.as_ref().map(|i| i.job.clone()),
         rank: job.identity.as_ref().map(|i| i.rank.clone()),
+        regions: match batch.last() {
+            Some(m) => m.regions.clone(),
+            None => chain.as_ref().and_then(|c| c.manifest().regions.clone()),
+        },
     };
     // Never commit a Δ on a broken L2 lineage: it would make every later
     // restore fail. The pending IC files are kept; recovery healed what L1's
@@ -565,7 +569,19 @@ fn remove_generation_files(store: &dyn Store, g: u64) -> Result<()> {
 /// Brings L1 and L2 back to one consistent state after an interrupted push
 /// (see the module doc). Call with the job lock held.
 pub fn recover(job: &Job, opts: &PushOptions, report: &mut PushReport) -> Result<Recovered> {
-    for dir in [job.l1.clone(), job.l1_chain.root().to_path_buf()] {
+    // A live producer (a job checkpointing itself through librex) holds the
+    // producer lock and may be writing its next IC file under a temporary
+    // name right now: its temporaries are not stale, and it removes its own
+    // crashed predecessor's when it starts.
+    let producer_alive = matches!(
+        JobLock::acquire_producer(&job.l1, "recovery"),
+        Err(Error::Busy { .. })
+    );
+    let mut dirs = vec![job.l1_chain.root().to_path_buf()];
+    if !producer_alive {
+        dirs.insert(0, job.l1.clone());
+    }
+    for dir in dirs {
         let n = durable::remove_stale_temps(&dir)?;
         if n > 0 {
             report

@@ -32,7 +32,7 @@ use serde::Serialize;
 
 use crate::durable::AtomicFile;
 use crate::error::{Error, Result};
-use crate::format::ic::{ChainId, IcFile, IcMeta, IcWriter};
+use crate::format::ic::{ChainId, IcExt, IcFile, IcMeta, IcWriter, RegionTable};
 use crate::format::manifest::Manifest;
 use crate::l1::coalesce::{PageLayer, merge_layers};
 use crate::l1::{Covered, L1Dir, same_run};
@@ -89,6 +89,10 @@ pub struct RestoreOptions {
     pub pages: Option<PageRanges>,
     /// Write a flat image instead of a REX-IC file.
     pub raw: bool,
+    /// Restore only the region with this id (a checkpoint of a job that
+    /// checkpoints itself through librex; docs/FORMAT.md §2.12). With `raw`,
+    /// the output is exactly the region's bytes.
+    pub region: Option<u32>,
 }
 
 /// What a restore did.
@@ -115,6 +119,9 @@ pub struct RestoreReport {
     /// The run (chain id) whose state the image is, when its checkpoints
     /// carry one; a REX-IC image carries it too.
     pub chain_id: Option<ChainId>,
+    /// The region table of the restored state (checkpoints written by
+    /// librex); a REX-IC image carries it too.
+    pub regions: Option<RegionTable>,
 }
 
 /// Restores from L2 alone (permanent failure) into `out`.
@@ -449,6 +456,44 @@ fn write_image(
     report: &mut RestoreReport,
 ) -> Result<()> {
     let started = Instant::now();
+    // The regions of the state restored: those of its newest checkpoint.
+    let regions = match pending.last() {
+        Some(m) => m.regions.clone(),
+        None => chain.and_then(|c| c.manifest().regions.clone()),
+    };
+    let mut region_size = None;
+    let narrowed;
+    let opts = match opts.region {
+        None => opts,
+        Some(id) => {
+            let Some(r) = regions.as_ref().and_then(|t| t.get(id)) else {
+                return Err(Error::Invalid(format!(
+                    "--region {id}: the restored state (seq {}) has {}",
+                    pending
+                        .last()
+                        .map(|m| m.seq())
+                        .or_else(|| chain.map(|c| c.manifest().last_seq))
+                        .unwrap_or(0),
+                    match &regions {
+                        None => "no region table (not written by librex)".to_string(),
+                        Some(t) => format!(
+                            "no region {id} (regions: {})",
+                            t.0.iter()
+                                .map(|r| r.id.to_string())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                    }
+                )));
+            };
+            region_size = Some(r.size);
+            narrowed = RestoreOptions {
+                pages: Some(vec![(r.first_page(), r.first_page() + r.pages - 1)]),
+                ..opts.clone()
+            };
+            &narrowed
+        }
+    };
     let gens: &[OpenGeneration] = chain.map(|c| c.gens.as_slice()).unwrap_or(&[]);
     let mut layers: Vec<&dyn PageLayer> = gens.iter().map(|g| g as &dyn PageLayer).collect();
     layers.extend(pending.iter().map(|m| m as &dyn PageLayer));
@@ -527,6 +572,7 @@ fn write_image(
     report.generation = chain.map(|c| c.manifest().generation);
     report.seq = seq;
     report.chain_id = chain_id;
+    report.regions = regions.clone();
 
     let mut buf = vec![0u8; page_size as usize];
     let mut fetch = |e: &crate::l1::coalesce::CListEntry, buf: &mut Vec<u8>| -> Result<u32> {
@@ -580,18 +626,23 @@ fn write_image(
             f.write_all(&buf)?;
             at = off + u64::from(page_size);
         }
-        f.set_len(span)?;
+        // One region: exactly its bytes (the last page may be partly used).
+        f.set_len(region_size.unwrap_or(span))?;
         f.commit()?;
         report.raw_first_page = Some(first_page);
     } else {
         let full = opts.pages.is_none();
-        let mut w = IcWriter::create_in_chain(
+        let ext = IcExt {
+            chain: chain_id,
+            regions,
+        };
+        let mut w = IcWriter::create_ext(
             out,
             page_size,
             seq,
             full,
             time_ns,
-            chain_id,
+            &ext,
             entries.iter().map(|e| e.page).collect(),
             Vec::new(),
         )?;

@@ -126,8 +126,14 @@ impl Counterpart for Libhash {
                     .ok_or_else(|| Error::corrupt(&fp_path, at, "header", "counts overflow"))?;
                 let meta_len = (layout.meta_crc_off + 4 - HEADER_LEN) as usize;
                 let meta = c.take(meta_len, "metadata")?;
-                let (pages, drops, crcs, _) =
-                    ic::parse_meta(&fp_path, h.page_count, h.drop_count, h.ext_len, meta)?;
+                let (pages, drops, crcs, _) = ic::parse_meta(
+                    &fp_path,
+                    h.page_size,
+                    h.page_count,
+                    h.drop_count,
+                    h.ext_len,
+                    meta,
+                )?;
                 img.begin(&fp_path, &h, &drops)?;
                 let ps = h.page_size as usize;
                 let mut buf = vec![0u8; ps];

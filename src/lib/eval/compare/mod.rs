@@ -1245,8 +1245,9 @@ impl MemIc {
                 )
             })?;
         let meta_end = (layout.meta_crc_off + 4) as usize;
-        let (pages, drops, page_crcs, chain_id) = ic::parse_meta(
+        let (pages, drops, page_crcs, ext) = ic::parse_meta(
             path,
+            header.page_size,
             header.page_count,
             header.drop_count,
             header.ext_len,
@@ -1260,7 +1261,8 @@ impl MemIc {
                 pages,
                 drops,
                 page_crcs,
-                chain_id,
+                chain_id: ext.chain,
+                regions: ext.regions,
                 bytes_read: meta_end as u64,
             },
             bytes,

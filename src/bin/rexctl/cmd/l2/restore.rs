@@ -48,6 +48,11 @@ pub struct Args {
     /// (the output then carries only them and is not FULL).
     #[arg(long)]
     pages: Option<String>,
+    /// Restore only region ID of a job that checkpoints itself through
+    /// librex (`rex_protect(ID, ...)`); with `--raw`, the output is exactly
+    /// the region's bytes, as the job had them.
+    #[arg(long, value_name = "ID", conflicts_with = "pages")]
+    region: Option<u32>,
     /// Restore this generation instead of the newest.
     #[arg(long)]
     generation: Option<u64>,
@@ -69,10 +74,11 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         fallback: a.fallback,
         pages: a.pages.as_deref().map(parse_page_ranges).transpose()?,
         raw: a.raw,
+        region: a.region,
     };
     let l2 = a.store.open(&a.l2, false)?;
     // A few pages need a few chunks: a bucket is read on demand.
-    l2.read_on_demand(opts.pages.is_some());
+    l2.read_on_demand(opts.pages.is_some() || opts.region.is_some());
     let pb = ui::spinner("restoring");
     let (report, stats) = match &a.l1 {
         Some(l1) => {

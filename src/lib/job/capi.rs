@@ -1,0 +1,332 @@
+//! The C API of librex (`include/rex.h`, generated from this file by
+//! cbindgen; `rex(3)` documents it).
+//!
+//! One job per process, as in VeloC and FTI: the functions work on a
+//! process-wide [`Rex`] behind a mutex. Every function returns 0 or a
+//! negative `REX_E*` code (`rex_alloc` returns NULL); `rex_strerror`
+//! explains a code and `rex_last_error` gives the full message of the
+//! calling thread's last failure (file, offset, what was wrong). No Rust
+//! panic crosses the C boundary: one is caught and reported as
+//! `REX_EIO` with its message.
+
+use std::cell::RefCell;
+use std::ffi::{CStr, CString, c_char, c_int, c_void};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::Mutex;
+
+use super::Rex;
+use crate::error::Error;
+
+/// Success.
+pub const REX_OK: c_int = 0;
+/// A bad argument: a NULL pointer, a negative id, size 0, an overlapping
+/// or unknown region.
+pub const REX_EINVAL: c_int = -1;
+/// A call out of order: not initialized, initialized twice, a restart
+/// after a checkpoint, no region registered.
+pub const REX_ESTATE: c_int = -2;
+/// The configuration: no L1 or L2, an unreadable rex.toml, a bad value.
+pub const REX_ECONFIG: c_int = -3;
+/// An I/O error writing or reading a checkpoint (or reaching L2).
+pub const REX_EIO: c_int = -4;
+/// Another process checkpoints into the same L1 directory.
+pub const REX_EBUSY: c_int = -5;
+/// Out of memory.
+pub const REX_ENOMEM: c_int = -6;
+/// Restart: the registered regions differ from the checkpoint's.
+pub const REX_EREGION: c_int = -7;
+/// Restart: there is nothing to restart from.
+pub const REX_ENORESTART: c_int = -8;
+/// The checkpoints are damaged and no valid state is left.
+pub const REX_ECORRUPT: c_int = -9;
+/// A background L2 push failed (the L1 checkpoints are safe).
+pub const REX_EL2: c_int = -10;
+/// Dirty-page tracking could not be set up or kept (mprotect,
+/// userfaultfd, vm.max_map_count).
+pub const REX_ETRACK: c_int = -11;
+
+static REX: Mutex<Option<Rex>> = Mutex::new(None);
+
+thread_local! {
+    static LAST: RefCell<CString> = RefCell::new(CString::default());
+}
+
+fn set_last(msg: &str) {
+    let c = CString::new(msg.replace('\0', " ")).unwrap_or_default();
+    LAST.with(|l| *l.borrow_mut() = c);
+}
+
+/// The code of a library error, with `invalid` for [`Error::Invalid`]
+/// (whose meaning depends on the call).
+fn code_of(e: &Error, invalid: c_int) -> c_int {
+    match e {
+        Error::Io { source, .. } if source.raw_os_error() == Some(libc::ENOMEM) => REX_ENOMEM,
+        Error::Io { .. } | Error::Remote { .. } => REX_EIO,
+        Error::Corrupt { .. } | Error::Chain { .. } => REX_ECORRUPT,
+        Error::Busy { .. } => REX_EBUSY,
+        Error::PatternSpaceFull(_) => REX_EL2,
+        Error::Invalid(_) | Error::Process { .. } => invalid,
+    }
+}
+
+/// Runs `f` on the job under the lock, catching panics; records the
+/// message of a failure for `rex_last_error`.
+fn with_rex(f: impl FnOnce(&mut Option<Rex>) -> Result<c_int, (c_int, String)>) -> c_int {
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut g = REX.lock().unwrap_or_else(|e| e.into_inner());
+        f(&mut g)
+    }));
+    match r {
+        Ok(Ok(code)) => code,
+        Ok(Err((code, msg))) => {
+            set_last(&msg);
+            code
+        }
+        Err(p) => {
+            let what = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            set_last(&format!("internal error (panic): {what}"));
+            REX_EIO
+        }
+    }
+}
+
+fn started(g: &mut Option<Rex>) -> Result<&mut Rex, (c_int, String)> {
+    g.as_mut().ok_or((
+        REX_ESTATE,
+        "librex is not initialized: call rex_init first".to_string(),
+    ))
+}
+
+fn fail(e: Error, invalid: c_int) -> (c_int, String) {
+    (code_of(&e, invalid), e.report())
+}
+
+fn region_id(id: c_int) -> Result<u32, (c_int, String)> {
+    u32::try_from(id).map_err(|_| (REX_EINVAL, format!("region id {id} is negative")))
+}
+
+/// Starts checkpointing this process. `config` is a rex.toml path, or NULL
+/// for the usual layers (`REX_*` variables, `./rex.toml`,
+/// `/etc/rex/rex.toml`); the `l1` and `l2` keys are required.
+#[unsafe(no_mangle)]
+pub extern "C" fn rex_init(config: *const c_char) -> c_int {
+    let path = if config.is_null() {
+        None
+    } else {
+        // SAFETY: the caller passes a NUL-terminated string (rex.h).
+        let c = unsafe { CStr::from_ptr(config) };
+        Some(Path::new(std::ffi::OsStr::from_bytes(c.to_bytes())).to_path_buf())
+    };
+    with_rex(|g| {
+        if g.is_some() {
+            return Err((
+                REX_ESTATE,
+                "librex is already initialized (rex_finalize first)".into(),
+            ));
+        }
+        let cfg = crate::control::config::Config::load(Default::default(), path.as_deref())
+            .map_err(|e| fail(e, REX_ECONFIG))?;
+        let rex = Rex::with_config(cfg).map_err(|e| fail(e, REX_ETRACK))?;
+        *g = Some(rex);
+        Ok(REX_OK)
+    })
+}
+
+/// Registers `size` bytes at `ptr` as region `id` (`id` >= 0, any
+/// alignment). The id, not the address, names the region in checkpoints.
+#[unsafe(no_mangle)]
+pub extern "C" fn rex_protect(id: c_int, ptr: *mut c_void, size: usize) -> c_int {
+    with_rex(|g| {
+        let rex = started(g)?;
+        let id = region_id(id)?;
+        // SAFETY: the caller registers memory it owns for as long as the
+        // region is registered (rex.h, rex(3)).
+        unsafe { rex.protect(id, ptr as *mut u8, size) }.map_err(|e| fail(e, REX_EINVAL))?;
+        Ok(REX_OK)
+    })
+}
+
+/// Allocates `size` bytes of zeroed, page-aligned memory registered as
+/// region `id`; NULL on failure (`rex_last_error` says why).
+#[unsafe(no_mangle)]
+pub extern "C" fn rex_alloc(id: c_int, size: usize) -> *mut c_void {
+    let mut out: *mut c_void = std::ptr::null_mut();
+    with_rex(|g| {
+        let rex = started(g)?;
+        let id = region_id(id)?;
+        out = rex.alloc(id, size).map_err(|e| fail(e, REX_EINVAL))? as *mut c_void;
+        Ok(REX_OK)
+    });
+    out
+}
+
+/// Forgets region `id`: its pages are dropped by the next checkpoint;
+/// memory from `rex_alloc` is freed.
+#[unsafe(no_mangle)]
+pub extern "C" fn rex_unprotect(id: c_int) -> c_int {
+    with_rex(|g| {
+        let rex = started(g)?;
+        let id = region_id(id)?;
+        rex.unprotect(id).map_err(|e| fail(e, REX_EINVAL))?;
+        Ok(REX_OK)
+    })
+}
+
+/// Declares that the kernel is about to write `ptr .. ptr + size` (a
+/// `read(2)` into a region): its pages are recorded and write-enabled until
+/// the next checkpoint.
+#[unsafe(no_mangle)]
+pub extern "C" fn rex_dirty(ptr: *mut c_void, size: usize) -> c_int {
+    with_rex(|g| {
+        let rex = started(g)?;
+        rex.dirty(ptr as *const u8, size)
+            .map_err(|e| fail(e, REX_EINVAL))?;
+        Ok(REX_OK)
+    })
+}
+
+/// Takes an L1 checkpoint: the first is FULL, later ones carry the pages
+/// written since the previous one. Returns when the pages are copied; the
+/// file is written in the background, and an L2 push runs in the
+/// background when the controller says one is due.
+#[unsafe(no_mangle)]
+pub extern "C" fn rex_checkpoint() -> c_int {
+    with_rex(|g| {
+        let rex = started(g)?;
+        if rex.regions.is_empty() {
+            return Err((
+                REX_ESTATE,
+                "no region is registered: nothing to checkpoint".into(),
+            ));
+        }
+        rex.checkpoint().map_err(|e| fail(e, REX_ETRACK))?;
+        Ok(REX_OK)
+    })
+}
+
+/// Waits for all background work (the L1 write, an L2 push).
+#[unsafe(no_mangle)]
+pub extern "C" fn rex_checkpoint_wait() -> c_int {
+    with_rex(|g| {
+        let rex = started(g)?;
+        rex.checkpoint_wait().map_err(|e| fail(e, REX_EL2))?;
+        Ok(REX_OK)
+    })
+}
+
+/// 1 if the job can restart (and `*seq` the seq of the newest restorable
+/// state), 0 if there is nothing to restart from, or a negative code.
+///
+/// # Safety
+/// `seq` must point to a writable `uint64_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rex_restart_test(seq: *mut u64) -> c_int {
+    with_rex(|g| {
+        let rex = started(g)?;
+        if seq.is_null() {
+            return Err((REX_EINVAL, "rex_restart_test: seq is NULL".into()));
+        }
+        if rex.checkpoints > 0 {
+            return Err((
+                REX_ESTATE,
+                "rex_restart_test after a checkpoint: restart before the first checkpoint".into(),
+            ));
+        }
+        match rex.restart_test().map_err(|e| fail(e, REX_EINVAL))? {
+            Some(s) => {
+                // SAFETY: checked non-NULL; the caller passes a writable
+                // uint64_t.
+                unsafe { *seq = s };
+                Ok(1)
+            }
+            None => Ok(0),
+        }
+    })
+}
+
+/// Fills the registered regions (same ids and sizes as at the checkpoint)
+/// with the newest valid state; later checkpoints continue its chain.
+#[unsafe(no_mangle)]
+pub extern "C" fn rex_restart() -> c_int {
+    with_rex(|g| {
+        let rex = started(g)?;
+        if rex.checkpoints > 0 {
+            return Err((
+                REX_ESTATE,
+                "rex_restart after a checkpoint: restart before the first checkpoint".into(),
+            ));
+        }
+        match rex.restart_test() {
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                return Err((
+                    REX_ENORESTART,
+                    format!(
+                        "nothing to restart from: no L2 generation in {} and no L1 checkpoint in {}",
+                        rex.cfg.l2.display(),
+                        rex.cfg.l1.display()
+                    ),
+                ));
+            }
+            Err(e) => return Err(fail(e, REX_EINVAL)),
+        }
+        let report = rex.restart().map_err(|e| fail(e, REX_EREGION))?;
+        if let Some(why) = &report.fell_back {
+            eprintln!("librex: WARNING: restarted from an older state: {why}");
+        }
+        Ok(REX_OK)
+    })
+}
+
+/// Waits for background work, stops the threads and the tracking, and
+/// releases the L1 directory. Memory from `rex_alloc` stays valid.
+#[unsafe(no_mangle)]
+pub extern "C" fn rex_finalize() -> c_int {
+    with_rex(|g| {
+        let rex = g.take().ok_or((
+            REX_ESTATE,
+            "librex is not initialized: call rex_init first".to_string(),
+        ))?;
+        // Memory the job got from rex_alloc stays mapped: the job may still
+        // read its results after finalizing.
+        let mut rex = rex;
+        for r in rex.regions.values_mut() {
+            r.owned = false;
+        }
+        rex.finalize().map_err(|e| fail(e, REX_EL2))?;
+        Ok(REX_OK)
+    })
+}
+
+/// A static description of a `REX_E*` code.
+#[unsafe(no_mangle)]
+pub extern "C" fn rex_strerror(code: c_int) -> *const c_char {
+    let s: &'static CStr = match code {
+        REX_OK => c"success",
+        REX_EINVAL => c"invalid argument",
+        REX_ESTATE => c"call out of order",
+        REX_ECONFIG => c"configuration error",
+        REX_EIO => c"input/output error",
+        REX_EBUSY => c"another process checkpoints into this L1 directory",
+        REX_ENOMEM => c"out of memory",
+        REX_EREGION => c"registered regions differ from the checkpoint's",
+        REX_ENORESTART => c"nothing to restart from",
+        REX_ECORRUPT => c"checkpoint damaged, no valid state left",
+        REX_EL2 => c"background L2 push failed (L1 checkpoints are safe)",
+        REX_ETRACK => c"dirty-page tracking failed",
+        _ => c"unknown error code",
+    };
+    s.as_ptr()
+}
+
+/// The full message of this thread's last failure ("" if none); valid until
+/// this thread's next failing rex_* call.
+#[unsafe(no_mangle)]
+pub extern "C" fn rex_last_error() -> *const c_char {
+    LAST.with(|l| l.borrow().as_ptr())
+}

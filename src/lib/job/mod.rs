@@ -1,0 +1,800 @@
+//! librex: a job that checkpoints itself into rexctl and restarts from it.
+//!
+//! This is the REX paper's L1 side (§3, §3.5, Fig. 8a) as an in-process
+//! library: the job registers its memory as regions under stable ids
+//! ([`Rex::protect`], [`Rex::alloc`]), and each [`Rex::checkpoint`] writes
+//! one REX-IC file with the pages written since the previous one, found by
+//! a dirty-page [`tracker`] (the paper's mprotect tracking, or userfaultfd
+//! write-protect). The C API in [`capi`] (`rex.h`) is a thin layer over
+//! [`Rex`].
+//!
+//! Where the time goes, and why:
+//!
+//! * **The job's stop** is only the copy of its dirty pages into a buffer
+//!   (and re-protecting them). The file is written, fsynced and published by
+//!   a background writer thread; the next checkpoint waits for it if it is
+//!   still running, so at most one checkpoint's pages are in memory twice.
+//! * **L2 work** runs on a second background thread: after each published
+//!   checkpoint it runs the same [`flush`] as `rexctl flush` from cron (job
+//!   lock, recovery, the runtime controller's decision, push when due), so
+//!   the push overlaps the job's computation. `l2_thread = false` in
+//!   rex.toml leaves it to cron.
+//! * **Restart** ([`Rex::restart_test`], [`Rex::restart`]) is the restore of
+//!   `rexctl restore --l1 --l2 --fallback` into a private image, then a copy
+//!   of each page into the region that has its id: L1+L2 after a transient
+//!   fault, L2 alone after a lost node.
+//!
+//! Runs and seq numbers: the first checkpoint is FULL with a fresh chain id.
+//! A restarted job continues its run (next seq, same chain id), so its
+//! later checkpoints extend the chain it restored; when the restore had to
+//! fall back past damaged checkpoints, it starts a new run with a FULL
+//! checkpoint instead, so that no file of the abandoned tail is ever taken
+//! for a continuation. A failed L1 write also makes the next checkpoint
+//! FULL: its dirty pages were taken from the tracker but never stored.
+//!
+//! Only one process writes an L1 directory: the library holds the producer
+//! lock (`L1/.rex.producer.lock`) from [`Rex::init`] to [`Rex::finalize`]
+//! (or exit). Recovery by `rexctl flush` leaves a live producer's temporary
+//! files alone; the library removes its dead predecessor's at init.
+
+pub mod capi;
+pub mod tracker;
+pub mod uffd;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::control::config::{Config, ConfigLayer, TrackerChoice};
+use crate::control::flush::flush;
+use crate::error::{Error, Result};
+use crate::format::ic::{ChainId, DropRange, IcExt, IcFile, IcWriter, now_ns};
+use crate::format::region::{Region, RegionTable, page_number, split_page};
+use crate::l1::ic_file_name;
+use crate::l1::lock::JobLock;
+use crate::l2::chain::ChainIndex;
+use crate::l2::push::{Job, JobIdentity};
+use crate::l2::restore::{RestoreOptions, RestoreReport, restore_l1_l2};
+use tracker::{MprotectTracker, Range, Tracker};
+
+/// One registered region.
+#[derive(Debug)]
+struct RegionState {
+    /// First byte.
+    ptr: usize,
+    /// Bytes.
+    size: usize,
+    /// The page-aligned range the tracker watches: every page that holds a
+    /// byte of the region.
+    range: Range,
+    /// Memory from [`Rex::alloc`] (unmapped by [`Rex::unprotect`]).
+    owned: bool,
+    /// Registered since the last checkpoint: all its pages go into the next.
+    fresh: bool,
+}
+
+impl RegionState {
+    /// The region's page count in checkpoints.
+    fn pages(&self, ps: usize) -> usize {
+        self.size.div_ceil(ps)
+    }
+
+    /// Region page `i` holds bytes `i*ps ..` of the region; with an
+    /// unaligned start it straddles tracked pages `i` and `i + 1`.
+    fn dirty_region_pages(&self, ps: usize, tracked: &[usize]) -> Vec<usize> {
+        let off = self.ptr - self.range.start;
+        let n = self.pages(ps);
+        let mut out = Vec::with_capacity(tracked.len() * 2);
+        for &k in tracked {
+            // Tracked page k holds region bytes (k*ps - off) .. ((k+1)*ps - off).
+            if off == 0 {
+                if k < n {
+                    out.push(k);
+                }
+            } else {
+                if k >= 1 && k - 1 < n {
+                    out.push(k - 1);
+                }
+                if k < n {
+                    out.push(k);
+                }
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    /// Copies region page `i` into `buf` (zero-padded after the region's
+    /// last byte).
+    fn copy_page(&self, ps: usize, i: usize, buf: &mut [u8]) {
+        let from = i * ps;
+        let n = ps.min(self.size - from);
+        // SAFETY: the job registered `ptr .. ptr + size` as readable memory
+        // it owns for as long as the region is registered; `from + n <=
+        // size`. Reads may race with nothing: checkpoints are taken while
+        // the job's writers are quiet (the API's contract).
+        let src = unsafe { std::slice::from_raw_parts((self.ptr + from) as *const u8, n) };
+        buf[..n].copy_from_slice(src);
+        buf[n..].fill(0);
+    }
+}
+
+/// What [`Rex::checkpoint`] did.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct CheckpointReport {
+    /// The checkpoint's seq.
+    pub seq: u64,
+    /// FULL (every page of every region) or incremental.
+    pub full: bool,
+    /// Pages in the checkpoint.
+    pub pages: u64,
+    /// Pages of regions forgotten since the previous checkpoint.
+    pub dropped_pages: u64,
+    /// Seconds the job was stopped (collecting and copying dirty pages).
+    pub stop_s: f64,
+}
+
+/// What the background L2 thread shares with the job.
+#[derive(Default)]
+struct L2State {
+    /// Checkpoints were published since the thread last looked.
+    queued: bool,
+    /// A flush is running.
+    busy: bool,
+    /// Stop after the queued work.
+    stop: bool,
+    /// The last failure, reported by [`Rex::checkpoint_wait`].
+    error: Option<String>,
+    /// L2 checkpoints pushed.
+    pushes: u64,
+}
+
+struct L2Thread {
+    shared: Arc<(Mutex<L2State>, Condvar)>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl L2Thread {
+    fn start(cfg: Config) -> L2Thread {
+        let shared = Arc::new((Mutex::new(L2State::default()), Condvar::new()));
+        let s = shared.clone();
+        let handle = std::thread::Builder::new()
+            .name("rex-l2".into())
+            .spawn(move || l2_loop(cfg, s))
+            .expect("spawn the L2 thread");
+        L2Thread {
+            shared,
+            handle: Some(handle),
+        }
+    }
+
+    /// Waits until nothing is queued or running; returns and clears the last
+    /// failure.
+    fn wait_idle(&self) -> Option<String> {
+        let (m, cv) = &*self.shared;
+        let mut g = m.lock().unwrap_or_else(|e| e.into_inner());
+        while g.queued || g.busy {
+            g = cv.wait(g).unwrap_or_else(|e| e.into_inner());
+        }
+        g.error.take()
+    }
+
+    fn stop(&mut self) -> Option<String> {
+        let err = self.wait_idle();
+        {
+            let (m, cv) = &*self.shared;
+            m.lock().unwrap_or_else(|e| e.into_inner()).stop = true;
+            cv.notify_all();
+        }
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+        err
+    }
+}
+
+fn l2_loop(cfg: Config, shared: Arc<(Mutex<L2State>, Condvar)>) {
+    let (m, cv) = &*shared;
+    loop {
+        {
+            let mut g = m.lock().unwrap_or_else(|e| e.into_inner());
+            while !g.queued && !g.stop {
+                g = cv.wait(g).unwrap_or_else(|e| e.into_inner());
+            }
+            if g.stop && !g.queued {
+                return;
+            }
+            g.queued = false;
+            g.busy = true;
+        }
+        let r = open_job(&cfg).and_then(|job| flush(&job, &cfg, false));
+        let mut g = m.lock().unwrap_or_else(|e| e.into_inner());
+        g.busy = false;
+        match r {
+            Ok(rep) => {
+                if rep.push.as_ref().is_some_and(|p| p.manifest.is_some()) {
+                    g.pushes += 1;
+                }
+            }
+            // Another flush (cron, an operator) holds the job lock: it does
+            // the same work; the next checkpoint asks again.
+            Err(Error::Busy { .. }) => {}
+            Err(e) => g.error = Some(e.report()),
+        }
+        cv.notify_all();
+    }
+}
+
+/// The job's two levels, as `rexctl flush` opens them.
+fn open_job(cfg: &Config) -> Result<Job> {
+    let l2 = crate::store::open_l2(&cfg.l2, &cfg.store, true)?;
+    Ok(Job::open(&cfg.l1, l2)?.with_identity(JobIdentity {
+        job: cfg.store.job.clone(),
+        rank: cfg.store.rank.clone(),
+    }))
+}
+
+/// A restored image waiting for [`Rex::restart`].
+struct Restored {
+    dir: tempfile::TempDir,
+    report: RestoreReport,
+}
+
+/// A job checkpointing itself (the Rust API; the C API wraps one of these).
+pub struct Rex {
+    cfg: Config,
+    tracker: Box<dyn Tracker>,
+    ps: usize,
+    regions: BTreeMap<u32, RegionState>,
+    /// Seq of the newest checkpoint written (or restored).
+    seq: Option<u64>,
+    /// The run the next incremental continues.
+    chain: Option<ChainId>,
+    /// Region table of the newest checkpoint (drops are computed from it).
+    prev_table: Option<RegionTable>,
+    /// The next checkpoint must be FULL.
+    need_full: bool,
+    writer: Option<JoinHandle<Result<()>>>,
+    l2: Option<L2Thread>,
+    restored: Option<Restored>,
+    checkpoints: u64,
+    _producer: JobLock,
+}
+
+impl std::fmt::Debug for Rex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rex")
+            .field("l1", &self.cfg.l1)
+            .field("l2", &self.cfg.l2)
+            .field("tracker", &self.tracker.name())
+            .field("regions", &self.regions.len())
+            .field("seq", &self.seq)
+            .finish()
+    }
+}
+
+impl Rex {
+    /// Starts checkpointing with the configuration in `config` (a rex.toml),
+    /// or, without one, the usual layers: `REX_*` variables, `./rex.toml`,
+    /// `/etc/rex/rex.toml`.
+    pub fn init(config: Option<&Path>) -> Result<Rex> {
+        Self::with_config(Config::load(ConfigLayer::default(), config)?)
+    }
+
+    /// Starts checkpointing with a resolved configuration.
+    pub fn with_config(cfg: Config) -> Result<Rex> {
+        std::fs::create_dir_all(&cfg.l1)
+            .map_err(|e| Error::io(&cfg.l1, "create L1 directory", e))?;
+        let producer = JobLock::acquire_producer(&cfg.l1, "librex job")?;
+        // A dead predecessor's half-written checkpoint.
+        crate::durable::remove_stale_temps(&cfg.l1)?;
+        // The L2 location must work before the job relies on it.
+        open_job(&cfg)?;
+        let tracker: Box<dyn Tracker> = match cfg.tracker {
+            TrackerChoice::Mprotect => Box::new(MprotectTracker::new()?),
+            TrackerChoice::Userfaultfd => Box::new(uffd::UffdTracker::new()?),
+        };
+        let l2 = cfg.l2_thread.then(|| L2Thread::start(cfg.clone()));
+        Ok(Rex {
+            ps: tracker::page_size(),
+            cfg,
+            tracker,
+            regions: BTreeMap::new(),
+            seq: None,
+            chain: None,
+            prev_table: None,
+            need_full: true,
+            writer: None,
+            l2,
+            restored: None,
+            checkpoints: 0,
+            _producer: producer,
+        })
+    }
+
+    /// The configuration in use.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// The tracker's name.
+    pub fn tracker_name(&self) -> &'static str {
+        self.tracker.name()
+    }
+
+    /// Write faults the tracker handled so far.
+    pub fn faults(&self) -> u64 {
+        self.tracker.faults()
+    }
+
+    /// Registers `size` bytes at `ptr` as region `id`.
+    ///
+    /// # Safety
+    /// `ptr .. ptr + size` must be memory the caller owns, readable and
+    /// writable, that stays valid until [`Rex::unprotect`] of `id` (or the
+    /// process's end), and that no other region overlaps. Its pages are
+    /// write-protected between checkpoints: kernel writes into it need
+    /// [`Rex::dirty`] first.
+    pub unsafe fn protect(&mut self, id: u32, ptr: *mut u8, size: usize) -> Result<()> {
+        self.protect_inner(id, ptr as usize, size, false)
+    }
+
+    fn protect_inner(&mut self, id: u32, ptr: usize, size: usize, owned: bool) -> Result<()> {
+        if self.restored.is_some() {
+            return Err(Error::Invalid(
+                "a region cannot be registered between rex_restart_test and rex_restart".into(),
+            ));
+        }
+        Region::new(id, size as u64, self.ps as u32)?;
+        if ptr == 0 {
+            return Err(Error::Invalid(format!("region {id}: null pointer")));
+        }
+        if self.regions.contains_key(&id) {
+            return Err(Error::Invalid(format!(
+                "region {id} is already registered (rex_unprotect it first)"
+            )));
+        }
+        let end = ptr
+            .checked_add(size)
+            .ok_or_else(|| Error::Invalid(format!("region {id}: wraps the address space")))?;
+        if let Some((other, _)) = self
+            .regions
+            .iter()
+            .find(|(_, r)| r.ptr < end && ptr < r.ptr + r.size)
+        {
+            return Err(Error::Invalid(format!(
+                "region {id} ({ptr:#x}, {size} bytes) overlaps region {other}"
+            )));
+        }
+        let start = ptr & !(self.ps - 1);
+        let range = Range {
+            start,
+            pages: (end - start).div_ceil(self.ps),
+        };
+        self.tracker.track(range)?;
+        self.regions.insert(
+            id,
+            RegionState {
+                ptr,
+                size,
+                range,
+                owned,
+                fresh: true,
+            },
+        );
+        Ok(())
+    }
+
+    /// Allocates `size` bytes of zeroed, page-aligned memory registered as
+    /// region `id`; it stays valid until [`Rex::unprotect`] of `id`.
+    pub fn alloc(&mut self, id: u32, size: usize) -> Result<*mut u8> {
+        if size == 0 {
+            return Err(Error::Invalid(format!("region {id} has size 0")));
+        }
+        let len = size.div_ceil(self.ps) * self.ps;
+        // SAFETY: a fresh private anonymous mapping; no existing memory is
+        // touched.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(Error::Invalid(format!(
+                "region {id}: cannot allocate {size} bytes: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        if let Err(e) = self.protect_inner(id, p as usize, size, true) {
+            // SAFETY: the mapping made just above, not handed out.
+            unsafe { libc::munmap(p, len) };
+            return Err(e);
+        }
+        Ok(p as *mut u8)
+    }
+
+    /// Forgets region `id`: its pages are dropped by the next checkpoint,
+    /// and memory from [`Rex::alloc`] is unmapped.
+    pub fn unprotect(&mut self, id: u32) -> Result<()> {
+        let Some(r) = self.regions.remove(&id) else {
+            return Err(Error::Invalid(format!("region {id} is not registered")));
+        };
+        self.tracker.untrack(r.range)?;
+        if r.owned {
+            // SAFETY: the mapping `alloc` made for this region; the caller
+            // gave it back by unprotecting it.
+            unsafe {
+                libc::munmap(
+                    r.ptr as *mut libc::c_void,
+                    r.size.div_ceil(self.ps) * self.ps,
+                )
+            };
+        }
+        Ok(())
+    }
+
+    /// Declares that `ptr .. ptr + size` is about to be written by the
+    /// kernel (`read(2)`, `recv(2)`): its pages are recorded as dirty and
+    /// write-enabled until the next checkpoint.
+    pub fn dirty(&mut self, ptr: *const u8, size: usize) -> Result<()> {
+        let (a, b) = (ptr as usize, ptr as usize + size);
+        let mut hit = false;
+        for r in self.regions.values() {
+            let (s, e) = (r.range.start, r.range.start + r.range.pages * self.ps);
+            if a < e && s < b {
+                let first = (a.max(s) - s) / self.ps;
+                let last = (b.min(e) - 1 - s) / self.ps;
+                self.tracker.mark_dirty(r.range, first, last - first + 1)?;
+                hit = true;
+            }
+        }
+        if !hit {
+            return Err(Error::Invalid(format!(
+                "{:#x} ({size} bytes) is in no registered region",
+                ptr as usize
+            )));
+        }
+        Ok(())
+    }
+
+    /// The current region table.
+    pub fn region_table(&self) -> RegionTable {
+        RegionTable(
+            self.regions
+                .iter()
+                .map(|(&id, r)| Region {
+                    id,
+                    size: r.size as u64,
+                    pages: r.pages(self.ps) as u64,
+                })
+                .collect(),
+        )
+    }
+
+    /// Takes an L1 checkpoint (see the module doc): returns once the dirty
+    /// pages are copied; the file is written in the background.
+    pub fn checkpoint(&mut self) -> Result<CheckpointReport> {
+        let started = Instant::now();
+        if self.regions.is_empty() {
+            return Err(Error::Invalid(
+                "no region is registered: nothing to checkpoint".into(),
+            ));
+        }
+        self.restored = None;
+        // The previous file must be out before the next seq is written.
+        self.join_writer()?;
+        let ps = self.ps;
+        let full = self.need_full || self.chain.is_none();
+        let table = self.region_table();
+        let mut pages: Vec<u64> = Vec::new();
+        let mut data: Vec<u8> = Vec::new();
+        let mut tracked = Vec::new();
+        for (&id, r) in self.regions.iter_mut() {
+            tracked.clear();
+            // Always collect: it re-protects the pages for the next interval.
+            self.tracker.collect(r.range, &mut tracked)?;
+            let n = r.pages(ps);
+            let which: Vec<usize> = if full || r.fresh {
+                (0..n).collect()
+            } else {
+                r.dirty_region_pages(ps, &tracked)
+            };
+            data.reserve(which.len() * ps);
+            for i in which {
+                let at = data.len();
+                data.resize(at + ps, 0);
+                r.copy_page(ps, i, &mut data[at..]);
+                pages.push(page_number(id, i as u64));
+            }
+            r.fresh = false;
+        }
+        // Regions forgotten or shrunk since the previous checkpoint.
+        let mut drops = Vec::new();
+        if !full && let Some(prev) = &self.prev_table {
+            for old in &prev.0 {
+                let now = table.get(old.id).map_or(0, |r| r.pages);
+                if now < old.pages {
+                    drops.push(DropRange {
+                        first: page_number(old.id, now),
+                        count: old.pages - now,
+                    });
+                }
+            }
+        }
+        let seq = self.seq.map_or(0, |s| s + 1);
+        let chain = if full {
+            ChainId::random()?
+        } else {
+            self.chain.expect("an incremental continues a run")
+        };
+        let report = CheckpointReport {
+            seq,
+            full,
+            pages: pages.len() as u64,
+            dropped_pages: drops.iter().map(|d| d.count).sum(),
+            stop_s: 0.0,
+        };
+        let path = self.cfg.l1.join(ic_file_name(seq));
+        let ext = IcExt {
+            chain: Some(chain),
+            regions: Some(table.clone()),
+        };
+        let time_ns = now_ns();
+        let l2 = self.l2.as_ref().map(|t| t.shared.clone());
+        let ps32 = ps as u32;
+        let writer = std::thread::Builder::new()
+            .name("rex-l1".into())
+            .spawn(move || -> Result<()> {
+                let mut w =
+                    IcWriter::create_ext(&path, ps32, seq, full, time_ns, &ext, pages, drops)?;
+                for page in data.chunks_exact(ps32 as usize) {
+                    w.push_page(page)?;
+                }
+                w.finish()?;
+                if let Some(s) = l2 {
+                    let (m, cv) = &*s;
+                    m.lock().unwrap_or_else(|e| e.into_inner()).queued = true;
+                    cv.notify_all();
+                }
+                Ok(())
+            })
+            .map_err(|e| Error::Invalid(format!("cannot start the L1 writer thread: {e}")))?;
+        self.writer = Some(writer);
+        self.seq = Some(seq);
+        self.chain = Some(chain);
+        self.prev_table = Some(table);
+        self.need_full = false;
+        self.checkpoints += 1;
+        Ok(CheckpointReport {
+            stop_s: started.elapsed().as_secs_f64(),
+            ..report
+        })
+    }
+
+    fn join_writer(&mut self) -> Result<()> {
+        let Some(h) = self.writer.take() else {
+            return Ok(());
+        };
+        let r = h
+            .join()
+            .unwrap_or_else(|_| Err(Error::Invalid("the L1 writer thread panicked".into())));
+        if r.is_err() {
+            // Its dirty pages left the tracker but never reached a file: the
+            // next checkpoint carries everything, in a new run.
+            self.need_full = true;
+        }
+        r
+    }
+
+    /// Waits for all background work: the L1 write in flight and the L2
+    /// push it may have started. An L2 failure is reported here (the L1
+    /// checkpoints are safe) as [`Error::Invalid`] prefixed with "L2:".
+    pub fn checkpoint_wait(&mut self) -> Result<()> {
+        self.join_writer()?;
+        if let Some(t) = &self.l2
+            && let Some(e) = t.wait_idle()
+        {
+            return Err(Error::Invalid(format!("L2: {e}")));
+        }
+        Ok(())
+    }
+
+    /// L2 checkpoints pushed by the background thread so far.
+    pub fn l2_pushes(&self) -> u64 {
+        self.l2.as_ref().map_or(0, |t| {
+            t.shared.0.lock().unwrap_or_else(|e| e.into_inner()).pushes
+        })
+    }
+
+    /// Whether the job can restart: the seq of the newest restorable state,
+    /// or `None` when there is nothing to restart from (no L2 generation
+    /// and no L1 checkpoint). The image is restored now, and kept for
+    /// [`Rex::restart`].
+    pub fn restart_test(&mut self) -> Result<Option<u64>> {
+        if self.checkpoints > 0 {
+            return Err(Error::Invalid(
+                "rex_restart_test after a checkpoint: restart before the first checkpoint".into(),
+            ));
+        }
+        if let Some(r) = &self.restored {
+            return Ok(Some(r.report.seq));
+        }
+        let job = open_job(&self.cfg)?;
+        let l2_index = ChainIndex::load(job.l2.as_ref())?;
+        let l1_index = ChainIndex::load(&job.l1_chain)?;
+        let l1_files = crate::l1::list_ic_files(&job.l1)?;
+        if l2_index.manifests.is_empty()
+            && l2_index.invalid.is_empty()
+            && l1_index.manifests.is_empty()
+            && l1_files.is_empty()
+        {
+            return Ok(None);
+        }
+        let dir = tempfile::Builder::new()
+            .prefix(".rex-restart-")
+            .tempdir_in(&self.cfg.l1)
+            .map_err(|e| Error::io(&self.cfg.l1, "create restart directory", e))?;
+        let opts = RestoreOptions {
+            fallback: true,
+            ..Default::default()
+        };
+        let report = restore_l1_l2(&job, &opts, &dir.path().join("image.rexic"))?;
+        let seq = report.seq;
+        self.restored = Some(Restored { dir, report });
+        Ok(Some(seq))
+    }
+
+    /// Fills the registered regions with the newest valid state (see
+    /// [`Rex::restart_test`]); later checkpoints continue its run. The
+    /// regions must be those of the checkpoint: the same ids and sizes.
+    pub fn restart(&mut self) -> Result<RestoreReport> {
+        if self.restored.is_none() && self.restart_test()?.is_none() {
+            return Err(Error::chain(
+                &self.cfg.l1,
+                format!(
+                    "nothing to restart from: no L2 generation in {} and no L1 checkpoint",
+                    self.cfg.l2.display()
+                ),
+            ));
+        }
+        let restored = self.restored.take().expect("set above");
+        let path = restored.dir.path().join("image.rexic");
+        let image = IcFile::open(&path)?;
+        let report = restored.report;
+        let Some(table) = report.regions.clone() else {
+            return Err(Error::chain(
+                &path,
+                format!(
+                    "the state of seq {} has no region table: it was not written by librex",
+                    report.seq
+                ),
+            ));
+        };
+        let mine = self.region_table();
+        check_regions(&table, &mine)?;
+        let ps = self.ps;
+        if image.meta().page_size() != ps {
+            return Err(Error::chain(
+                &path,
+                format!(
+                    "checkpoint pages are {} bytes, this system's are {ps}",
+                    image.meta().page_size()
+                ),
+            ));
+        }
+        let mut seen: BTreeMap<u32, u64> = BTreeMap::new();
+        for (pp, &page) in image.meta().pages.iter().enumerate() {
+            let (id, i) = split_page(page);
+            let r = &self.regions[&id]; // check_regions + the image's own check
+            let data = image.page(pp)?;
+            let from = i as usize * ps;
+            let n = ps.min(r.size - from);
+            // SAFETY: the region's memory is the caller's, registered as
+            // writable for `size` bytes; `from + n <= size`. It is not
+            // write-protected before the first checkpoint.
+            let dst = unsafe { std::slice::from_raw_parts_mut((r.ptr + from) as *mut u8, n) };
+            dst.copy_from_slice(&data[..n]);
+            *seen.entry(id).or_default() += 1;
+        }
+        for r in &table.0 {
+            let got = seen.get(&r.id).copied().unwrap_or(0);
+            if got != r.pages {
+                return Err(Error::chain(
+                    &path,
+                    format!(
+                        "region {}: the state of seq {} holds {got} of its {} pages",
+                        r.id, report.seq, r.pages
+                    ),
+                ));
+            }
+        }
+        // The restored state is checkpoint `seq`: nothing is dirty.
+        let mut scratch = Vec::new();
+        for r in self.regions.values_mut() {
+            scratch.clear();
+            self.tracker.collect(r.range, &mut scratch)?;
+            r.fresh = false;
+        }
+        self.seq = Some(report.seq);
+        self.chain = report.chain_id;
+        self.prev_table = Some(table);
+        // Continue the run, unless the restore had to leave damaged
+        // checkpoints behind: then a new run, so nothing of that tail is
+        // ever taken for a continuation.
+        self.need_full = report.fell_back.is_some() || report.chain_id.is_none();
+        drop(restored.dir);
+        Ok(report)
+    }
+
+    /// Waits for background work, stops the threads, stops tracking (the
+    /// regions stay valid memory) and releases the L1 directory.
+    pub fn finalize(mut self) -> Result<()> {
+        let r = self.join_writer();
+        let l2 = self.l2.as_mut().and_then(|t| t.stop());
+        let ids: Vec<u32> = self.regions.keys().copied().collect();
+        for id in ids {
+            let reg = self.regions.remove(&id).expect("listed");
+            self.tracker.untrack(reg.range)?;
+        }
+        r?;
+        if let Some(e) = l2 {
+            return Err(Error::Invalid(format!("L2: {e}")));
+        }
+        Ok(())
+    }
+
+    /// The L1 directory.
+    pub fn l1(&self) -> &PathBuf {
+        &self.cfg.l1
+    }
+}
+
+impl Drop for Rex {
+    fn drop(&mut self) {
+        let _ = self.join_writer();
+        if let Some(t) = self.l2.as_mut() {
+            t.stop();
+        }
+        for r in self.regions.values() {
+            let _ = self.tracker.untrack(r.range);
+        }
+    }
+}
+
+/// Refuses a restart whose registered regions differ from the checkpoint's.
+fn check_regions(ckpt: &RegionTable, mine: &RegionTable) -> Result<()> {
+    for r in &ckpt.0 {
+        match mine.get(r.id) {
+            None => {
+                return Err(Error::Invalid(format!(
+                    "region {}: the checkpoint has it ({} bytes), this process did not register it",
+                    r.id, r.size
+                )));
+            }
+            Some(m) if m.size != r.size => {
+                return Err(Error::Invalid(format!(
+                    "region {}: registered with {} bytes, the checkpoint has {} bytes",
+                    r.id, m.size, r.size
+                )));
+            }
+            Some(_) => {}
+        }
+    }
+    if let Some(m) = mine.0.iter().find(|m| ckpt.get(m.id).is_none()) {
+        return Err(Error::Invalid(format!(
+            "region {}: registered ({} bytes), but the checkpoint has no such region",
+            m.id, m.size
+        )));
+    }
+    Ok(())
+}

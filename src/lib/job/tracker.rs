@@ -1,0 +1,509 @@
+//! Dirty-page tracking for a job that checkpoints itself: which pages of
+//! its registered memory were written since the previous checkpoint.
+//!
+//! [`Tracker`] is the interface; [`MprotectTracker`] is the REX paper's AIC
+//! tracker (§3): after a checkpoint every tracked page is write-protected
+//! with `mprotect(PROT_READ)`; the first write to a page raises SIGSEGV, the
+//! handler records the page in a bitmap and write-enables it, and the write
+//! is retried by the CPU. Later writes to the page cost nothing until the
+//! next checkpoint protects it again. A second tracker, userfaultfd
+//! write-protect, implements the same trait in `uffd.rs`.
+//!
+//! The pitfalls, and how they are handled:
+//!
+//! * **The handler is async-signal-safe.** It reads a fixed table of slots
+//!   through atomics, sets bits with `fetch_or`, and calls `mprotect` (a
+//!   system call). It never allocates, locks or prints. Slots are filled and
+//!   emptied by ordinary code under a mutex; a slot's bitmap is freed only
+//!   after no handler can still be reading it (a count of handlers in
+//!   flight).
+//! * **Faults that are not ours** (a real bug, another library's guard page,
+//!   Rust's stack-overflow guard) go to the handler installed before ours:
+//!   its `sa_sigaction` or `sa_handler` is called; if it was the default,
+//!   the default is restored and the faulting instruction re-runs, so the
+//!   process dies of SIGSEGV with its core dump, as without rexctl.
+//! * **Several threads** may write at once: two threads faulting on one page
+//!   both set its bit and both write-enable it, which is idempotent. Taking
+//!   a checkpoint needs the job's writers quiet (as with every checkpoint
+//!   library): [`Tracker::collect`] must not race with writes.
+//! * **Kernel writes.** A system call that writes into a write-protected
+//!   page (`read(2)` into a buffer in a region) does not fault: it fails
+//!   with `EFAULT`. The job declares such buffers first with `rex_dirty`
+//!   ([`Tracker::mark_dirty`]), which records their pages and write-enables
+//!   them until the next checkpoint.
+//! * **`vm.max_map_count`.** Every write-enabled page inside a protected
+//!   range splits the range's mapping (VMA) in up to three. A checkpoint
+//!   re-protects the dirty pages, which merges them back, so the count
+//!   stays at about twice the dirty runs. When `mprotect` still fails with
+//!   `ENOMEM` (the map count is exhausted), the handler falls back to
+//!   write-enabling the whole slot and marking all of it dirty: the next
+//!   checkpoint then carries the whole region, which is correct, only
+//!   larger.
+//! * **Pages shared by two regions** (unaligned `rex_protect` of adjacent
+//!   heap buffers): both slots cover the page and the handler marks it in
+//!   both. Forgetting one region marks the shared pages dirty in the other
+//!   before write-enabling them, so no write goes unseen.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+
+use crate::error::{Error, Result};
+
+/// A tracked range of whole pages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Range {
+    /// First byte (page-aligned).
+    pub start: usize,
+    /// Pages.
+    pub pages: usize,
+}
+
+/// A dirty-page tracker over page-aligned ranges of the process's memory.
+pub trait Tracker: Send + Sync {
+    /// The tracker's name in rex.toml (`tracker = "..."`).
+    fn name(&self) -> &'static str;
+    /// Starts tracking `r`: from now on, writes to it are recorded. All its
+    /// pages start dirty (nothing of them is in a checkpoint yet).
+    fn track(&self, r: Range) -> Result<()>;
+    /// Stops tracking `r` (tracked before) and write-enables it.
+    fn untrack(&self, r: Range) -> Result<()>;
+    /// Appends to `out` the indexes (from `r.start`) of the pages of `r`
+    /// written since the last collect (or since `track`), forgets them and
+    /// write-protects them again. Callers make sure no thread writes `r`
+    /// meanwhile.
+    fn collect(&self, r: Range, out: &mut Vec<usize>) -> Result<()>;
+    /// Records pages `first .. first + count` of `r` as written and
+    /// write-enables them (for writes the tracker cannot see: the kernel's).
+    fn mark_dirty(&self, r: Range, first: usize, count: usize) -> Result<()>;
+    /// Write faults handled so far.
+    fn faults(&self) -> u64;
+}
+
+/// The system's page size.
+pub fn page_size() -> usize {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let ps = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if ps > 0 { ps as usize } else { 4096 }
+}
+
+/// Most ranges tracked at once (the handler scans a fixed table).
+pub const MAX_SLOTS: usize = 4096;
+
+struct Slot {
+    start: AtomicUsize,
+    end: AtomicUsize,
+    bits: AtomicPtr<AtomicU64>,
+    words: AtomicUsize,
+}
+
+#[allow(clippy::declare_interior_mutable_const)]
+const EMPTY_SLOT: Slot = Slot {
+    start: AtomicUsize::new(0),
+    end: AtomicUsize::new(0),
+    bits: AtomicPtr::new(std::ptr::null_mut()),
+    words: AtomicUsize::new(0),
+};
+
+static SLOTS: [Slot; MAX_SLOTS] = [EMPTY_SLOT; MAX_SLOTS];
+/// One past the highest slot ever used: the handler scans `0..HIGH`.
+static HIGH: AtomicUsize = AtomicUsize::new(0);
+/// Handlers running now (a bitmap is freed only when this is 0).
+static IN_HANDLER: AtomicUsize = AtomicUsize::new(0);
+static FAULTS: AtomicU64 = AtomicU64::new(0);
+static PAGE: AtomicUsize = AtomicUsize::new(4096);
+static INSTALLED: AtomicBool = AtomicBool::new(false);
+/// The SIGSEGV action before ours, written once before ours is installed.
+static mut OLD_ACTION: std::mem::MaybeUninit<libc::sigaction> = std::mem::MaybeUninit::uninit();
+/// Serializes slot changes (never taken by the handler).
+static TABLE: Mutex<()> = Mutex::new(());
+
+/// The mprotect + SIGSEGV tracker (the paper's AIC). One per process: the
+/// slot table and the signal handler are process-wide.
+#[derive(Debug)]
+pub struct MprotectTracker {
+    _private: (),
+}
+
+impl MprotectTracker {
+    /// Installs the SIGSEGV handler (once per process) and returns the
+    /// tracker.
+    pub fn new() -> Result<MprotectTracker> {
+        let _g = TABLE.lock().unwrap_or_else(|e| e.into_inner());
+        PAGE.store(page_size(), Ordering::Relaxed);
+        if !INSTALLED.load(Ordering::Acquire) {
+            // SAFETY: a zeroed sigaction is a valid value (no handler, empty
+            // mask); sigemptyset initialises the mask. OLD_ACTION is written
+            // here, under TABLE, before the handler that reads it exists,
+            // and never written again.
+            unsafe {
+                let mut sa: libc::sigaction = std::mem::zeroed();
+                sa.sa_sigaction = handler as *const () as usize;
+                sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_ONSTACK;
+                libc::sigemptyset(&mut sa.sa_mask);
+                let old = &raw mut OLD_ACTION;
+                if libc::sigaction(libc::SIGSEGV, &sa, (*old).as_mut_ptr()) != 0 {
+                    return Err(Error::Invalid(format!(
+                        "cannot install the SIGSEGV handler: {}",
+                        std::io::Error::last_os_error()
+                    )));
+                }
+            }
+            INSTALLED.store(true, Ordering::Release);
+        }
+        Ok(MprotectTracker { _private: () })
+    }
+
+    fn find(r: Range) -> Option<usize> {
+        let ps = PAGE.load(Ordering::Relaxed);
+        (0..HIGH.load(Ordering::Acquire)).find(|&i| {
+            SLOTS[i].start.load(Ordering::Acquire) == r.start
+                && SLOTS[i].end.load(Ordering::Acquire) == r.start + r.pages * ps
+        })
+    }
+
+    fn bits(i: usize) -> &'static [AtomicU64] {
+        let p = SLOTS[i].bits.load(Ordering::Acquire);
+        let n = SLOTS[i].words.load(Ordering::Acquire);
+        // SAFETY: a slot's bitmap is a leaked Box<[AtomicU64]> of `words`
+        // words, freed only by `untrack` under TABLE (which every caller of
+        // this function holds) after the slot is emptied.
+        unsafe { std::slice::from_raw_parts(p, n) }
+    }
+}
+
+fn protect(start: usize, len: usize, prot: libc::c_int) -> Result<()> {
+    // SAFETY: mprotect changes only the protection of pages the job
+    // registered (tracked ranges lie inside its own mappings); it cannot
+    // make memory unsound for Rust, only make writes fault, which the
+    // handler resolves.
+    let rc = unsafe { libc::mprotect(start as *mut libc::c_void, len, prot) };
+    if rc != 0 {
+        let e = std::io::Error::last_os_error();
+        let hint = if e.raw_os_error() == Some(libc::ENOMEM) {
+            " (outside the process's mappings, or vm.max_map_count exhausted)"
+        } else {
+            ""
+        };
+        return Err(Error::Invalid(format!(
+            "mprotect({start:#x}, {len}) failed: {e}{hint}"
+        )));
+    }
+    Ok(())
+}
+
+impl Tracker for MprotectTracker {
+    fn name(&self) -> &'static str {
+        "mprotect"
+    }
+
+    fn track(&self, r: Range) -> Result<()> {
+        let _g = TABLE.lock().unwrap_or_else(|e| e.into_inner());
+        let ps = PAGE.load(Ordering::Relaxed);
+        let high = HIGH.load(Ordering::Acquire);
+        let i = (0..high)
+            .find(|&i| SLOTS[i].end.load(Ordering::Acquire) == 0)
+            .or_else(|| (high < MAX_SLOTS).then_some(high))
+            .ok_or_else(|| {
+                Error::Invalid(format!("more than {MAX_SLOTS} regions tracked at once"))
+            })?;
+        let words = r.pages.div_ceil(64);
+        // All pages start dirty: nothing of them is checkpointed yet.
+        let bits: Box<[AtomicU64]> = (0..words).map(|_| AtomicU64::new(!0)).collect();
+        let p = Box::into_raw(bits) as *mut AtomicU64;
+        SLOTS[i].words.store(words, Ordering::Release);
+        SLOTS[i].bits.store(p, Ordering::Release);
+        SLOTS[i].start.store(r.start, Ordering::Release);
+        SLOTS[i]
+            .end
+            .store(r.start + r.pages * ps, Ordering::Release);
+        if i == high {
+            HIGH.store(high + 1, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    fn untrack(&self, r: Range) -> Result<()> {
+        let _g = TABLE.lock().unwrap_or_else(|e| e.into_inner());
+        let ps = PAGE.load(Ordering::Relaxed);
+        let Some(i) = Self::find(r) else {
+            return Err(Error::Invalid(format!(
+                "range {:#x} of {} pages is not tracked",
+                r.start, r.pages
+            )));
+        };
+        let (start, end) = (r.start, r.start + r.pages * ps);
+        // Pages this range shares with other tracked ranges become writable
+        // below: record them as dirty there first.
+        for j in 0..HIGH.load(Ordering::Acquire) {
+            let (s, e) = (
+                SLOTS[j].start.load(Ordering::Acquire),
+                SLOTS[j].end.load(Ordering::Acquire),
+            );
+            if j == i || e == 0 || e <= start || s >= end {
+                continue;
+            }
+            let bits = Self::bits(j);
+            let mut a = s.max(start);
+            while a < e.min(end) {
+                let k = (a - s) / ps;
+                bits[k / 64].fetch_or(1 << (k % 64), Ordering::SeqCst);
+                a += ps;
+            }
+        }
+        SLOTS[i].end.store(0, Ordering::SeqCst);
+        SLOTS[i].start.store(0, Ordering::SeqCst);
+        let p = SLOTS[i].bits.swap(std::ptr::null_mut(), Ordering::SeqCst);
+        let words = SLOTS[i].words.swap(0, Ordering::SeqCst);
+        // A handler that read the slot before it was emptied may still use
+        // the bitmap: wait until none runs.
+        while IN_HANDLER.load(Ordering::SeqCst) != 0 {
+            std::thread::yield_now();
+        }
+        // SAFETY: `p` came from Box::into_raw of a boxed slice of `words`
+        // words in `track`, and no handler or other slot user can reach it
+        // any more (the slot is empty and no handler is in flight).
+        drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, words)) });
+        protect(start, end - start, libc::PROT_READ | libc::PROT_WRITE)
+    }
+
+    fn collect(&self, r: Range, out: &mut Vec<usize>) -> Result<()> {
+        let _g = TABLE.lock().unwrap_or_else(|e| e.into_inner());
+        let ps = PAGE.load(Ordering::Relaxed);
+        let Some(i) = Self::find(r) else {
+            return Err(Error::Invalid(format!(
+                "range {:#x} of {} pages is not tracked",
+                r.start, r.pages
+            )));
+        };
+        let bits = Self::bits(i);
+        let first = out.len();
+        for (w, word) in bits.iter().enumerate() {
+            let mut v = word.swap(0, Ordering::SeqCst);
+            while v != 0 {
+                let b = v.trailing_zeros() as usize;
+                v &= v - 1;
+                let k = w * 64 + b;
+                if k < r.pages {
+                    out.push(k);
+                }
+            }
+        }
+        // Protect the dirty pages again, one mprotect per run of pages.
+        let mut k = first;
+        while k < out.len() {
+            let mut n = 1;
+            while k + n < out.len() && out[k + n] == out[k] + n {
+                n += 1;
+            }
+            protect(r.start + out[k] * ps, n * ps, libc::PROT_READ)?;
+            k += n;
+        }
+        Ok(())
+    }
+
+    fn mark_dirty(&self, r: Range, first: usize, count: usize) -> Result<()> {
+        let _g = TABLE.lock().unwrap_or_else(|e| e.into_inner());
+        let ps = PAGE.load(Ordering::Relaxed);
+        let Some(i) = Self::find(r) else {
+            return Err(Error::Invalid(format!(
+                "range {:#x} of {} pages is not tracked",
+                r.start, r.pages
+            )));
+        };
+        let bits = Self::bits(i);
+        for k in first..(first + count).min(r.pages) {
+            bits[k / 64].fetch_or(1 << (k % 64), Ordering::SeqCst);
+        }
+        protect(
+            r.start + first * ps,
+            count.min(r.pages - first) * ps,
+            libc::PROT_READ | libc::PROT_WRITE,
+        )
+    }
+
+    fn faults(&self) -> u64 {
+        FAULTS.load(Ordering::Relaxed)
+    }
+}
+
+/// The SIGSEGV handler. Async-signal-safe: atomics and `mprotect` only.
+extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    IN_HANDLER.fetch_add(1, Ordering::SeqCst);
+    // SAFETY: the kernel passes a valid siginfo_t for an SA_SIGINFO handler.
+    let addr = unsafe { (*info).si_addr() } as usize;
+    let ps = PAGE.load(Ordering::Relaxed);
+    let page = addr & !(ps - 1);
+    let mut ours = false;
+    let mut whole: Option<(usize, usize)> = None;
+    for slot in SLOTS.iter().take(HIGH.load(Ordering::Acquire)) {
+        let start = slot.start.load(Ordering::Acquire);
+        let end = slot.end.load(Ordering::Acquire);
+        if end == 0 || addr < start || addr >= end {
+            continue;
+        }
+        let p = slot.bits.load(Ordering::Acquire);
+        let words = slot.words.load(Ordering::Acquire);
+        if p.is_null() {
+            continue;
+        }
+        let k = (page - start) / ps;
+        if k / 64 < words {
+            // SAFETY: the bitmap has `words` words and stays allocated while
+            // IN_HANDLER is non-zero (untrack waits for it).
+            unsafe { (*p.add(k / 64)).fetch_or(1 << (k % 64), Ordering::SeqCst) };
+            ours = true;
+            whole = Some((start, end));
+        }
+    }
+    if ours {
+        FAULTS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: mprotect is a system call, safe in a signal handler; the
+        // page belongs to a tracked range.
+        let rc = unsafe {
+            libc::mprotect(
+                page as *mut libc::c_void,
+                ps,
+                libc::PROT_READ | libc::PROT_WRITE,
+            )
+        };
+        if rc != 0 {
+            // Out of mappings (vm.max_map_count): write-enable the whole
+            // range (merging its mappings) and count all of it dirty.
+            let (start, end) = whole.expect("set with ours");
+            for slot in SLOTS.iter().take(HIGH.load(Ordering::Acquire)) {
+                if slot.start.load(Ordering::Acquire) == start
+                    && slot.end.load(Ordering::Acquire) == end
+                {
+                    let p = slot.bits.load(Ordering::Acquire);
+                    for w in 0..slot.words.load(Ordering::Acquire) {
+                        // SAFETY: as above.
+                        unsafe { (*p.add(w)).store(!0, Ordering::SeqCst) };
+                    }
+                }
+            }
+            // SAFETY: as above.
+            unsafe {
+                libc::mprotect(
+                    start as *mut libc::c_void,
+                    end - start,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                )
+            };
+        }
+        IN_HANDLER.fetch_sub(1, Ordering::SeqCst);
+        return;
+    }
+    IN_HANDLER.fetch_sub(1, Ordering::SeqCst);
+    // Not ours: the previous handler's business.
+    // SAFETY: OLD_ACTION was written before this handler was installed and
+    // is never written again; calling the previous handler with the
+    // kernel's arguments is what the kernel would have done without us;
+    // sigaction is async-signal-safe.
+    unsafe {
+        let old = (*(&raw const OLD_ACTION)).assume_init_ref();
+        let h = old.sa_sigaction;
+        if h == libc::SIG_DFL || h == libc::SIG_IGN {
+            // Restore the default and return: the instruction faults again
+            // and the process dies of SIGSEGV, with its core dump.
+            let mut dfl: libc::sigaction = std::mem::zeroed();
+            dfl.sa_sigaction = libc::SIG_DFL;
+            libc::sigemptyset(&mut dfl.sa_mask);
+            libc::sigaction(libc::SIGSEGV, &dfl, std::ptr::null_mut());
+        } else if old.sa_flags & libc::SA_SIGINFO != 0 {
+            let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+                std::mem::transmute(h);
+            f(sig, info, ctx);
+        } else {
+            let f: extern "C" fn(libc::c_int) = std::mem::transmute(h);
+            f(sig);
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// An anonymous mapping of `pages` pages (freed on drop).
+    pub(crate) struct Map(pub(crate) usize, usize);
+    impl Map {
+        pub(crate) fn new(pages: usize) -> Map {
+            let len = pages * page_size();
+            // SAFETY: a fresh private anonymous mapping.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            };
+            assert_ne!(p, libc::MAP_FAILED);
+            Map(p as usize, len)
+        }
+        pub(crate) fn write(&self, page: usize, v: u8) {
+            // SAFETY: inside the mapping; volatile so the write happens.
+            unsafe { std::ptr::write_volatile((self.0 + page * page_size() + 7) as *mut u8, v) }
+        }
+    }
+    impl Drop for Map {
+        fn drop(&mut self) {
+            // SAFETY: our own mapping.
+            unsafe { libc::munmap(self.0 as *mut libc::c_void, self.1) };
+        }
+    }
+
+    /// The behaviour every tracker must have (run on each).
+    pub(crate) fn exercise(t: &dyn Tracker) {
+        let m = Map::new(100);
+        let r = Range {
+            start: m.0,
+            pages: 100,
+        };
+        t.track(r).unwrap();
+        let mut out = Vec::new();
+        t.collect(r, &mut out).unwrap();
+        assert_eq!(out, (0..100).collect::<Vec<_>>(), "all dirty at first");
+        out.clear();
+        let before = t.faults();
+        for p in [3, 4, 99, 3, 50] {
+            m.write(p, 1);
+        }
+        assert_eq!(t.faults() - before, 4, "one fault per first write");
+        t.collect(r, &mut out).unwrap();
+        assert_eq!(out, vec![3, 4, 50, 99]);
+        out.clear();
+        t.collect(r, &mut out).unwrap();
+        assert!(out.is_empty());
+        // Several threads writing at once.
+        std::thread::scope(|sc| {
+            for k in 0..4 {
+                let m = &m;
+                sc.spawn(move || {
+                    for p in (k..60).step_by(4) {
+                        m.write(p, 9);
+                        m.write(p, 8);
+                    }
+                });
+            }
+        });
+        t.collect(r, &mut out).unwrap();
+        assert_eq!(out, (0..60).collect::<Vec<_>>());
+        // A kernel write would fail on a protected page; declared, it works.
+        t.mark_dirty(r, 10, 2).unwrap();
+        m.write(10, 2);
+        m.write(11, 2);
+        out.clear();
+        t.collect(r, &mut out).unwrap();
+        assert_eq!(out, vec![10, 11]);
+        t.untrack(r).unwrap();
+        m.write(20, 1); // writable again, untracked
+    }
+
+    #[test]
+    fn mprotect_records_first_writes_and_forgets_them_at_collect() {
+        exercise(&MprotectTracker::new().unwrap());
+    }
+}
