@@ -11,6 +11,7 @@ mod fixtures;
 mod flush;
 mod l2_faults;
 mod layers;
+mod librex;
 mod never_wrong;
 mod restart_props;
 mod s3;

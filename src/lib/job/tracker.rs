@@ -117,8 +117,201 @@ static mut OLD_ACTION: std::mem::MaybeUninit<libc::sigaction> = std::mem::MaybeU
 /// Serializes slot changes (never taken by the handler).
 static TABLE: Mutex<()> = Mutex::new(());
 
-/// The mprotect + SIGSEGV tracker (the paper's AIC). One per process: the
-/// slot table and the signal handler are process-wide.
+/// A bitmap of `words` words in its own anonymous mapping: never in the
+/// heap, whose pages may share a page with a job's unaligned region and be
+/// write-protected themselves (the handler writing its own bitmap would
+/// then fault inside the handler).
+fn map_bits(words: usize) -> Result<*mut AtomicU64> {
+    // SAFETY: a fresh private anonymous mapping; zero pages are valid
+    // AtomicU64s.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            (words * 8).max(1),
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(Error::Invalid(format!(
+            "cannot map a dirty-page bitmap of {words} words: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    Ok(p as *mut AtomicU64)
+}
+
+fn find(r: Range) -> Option<usize> {
+    let ps = PAGE.load(Ordering::Relaxed);
+    (0..HIGH.load(Ordering::Acquire)).find(|&i| {
+        SLOTS[i].start.load(Ordering::Acquire) == r.start
+            && SLOTS[i].end.load(Ordering::Acquire) == r.start + r.pages * ps
+    })
+}
+
+fn find_or_fail(r: Range) -> Result<usize> {
+    find(r).ok_or_else(|| {
+        Error::Invalid(format!(
+            "range {:#x} of {} pages is not tracked",
+            r.start, r.pages
+        ))
+    })
+}
+
+fn bits(i: usize) -> &'static [AtomicU64] {
+    let p = SLOTS[i].bits.load(Ordering::Acquire);
+    let n = SLOTS[i].words.load(Ordering::Acquire);
+    // SAFETY: a slot's bitmap is a mapping of `words` words made by
+    // `map_bits`, unmapped only by `slot_remove` under TABLE (which every
+    // caller of this function holds) after the slot is emptied.
+    unsafe { std::slice::from_raw_parts(p, n) }
+}
+
+/// Adds a slot for `r`, all pages dirty (nothing of them is checkpointed
+/// yet). Shared by both trackers.
+pub(crate) fn slot_add(r: Range) -> Result<()> {
+    let _g = TABLE.lock().unwrap_or_else(|e| e.into_inner());
+    PAGE.store(page_size(), Ordering::Relaxed);
+    let ps = PAGE.load(Ordering::Relaxed);
+    let high = HIGH.load(Ordering::Acquire);
+    let i = (0..high)
+        .find(|&i| SLOTS[i].end.load(Ordering::Acquire) == 0)
+        .or_else(|| (high < MAX_SLOTS).then_some(high))
+        .ok_or_else(|| Error::Invalid(format!("more than {MAX_SLOTS} regions tracked at once")))?;
+    let words = r.pages.div_ceil(64);
+    let p = map_bits(words)?;
+    for w in 0..words {
+        // SAFETY: inside the fresh mapping of `words` words.
+        unsafe { (*p.add(w)).store(!0, Ordering::Relaxed) };
+    }
+    SLOTS[i].words.store(words, Ordering::Release);
+    SLOTS[i].bits.store(p, Ordering::Release);
+    SLOTS[i].start.store(r.start, Ordering::Release);
+    SLOTS[i]
+        .end
+        .store(r.start + r.pages * ps, Ordering::Release);
+    if i == high {
+        HIGH.store(high + 1, Ordering::Release);
+    }
+    Ok(())
+}
+
+/// Removes the slot of `r`; pages it shares with other slots are marked
+/// dirty there (they are about to become writable).
+pub(crate) fn slot_remove(r: Range) -> Result<()> {
+    let _g = TABLE.lock().unwrap_or_else(|e| e.into_inner());
+    let ps = PAGE.load(Ordering::Relaxed);
+    let i = find_or_fail(r)?;
+    let (start, end) = (r.start, r.start + r.pages * ps);
+    for j in 0..HIGH.load(Ordering::Acquire) {
+        let (s, e) = (
+            SLOTS[j].start.load(Ordering::Acquire),
+            SLOTS[j].end.load(Ordering::Acquire),
+        );
+        if j == i || e == 0 || e <= start || s >= end {
+            continue;
+        }
+        let b = bits(j);
+        let mut a = s.max(start);
+        while a < e.min(end) {
+            let k = (a - s) / ps;
+            b[k / 64].fetch_or(1 << (k % 64), Ordering::SeqCst);
+            a += ps;
+        }
+    }
+    SLOTS[i].end.store(0, Ordering::SeqCst);
+    SLOTS[i].start.store(0, Ordering::SeqCst);
+    let p = SLOTS[i].bits.swap(std::ptr::null_mut(), Ordering::SeqCst);
+    let words = SLOTS[i].words.swap(0, Ordering::SeqCst);
+    // A handler that read the slot before it was emptied may still use the
+    // bitmap: wait until none runs.
+    while IN_HANDLER.load(Ordering::SeqCst) != 0 {
+        std::thread::yield_now();
+    }
+    // SAFETY: the mapping made by `map_bits` for this slot, which no
+    // handler or slot user can reach any more.
+    unsafe { libc::munmap(p as *mut libc::c_void, (words * 8).max(1)) };
+    Ok(())
+}
+
+/// Takes (and clears) the dirty pages of `r`'s slot into `out`.
+pub(crate) fn slot_take(r: Range, out: &mut Vec<usize>) -> Result<()> {
+    let _g = TABLE.lock().unwrap_or_else(|e| e.into_inner());
+    let b = bits(find_or_fail(r)?);
+    for (w, word) in b.iter().enumerate() {
+        let mut v = word.swap(0, Ordering::SeqCst);
+        while v != 0 {
+            let bit = v.trailing_zeros() as usize;
+            v &= v - 1;
+            let k = w * 64 + bit;
+            if k < r.pages {
+                out.push(k);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Marks pages `first .. first + count` of `r` dirty; returns the count
+/// clamped to the range.
+pub(crate) fn slot_mark(r: Range, first: usize, count: usize) -> Result<usize> {
+    let _g = TABLE.lock().unwrap_or_else(|e| e.into_inner());
+    let b = bits(find_or_fail(r)?);
+    let end = first.saturating_add(count).min(r.pages);
+    for k in first..end {
+        b[k / 64].fetch_or(1 << (k % 64), Ordering::SeqCst);
+    }
+    Ok(end.saturating_sub(first))
+}
+
+/// Marks the page holding `addr` dirty in every slot that covers it,
+/// without locks or allocation (callable from a signal handler, and from
+/// the userfaultfd thread while a faulting thread holds any lock); returns
+/// the range of the last slot that covers it.
+pub(crate) fn mark_addr(addr: usize) -> Option<(usize, usize)> {
+    IN_HANDLER.fetch_add(1, Ordering::SeqCst);
+    let ps = PAGE.load(Ordering::Relaxed);
+    let page = addr & !(ps - 1);
+    let mut hit = None;
+    for slot in SLOTS.iter().take(HIGH.load(Ordering::Acquire)) {
+        let start = slot.start.load(Ordering::Acquire);
+        let end = slot.end.load(Ordering::Acquire);
+        if end == 0 || addr < start || addr >= end {
+            continue;
+        }
+        let p = slot.bits.load(Ordering::Acquire);
+        let words = slot.words.load(Ordering::Acquire);
+        let k = (page - start) / ps;
+        if !p.is_null() && k / 64 < words {
+            // SAFETY: the bitmap has `words` words and stays mapped while
+            // IN_HANDLER is non-zero (slot_remove waits for it).
+            unsafe { (*p.add(k / 64)).fetch_or(1 << (k % 64), Ordering::SeqCst) };
+            hit = Some((start, end));
+        }
+    }
+    IN_HANDLER.fetch_sub(1, Ordering::SeqCst);
+    hit
+}
+
+/// Marks every page of the slot `start .. end` dirty (lock-free).
+fn mark_all(start: usize, end: usize) {
+    IN_HANDLER.fetch_add(1, Ordering::SeqCst);
+    for slot in SLOTS.iter().take(HIGH.load(Ordering::Acquire)) {
+        if slot.start.load(Ordering::Acquire) == start && slot.end.load(Ordering::Acquire) == end {
+            let p = slot.bits.load(Ordering::Acquire);
+            for w in 0..slot.words.load(Ordering::Acquire) {
+                // SAFETY: as in mark_addr.
+                unsafe { (*p.add(w)).store(!0, Ordering::SeqCst) };
+            }
+        }
+    }
+    IN_HANDLER.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// The mprotect + SIGSEGV tracker (the paper's AIC). The slot table and the
+/// signal handler are process-wide.
 #[derive(Debug)]
 pub struct MprotectTracker {
     _private: (),
@@ -152,23 +345,6 @@ impl MprotectTracker {
         }
         Ok(MprotectTracker { _private: () })
     }
-
-    fn find(r: Range) -> Option<usize> {
-        let ps = PAGE.load(Ordering::Relaxed);
-        (0..HIGH.load(Ordering::Acquire)).find(|&i| {
-            SLOTS[i].start.load(Ordering::Acquire) == r.start
-                && SLOTS[i].end.load(Ordering::Acquire) == r.start + r.pages * ps
-        })
-    }
-
-    fn bits(i: usize) -> &'static [AtomicU64] {
-        let p = SLOTS[i].bits.load(Ordering::Acquire);
-        let n = SLOTS[i].words.load(Ordering::Acquire);
-        // SAFETY: a slot's bitmap is a leaked Box<[AtomicU64]> of `words`
-        // words, freed only by `untrack` under TABLE (which every caller of
-        // this function holds) after the slot is emptied.
-        unsafe { std::slice::from_raw_parts(p, n) }
-    }
 }
 
 fn protect(start: usize, len: usize, prot: libc::c_int) -> Result<()> {
@@ -191,132 +367,54 @@ fn protect(start: usize, len: usize, prot: libc::c_int) -> Result<()> {
     Ok(())
 }
 
+/// Calls `f(first, n)` for each run of consecutive indexes in `idx`.
+pub(crate) fn runs(idx: &[usize], mut f: impl FnMut(usize, usize) -> Result<()>) -> Result<()> {
+    let mut k = 0;
+    while k < idx.len() {
+        let mut n = 1;
+        while k + n < idx.len() && idx[k + n] == idx[k] + n {
+            n += 1;
+        }
+        f(idx[k], n)?;
+        k += n;
+    }
+    Ok(())
+}
+
 impl Tracker for MprotectTracker {
     fn name(&self) -> &'static str {
         "mprotect"
     }
 
     fn track(&self, r: Range) -> Result<()> {
-        let _g = TABLE.lock().unwrap_or_else(|e| e.into_inner());
-        let ps = PAGE.load(Ordering::Relaxed);
-        let high = HIGH.load(Ordering::Acquire);
-        let i = (0..high)
-            .find(|&i| SLOTS[i].end.load(Ordering::Acquire) == 0)
-            .or_else(|| (high < MAX_SLOTS).then_some(high))
-            .ok_or_else(|| {
-                Error::Invalid(format!("more than {MAX_SLOTS} regions tracked at once"))
-            })?;
-        let words = r.pages.div_ceil(64);
-        // All pages start dirty: nothing of them is checkpointed yet.
-        let bits: Box<[AtomicU64]> = (0..words).map(|_| AtomicU64::new(!0)).collect();
-        let p = Box::into_raw(bits) as *mut AtomicU64;
-        SLOTS[i].words.store(words, Ordering::Release);
-        SLOTS[i].bits.store(p, Ordering::Release);
-        SLOTS[i].start.store(r.start, Ordering::Release);
-        SLOTS[i]
-            .end
-            .store(r.start + r.pages * ps, Ordering::Release);
-        if i == high {
-            HIGH.store(high + 1, Ordering::Release);
-        }
-        Ok(())
+        slot_add(r)
     }
 
     fn untrack(&self, r: Range) -> Result<()> {
-        let _g = TABLE.lock().unwrap_or_else(|e| e.into_inner());
-        let ps = PAGE.load(Ordering::Relaxed);
-        let Some(i) = Self::find(r) else {
-            return Err(Error::Invalid(format!(
-                "range {:#x} of {} pages is not tracked",
-                r.start, r.pages
-            )));
-        };
-        let (start, end) = (r.start, r.start + r.pages * ps);
-        // Pages this range shares with other tracked ranges become writable
-        // below: record them as dirty there first.
-        for j in 0..HIGH.load(Ordering::Acquire) {
-            let (s, e) = (
-                SLOTS[j].start.load(Ordering::Acquire),
-                SLOTS[j].end.load(Ordering::Acquire),
-            );
-            if j == i || e == 0 || e <= start || s >= end {
-                continue;
-            }
-            let bits = Self::bits(j);
-            let mut a = s.max(start);
-            while a < e.min(end) {
-                let k = (a - s) / ps;
-                bits[k / 64].fetch_or(1 << (k % 64), Ordering::SeqCst);
-                a += ps;
-            }
-        }
-        SLOTS[i].end.store(0, Ordering::SeqCst);
-        SLOTS[i].start.store(0, Ordering::SeqCst);
-        let p = SLOTS[i].bits.swap(std::ptr::null_mut(), Ordering::SeqCst);
-        let words = SLOTS[i].words.swap(0, Ordering::SeqCst);
-        // A handler that read the slot before it was emptied may still use
-        // the bitmap: wait until none runs.
-        while IN_HANDLER.load(Ordering::SeqCst) != 0 {
-            std::thread::yield_now();
-        }
-        // SAFETY: `p` came from Box::into_raw of a boxed slice of `words`
-        // words in `track`, and no handler or other slot user can reach it
-        // any more (the slot is empty and no handler is in flight).
-        drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, words)) });
-        protect(start, end - start, libc::PROT_READ | libc::PROT_WRITE)
+        slot_remove(r)?;
+        protect(
+            r.start,
+            r.pages * PAGE.load(Ordering::Relaxed),
+            libc::PROT_READ | libc::PROT_WRITE,
+        )
     }
 
     fn collect(&self, r: Range, out: &mut Vec<usize>) -> Result<()> {
-        let _g = TABLE.lock().unwrap_or_else(|e| e.into_inner());
         let ps = PAGE.load(Ordering::Relaxed);
-        let Some(i) = Self::find(r) else {
-            return Err(Error::Invalid(format!(
-                "range {:#x} of {} pages is not tracked",
-                r.start, r.pages
-            )));
-        };
-        let bits = Self::bits(i);
         let first = out.len();
-        for (w, word) in bits.iter().enumerate() {
-            let mut v = word.swap(0, Ordering::SeqCst);
-            while v != 0 {
-                let b = v.trailing_zeros() as usize;
-                v &= v - 1;
-                let k = w * 64 + b;
-                if k < r.pages {
-                    out.push(k);
-                }
-            }
-        }
+        slot_take(r, out)?;
         // Protect the dirty pages again, one mprotect per run of pages.
-        let mut k = first;
-        while k < out.len() {
-            let mut n = 1;
-            while k + n < out.len() && out[k + n] == out[k] + n {
-                n += 1;
-            }
-            protect(r.start + out[k] * ps, n * ps, libc::PROT_READ)?;
-            k += n;
-        }
-        Ok(())
+        runs(&out[first..], |k, n| {
+            protect(r.start + k * ps, n * ps, libc::PROT_READ)
+        })
     }
 
     fn mark_dirty(&self, r: Range, first: usize, count: usize) -> Result<()> {
-        let _g = TABLE.lock().unwrap_or_else(|e| e.into_inner());
         let ps = PAGE.load(Ordering::Relaxed);
-        let Some(i) = Self::find(r) else {
-            return Err(Error::Invalid(format!(
-                "range {:#x} of {} pages is not tracked",
-                r.start, r.pages
-            )));
-        };
-        let bits = Self::bits(i);
-        for k in first..(first + count).min(r.pages) {
-            bits[k / 64].fetch_or(1 << (k % 64), Ordering::SeqCst);
-        }
+        let n = slot_mark(r, first, count)?;
         protect(
             r.start + first * ps,
-            count.min(r.pages - first) * ps,
+            n * ps,
             libc::PROT_READ | libc::PROT_WRITE,
         )
     }
@@ -328,35 +426,12 @@ impl Tracker for MprotectTracker {
 
 /// The SIGSEGV handler. Async-signal-safe: atomics and `mprotect` only.
 extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
-    IN_HANDLER.fetch_add(1, Ordering::SeqCst);
     // SAFETY: the kernel passes a valid siginfo_t for an SA_SIGINFO handler.
     let addr = unsafe { (*info).si_addr() } as usize;
     let ps = PAGE.load(Ordering::Relaxed);
-    let page = addr & !(ps - 1);
-    let mut ours = false;
-    let mut whole: Option<(usize, usize)> = None;
-    for slot in SLOTS.iter().take(HIGH.load(Ordering::Acquire)) {
-        let start = slot.start.load(Ordering::Acquire);
-        let end = slot.end.load(Ordering::Acquire);
-        if end == 0 || addr < start || addr >= end {
-            continue;
-        }
-        let p = slot.bits.load(Ordering::Acquire);
-        let words = slot.words.load(Ordering::Acquire);
-        if p.is_null() {
-            continue;
-        }
-        let k = (page - start) / ps;
-        if k / 64 < words {
-            // SAFETY: the bitmap has `words` words and stays allocated while
-            // IN_HANDLER is non-zero (untrack waits for it).
-            unsafe { (*p.add(k / 64)).fetch_or(1 << (k % 64), Ordering::SeqCst) };
-            ours = true;
-            whole = Some((start, end));
-        }
-    }
-    if ours {
+    if let Some((start, end)) = mark_addr(addr) {
         FAULTS.fetch_add(1, Ordering::Relaxed);
+        let page = addr & !(ps - 1);
         // SAFETY: mprotect is a system call, safe in a signal handler; the
         // page belongs to a tracked range.
         let rc = unsafe {
@@ -369,18 +444,7 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
         if rc != 0 {
             // Out of mappings (vm.max_map_count): write-enable the whole
             // range (merging its mappings) and count all of it dirty.
-            let (start, end) = whole.expect("set with ours");
-            for slot in SLOTS.iter().take(HIGH.load(Ordering::Acquire)) {
-                if slot.start.load(Ordering::Acquire) == start
-                    && slot.end.load(Ordering::Acquire) == end
-                {
-                    let p = slot.bits.load(Ordering::Acquire);
-                    for w in 0..slot.words.load(Ordering::Acquire) {
-                        // SAFETY: as above.
-                        unsafe { (*p.add(w)).store(!0, Ordering::SeqCst) };
-                    }
-                }
-            }
+            mark_all(start, end);
             // SAFETY: as above.
             unsafe {
                 libc::mprotect(
@@ -390,10 +454,8 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
                 )
             };
         }
-        IN_HANDLER.fetch_sub(1, Ordering::SeqCst);
         return;
     }
-    IN_HANDLER.fetch_sub(1, Ordering::SeqCst);
     // Not ours: the previous handler's business.
     // SAFETY: OLD_ACTION was written before this handler was installed and
     // is never written again; calling the previous handler with the

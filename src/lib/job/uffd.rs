@@ -25,14 +25,16 @@
 //! the `bindgen` 0.52 (clang-sys 0.28) of the `xdelta3` counterparts.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use linux_raw_sys::general as k;
 use linux_raw_sys::ioctl as kio;
 
-use super::tracker::{Range, Tracker, page_size};
+use super::tracker::{
+    Range, Tracker, mark_addr, page_size, runs, slot_add, slot_mark, slot_remove, slot_take,
+};
 use crate::error::{Error, Result};
 
 const UFFD_API: u64 = 0xAA;
@@ -40,16 +42,13 @@ const UFFD_API: u64 = 0xAA;
 /// it).
 const WRITEPROTECT_MODE_WP: u64 = 1;
 
-struct Slot {
-    start: usize,
-    pages: usize,
-    bits: Vec<u64>,
-}
+/// Write faults resolved (a static: the fault thread writes nothing that
+/// could lie in a write-protected heap page, or it would wait on itself).
+static FAULTS: AtomicU64 = AtomicU64::new(0);
 
+/// What the fault thread reads (never writes).
 struct Shared {
     fd: OwnedFd,
-    slots: Mutex<Vec<Slot>>,
-    faults: AtomicU64,
     ps: usize,
     wp_unpopulated: bool,
 }
@@ -134,8 +133,6 @@ impl UffdTracker {
         let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(pipe[0]), OwnedFd::from_raw_fd(pipe[1])) };
         let shared = Arc::new(Shared {
             fd,
-            slots: Mutex::new(Vec::new()),
-            faults: AtomicU64::new(0),
             ps: page_size(),
             wp_unpopulated,
         });
@@ -171,15 +168,6 @@ impl Shared {
             return Err(os_err(&format!("UFFDIO_WRITEPROTECT {start:#x}+{len}")));
         }
         Ok(())
-    }
-
-    fn mark(slots: &mut [Slot], ps: usize, addr: usize) {
-        for s in slots.iter_mut() {
-            if addr >= s.start && addr < s.start + s.pages * ps {
-                let i = (addr - s.start) / ps;
-                s.bits[i / 64] |= 1 << (i % 64);
-            }
-        }
     }
 }
 
@@ -229,11 +217,8 @@ fn fault_loop(s: &Shared, wake: OwnedFd) {
                 continue;
             }
             let page = addr & !(s.ps - 1);
-            {
-                let mut slots = s.slots.lock().unwrap_or_else(|e| e.into_inner());
-                Shared::mark(&mut slots, s.ps, page);
-            }
-            s.faults.fetch_add(1, Ordering::Relaxed);
+            mark_addr(page);
+            FAULTS.fetch_add(1, Ordering::Relaxed);
             // Lifting the protection wakes the writer; if it fails the
             // range is gone (unregistered meanwhile), which wakes it too.
             let _ = s.wp(page, s.ps, false);
@@ -295,50 +280,22 @@ impl Tracker for UffdTracker {
                 unsafe { std::ptr::read_volatile((r.start + p * ps) as *const u8) };
             }
         }
-        self.shared
-            .slots
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(Slot {
-                start: r.start,
-                pages: r.pages,
-                bits: vec![!0; r.pages.div_ceil(64)],
-            });
-        Ok(())
+        slot_add(r)
     }
 
     fn untrack(&self, r: Range) -> Result<()> {
         let ps = self.shared.ps;
-        let mut slots = self.shared.slots.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(i) = slots
-            .iter()
-            .position(|s| s.start == r.start && s.pages == r.pages)
-        else {
-            return Err(Error::Invalid(format!(
-                "range {:#x} of {} pages is not tracked",
-                r.start, r.pages
-            )));
-        };
-        slots.remove(i);
+        slot_remove(r)?;
         let (start, end) = (r.start, r.start + r.pages * ps);
-        // Pages shared with another region (its first or last page): they
-        // stay registered for it, and count as written there.
-        let mut lo = start;
-        let mut hi = end;
-        for p in [start, end - ps] {
-            if slots
-                .iter()
-                .any(|s| p >= s.start && p < s.start + s.pages * ps)
-            {
-                Shared::mark(&mut slots, ps, p);
-                if p == start {
-                    lo = start + ps;
-                }
-                if p == end - ps {
-                    hi = end - ps;
-                }
-            }
-        }
+        // A first or last page shared with another region stays registered
+        // for it (slot_remove marked it dirty there).
+        let shared = |p: usize| mark_addr(p).is_some();
+        let lo = if shared(start) { start + ps } else { start };
+        let hi = if end - ps > start && shared(end - ps) {
+            end - ps
+        } else {
+            end
+        };
         self.shared.wp(start, end - start, false)?;
         if lo < hi {
             let mut range = k::uffdio_range {
@@ -362,54 +319,21 @@ impl Tracker for UffdTracker {
 
     fn collect(&self, r: Range, out: &mut Vec<usize>) -> Result<()> {
         let ps = self.shared.ps;
-        let mut slots = self.shared.slots.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(s) = slots
-            .iter_mut()
-            .find(|s| s.start == r.start && s.pages == r.pages)
-        else {
-            return Err(Error::Invalid(format!(
-                "range {:#x} of {} pages is not tracked",
-                r.start, r.pages
-            )));
-        };
         let first = out.len();
-        for (w, word) in s.bits.iter_mut().enumerate() {
-            let mut v = std::mem::take(word);
-            while v != 0 {
-                let b = v.trailing_zeros() as usize;
-                v &= v - 1;
-                if w * 64 + b < r.pages {
-                    out.push(w * 64 + b);
-                }
-            }
-        }
-        drop(slots);
-        let mut i = first;
-        while i < out.len() {
-            let mut n = 1;
-            while i + n < out.len() && out[i + n] == out[i] + n {
-                n += 1;
-            }
-            self.shared.wp(r.start + out[i] * ps, n * ps, true)?;
-            i += n;
-        }
-        Ok(())
+        slot_take(r, out)?;
+        runs(&out[first..], |i, n| {
+            self.shared.wp(r.start + i * ps, n * ps, true)
+        })
     }
 
     fn mark_dirty(&self, r: Range, first: usize, count: usize) -> Result<()> {
         let ps = self.shared.ps;
-        let count = count.min(r.pages.saturating_sub(first));
-        {
-            let mut slots = self.shared.slots.lock().unwrap_or_else(|e| e.into_inner());
-            for p in first..first + count {
-                Shared::mark(&mut slots, ps, r.start + p * ps);
-            }
-        }
-        self.shared.wp(r.start + first * ps, count * ps, false)
+        let n = slot_mark(r, first, count)?;
+        self.shared.wp(r.start + first * ps, n * ps, false)
     }
 
     fn faults(&self) -> u64 {
-        self.shared.faults.load(Ordering::Relaxed)
+        FAULTS.load(Ordering::Relaxed)
     }
 }
 

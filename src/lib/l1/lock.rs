@@ -41,6 +41,28 @@ impl JobLock {
         Self::acquire_named(l1, PRODUCER_LOCK_NAME, what)
     }
 
+    /// Who holds the producer lock of `l1` (a live librex job), if anyone;
+    /// creates nothing (a read-only probe with a shared lock).
+    pub fn producer_holder(l1: &Path) -> Option<String> {
+        let path = l1.join(PRODUCER_LOCK_NAME);
+        let mut file = File::open(&path).ok()?;
+        // SAFETY: flock on a descriptor owned by `file`; no memory-safety
+        // preconditions.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) };
+        if rc == 0 {
+            // SAFETY: as above, releasing the probe.
+            unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_UN) };
+            return None;
+        }
+        let mut holder = String::new();
+        let _ = file.read_to_string(&mut holder);
+        Some(if holder.trim().is_empty() {
+            "a live process".into()
+        } else {
+            holder.trim().to_string()
+        })
+    }
+
     fn acquire_named(l1: &Path, name: &str, what: &str) -> Result<JobLock> {
         let path = l1.join(name);
         let mut file = OpenOptions::new()

@@ -4,6 +4,8 @@ use serde::Serialize;
 
 use crate::error::Result;
 use crate::format::manifest::{GenKind, Manifest};
+use crate::format::region::RegionTable;
+use crate::l1::lock::JobLock;
 use crate::l1::{Covered, L1Dir};
 use crate::l2::chain::ChainIndex;
 use crate::l2::push::Job;
@@ -56,6 +58,15 @@ pub struct Status {
     pub l2_bytes: u64,
     /// Why the pending IC files could not be listed, if they could not.
     pub pending_error: Option<String>,
+    /// The regions of the newest state (a job checkpointing itself through
+    /// librex): of the newest pending checkpoint, else of the newest
+    /// generation.
+    pub regions: Option<RegionTable>,
+    /// The seq whose region table `regions` is.
+    pub regions_seq: Option<u64>,
+    /// The live librex job writing this L1 directory (who holds its
+    /// producer lock), if one runs.
+    pub producer: Option<String>,
 }
 
 fn row(m: &Manifest, in_l1: bool) -> GenerationStatus {
@@ -115,7 +126,17 @@ pub fn status(job: &Job) -> Result<Status> {
         Ok(d) => (d.files, None),
         Err(e) => (Vec::new(), Some(e.report())),
     };
+    let (regions, regions_seq) = match pending.last() {
+        Some(p) => (p.regions.clone(), Some(p.seq())),
+        None => match newest {
+            Some(m) => (m.regions.clone(), Some(m.last_seq)),
+            None => (None, None),
+        },
+    };
     Ok(Status {
+        regions: regions.clone(),
+        regions_seq: regions.and(regions_seq),
+        producer: JobLock::producer_holder(&job.l1),
         l2_bytes: generations.iter().map(|g| g.bytes_out).sum(),
         chains: bases.len(),
         newest_chain_length,

@@ -73,6 +73,26 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         ),
         (None, None) => println!("no pending L1 checkpoint"),
     }
+    if let (Some(t), Some(seq)) = (&s.regions, s.regions_seq) {
+        println!(
+            "{} regions at seq {seq} ({}, {} pages):",
+            t.0.len(),
+            ui::bytes(t.bytes()),
+            t.pages()
+        );
+        for r in &t.0 {
+            println!(
+                "  region {:>5}  {:>11}  {:>8} pages  pages {:#x}..",
+                r.id,
+                ui::bytes(r.size),
+                r.pages,
+                r.first_page()
+            );
+        }
+    }
+    if let Some(h) = &s.producer {
+        println!("a librex job checkpoints into this L1 directory: {h}");
+    }
     for i in &s.invalid {
         println!("INVALID: {i}");
     }
