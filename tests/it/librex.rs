@@ -307,3 +307,292 @@ fn heat_stencil_survives_kills_bit_for_bit() {
 fn kv_table_survives_kills_bit_for_bit() {
     killed_runs_match("kv", &["65536", "1200000", "6000"], 24, 2);
 }
+
+// ---- The Rust API, and the tracker as a property ----
+
+mod rust_api {
+    use std::path::Path;
+
+    use proptest::prelude::*;
+    use rexctl::control::config::{Config, ConfigLayer, TrackerChoice};
+    use rexctl::format::ic::IcFile;
+    use rexctl::format::region::{page_number, split_page};
+    use rexctl::job::Rex;
+    use rexctl::job::tracker::page_size;
+
+    fn config(l1: &Path, l2: &Path, l2_thread: bool, tracker: TrackerChoice) -> Config {
+        Config::resolve(
+            ConfigLayer {
+                l1: Some(l1.into()),
+                l2: Some(l2.into()),
+                l2_thread: Some(l2_thread),
+                tracker: Some(tracker),
+                max_age_s: Some(0.001),
+                ..Default::default()
+            },
+            Vec::new(),
+        )
+        .unwrap()
+    }
+
+    /// Anonymous memory for a region at an unaligned offset (never the
+    /// heap, so no other thread's writes share its pages).
+    struct Mem {
+        base: usize,
+        len: usize,
+    }
+    impl Mem {
+        fn new(len: usize) -> Mem {
+            // SAFETY: a fresh private anonymous mapping.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            };
+            assert_ne!(p, libc::MAP_FAILED);
+            Mem {
+                base: p as usize,
+                len,
+            }
+        }
+    }
+    impl Drop for Mem {
+        fn drop(&mut self) {
+            // SAFETY: our mapping (its region is unregistered by then).
+            unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
+        }
+    }
+
+    /// The regions of the model: id, offset into its mapping, size.
+    const REGIONS: [(u32, usize, usize); 2] = [(3, 0, 5 * 4096 + 100), (7, 100, 2 * 4096 + 700)];
+
+    struct Proc {
+        rex: Rex,
+        mems: Vec<Mem>,
+    }
+
+    fn start(l1: &Path, l2: &Path, tracker: TrackerChoice) -> Proc {
+        let mut rex = Rex::with_config(config(l1, l2, false, tracker)).unwrap();
+        let mut mems = Vec::new();
+        for (id, off, size) in REGIONS {
+            let m = Mem::new(off + size + 4096);
+            // SAFETY: the mapping outlives the registration (Proc drops rex
+            // first: fields drop in order).
+            unsafe { rex.protect(id, (m.base + off) as *mut u8, size) }.unwrap();
+            mems.push(m);
+        }
+        Proc { rex, mems }
+    }
+
+    impl Proc {
+        fn bytes(&self, r: usize) -> &mut [u8] {
+            let (_, off, size) = REGIONS[r];
+            // SAFETY: the registered region of our own mapping.
+            unsafe { std::slice::from_raw_parts_mut((self.mems[r].base + off) as *mut u8, size) }
+        }
+    }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Write {
+            r: usize,
+            at: usize,
+            len: usize,
+            v: u8,
+        },
+        Checkpoint,
+        Restart,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            6 => (0..2usize, 0.0..1.0f64, 1..6000usize, any::<u8>()).prop_map(|(r, f, len, v)| {
+                let size = REGIONS[r].2;
+                let at = (f * size as f64) as usize % size;
+                Op::Write { r, at, len: len.min(size - at), v }
+            }),
+            3 => Just(Op::Checkpoint),
+            1 => Just(Op::Restart),
+        ]
+    }
+
+    fn run_ops(ops: &[Op], tracker: TrackerChoice) -> Result<(), TestCaseError> {
+        let ps = page_size();
+        let d = tempfile::tempdir().unwrap();
+        let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
+        let mut p = start(&l1, &l2, tracker);
+        // The model: memory now, memory at the last checkpoint, and the
+        // region pages written since.
+        let mut now: Vec<Vec<u8>> = REGIONS.iter().map(|r| vec![0; r.2]).collect();
+        let mut saved: Option<Vec<Vec<u8>>> = None;
+        let mut dirty = std::collections::BTreeSet::new();
+        let mut seq: Option<u64> = None;
+        for op in ops.iter().chain([Op::Checkpoint].iter()) {
+            match op {
+                Op::Write { r, at, len, v } => {
+                    p.bytes(*r)[*at..at + len].fill(*v);
+                    now[*r][*at..at + len].fill(*v);
+                    // Tracking sees memory pages: a region page is dirty
+                    // when a written byte shares a memory page with it
+                    // (with an unaligned region, a memory page overlaps
+                    // two region pages).
+                    let (id, off, size) = REGIONS[*r];
+                    for k in (off + at) / ps..=(off + at + len - 1) / ps {
+                        for i in [k.checked_sub(1).filter(|_| off > 0), Some(k)]
+                            .into_iter()
+                            .flatten()
+                        {
+                            let (lo, hi) = (i * ps, (i + 1) * ps); // region bytes of page i
+                            let (mlo, mhi) = ((k * ps).saturating_sub(off), (k + 1) * ps - off);
+                            if lo < size && lo < mhi && mlo < hi {
+                                dirty.insert(page_number(id, i as u64));
+                            }
+                        }
+                    }
+                }
+                Op::Checkpoint => {
+                    let rep = p.rex.checkpoint().unwrap();
+                    p.rex.checkpoint_wait().unwrap();
+                    let s = seq.map_or(0, |s| s + 1);
+                    prop_assert_eq!(rep.seq, s);
+                    seq = Some(s);
+                    let f = IcFile::open(l1.join(rexctl::l1::ic_file_name(s))).unwrap();
+                    let want: Vec<u64> = if saved.is_none() {
+                        prop_assert!(f.meta().is_full());
+                        REGIONS
+                            .iter()
+                            .flat_map(|r| (0..r.2.div_ceil(ps) as u64).map(|i| page_number(r.0, i)))
+                            .collect()
+                    } else {
+                        dirty.iter().copied().collect()
+                    };
+                    prop_assert_eq!(&f.meta().pages, &want, "checkpoint {} pages", s);
+                    for (pp, &page) in f.meta().pages.iter().enumerate() {
+                        let (id, i) = split_page(page);
+                        let r = REGIONS.iter().position(|r| r.0 == id).unwrap();
+                        let from = i as usize * ps;
+                        let n = ps.min(REGIONS[r].2 - from);
+                        prop_assert_eq!(&f.page(pp).unwrap()[..n], &now[r][from..from + n]);
+                    }
+                    dirty.clear();
+                    saved = Some(now.clone());
+                }
+                Op::Restart => {
+                    drop(p);
+                    p = start(&l1, &l2, tracker);
+                    match &saved {
+                        None => {
+                            prop_assert_eq!(p.rex.restart_test().unwrap(), None);
+                            now = REGIONS.iter().map(|r| vec![0; r.2]).collect();
+                        }
+                        Some(m) => {
+                            prop_assert_eq!(p.rex.restart_test().unwrap(), seq);
+                            p.rex.restart().unwrap();
+                            for r in 0..REGIONS.len() {
+                                prop_assert!(p.bytes(r) == &m[r][..], "region {} restored", r);
+                            }
+                            now = m.clone();
+                        }
+                    }
+                    dirty.clear();
+                }
+            }
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+        /// Any sequence of writes, checkpoints and restarts: each checkpoint
+        /// holds exactly the pages written since the previous one (all of
+        /// them at first), with their contents; a restart brings back the
+        /// last checkpoint and the next one continues its run.
+        #[test]
+        fn mprotect_checkpoints_exactly_the_written_pages(ops in prop::collection::vec(op(), 1..24)) {
+            run_ops(&ops, TrackerChoice::Mprotect)?;
+        }
+
+        #[test]
+        fn userfaultfd_checkpoints_exactly_the_written_pages(ops in prop::collection::vec(op(), 1..24)) {
+            if rexctl::job::uffd::UffdTracker::new().is_err() {
+                eprintln!("SKIPPED: userfaultfd write-protect unavailable here");
+                return Ok(());
+            }
+            run_ops(&ops, TrackerChoice::Userfaultfd)?;
+        }
+    }
+
+    /// The Rust API end to end: the L2 thread pushes while the job runs,
+    /// L1 is lost, the job restarts from L2 alone with other addresses and
+    /// continues its run; a mismatched region is refused by name.
+    #[test]
+    fn restart_from_l2_alone_continues_the_run() {
+        let d = tempfile::tempdir().unwrap();
+        let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
+        let mut rex = Rex::with_config(config(&l1, &l2, true, TrackerChoice::Mprotect)).unwrap();
+        let n = 64 * 4096;
+        let a = rex.alloc(1, n).unwrap();
+        // SAFETY: `n` bytes from rex.alloc.
+        let buf = unsafe { std::slice::from_raw_parts_mut(a, n) };
+        for round in 0..12u32 {
+            for i in (0..n).step_by(4096 * 3) {
+                buf[(i + round as usize * 8) % n] = round as u8 + 1;
+            }
+            rex.checkpoint().unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(3));
+        }
+        rex.checkpoint_wait().unwrap();
+        assert!(rex.l2_pushes() > 0, "the L2 thread pushed nothing");
+        let want = buf.to_vec();
+        let faults = rex.faults();
+        assert!(faults > 0);
+        rex.finalize().unwrap();
+        // The node is lost.
+        std::fs::remove_dir_all(&l1).unwrap();
+        let mut rex = Rex::with_config(config(&l1, &l2, true, TrackerChoice::Mprotect)).unwrap();
+        rex.alloc(1, n + 1).unwrap();
+        let e = rex.restart().unwrap_err().to_string();
+        assert!(e.contains("region 1") && e.contains("bytes"), "{e}");
+        drop(rex);
+        let mut rex = Rex::with_config(config(&l1, &l2, true, TrackerChoice::Mprotect)).unwrap();
+        let b = rex.alloc(1, n).unwrap();
+        assert_eq!(rex.restart_test().unwrap(), Some(11));
+        let rep = rex.restart().unwrap();
+        assert!(rep.fell_back.is_none());
+        // SAFETY: `n` bytes from rex.alloc.
+        let buf = unsafe { std::slice::from_raw_parts_mut(b, n) };
+        assert!(buf == &want[..], "restored from L2 alone");
+        buf[5] = 99;
+        let c = rex.checkpoint().unwrap();
+        assert_eq!(
+            (c.seq, c.full, c.pages),
+            (12, false, 1),
+            "continues the run"
+        );
+        rex.checkpoint_wait().unwrap();
+        rex.finalize().unwrap();
+        let out = d.path().join("region1.raw");
+        crate::util::ok(&[
+            "restore",
+            "--l1",
+            super::s(&l1),
+            "--l2",
+            super::s(&l2),
+            "--region",
+            "1",
+            "--raw",
+            "--out",
+            super::s(&out),
+        ]);
+        let got = std::fs::read(&out).unwrap();
+        assert_eq!(got.len(), n);
+        assert_eq!(got[5], 99);
+        assert!(got[6..] == want[6..]);
+    }
+}
