@@ -259,7 +259,10 @@ pub struct Rex {
     prev_table: Option<RegionTable>,
     /// The next checkpoint must be FULL.
     need_full: bool,
-    writer: Option<JoinHandle<Result<()>>>,
+    writer: Option<JoinHandle<Result<Vec<u8>>>>,
+    /// The page buffer of the previous checkpoint, back from the writer:
+    /// reused, so a checkpoint's copy does not pay fresh-memory page faults.
+    spare: Vec<u8>,
     l2: Option<L2Thread>,
     restored: Option<Restored>,
     checkpoints: u64,
@@ -310,6 +313,7 @@ impl Rex {
             prev_table: None,
             need_full: true,
             writer: None,
+            spare: Vec::new(),
             l2,
             restored: None,
             checkpoints: 0,
@@ -497,7 +501,8 @@ impl Rex {
         let full = self.need_full || self.chain.is_none();
         let table = self.region_table();
         let mut pages: Vec<u64> = Vec::new();
-        let mut data: Vec<u8> = Vec::new();
+        let mut data: Vec<u8> = std::mem::take(&mut self.spare);
+        data.clear();
         let mut tracked = Vec::new();
         for (&id, r) in self.regions.iter_mut() {
             tracked.clear();
@@ -554,7 +559,7 @@ impl Rex {
         let ps32 = ps as u32;
         let writer = std::thread::Builder::new()
             .name("rex-l1".into())
-            .spawn(move || -> Result<()> {
+            .spawn(move || -> Result<Vec<u8>> {
                 let mut w =
                     IcWriter::create_ext(&path, ps32, seq, full, time_ns, &ext, pages, drops)?;
                 for page in data.chunks_exact(ps32 as usize) {
@@ -566,7 +571,7 @@ impl Rex {
                     m.lock().unwrap_or_else(|e| e.into_inner()).queued = true;
                     cv.notify_all();
                 }
-                Ok(())
+                Ok(data)
             })
             .map_err(|e| Error::Invalid(format!("cannot start the L1 writer thread: {e}")))?;
         self.writer = Some(writer);
@@ -588,12 +593,18 @@ impl Rex {
         let r = h
             .join()
             .unwrap_or_else(|_| Err(Error::Invalid("the L1 writer thread panicked".into())));
-        if r.is_err() {
-            // Its dirty pages left the tracker but never reached a file: the
-            // next checkpoint carries everything, in a new run.
-            self.need_full = true;
+        match r {
+            Ok(buf) => {
+                self.spare = buf;
+                Ok(())
+            }
+            Err(e) => {
+                // Its dirty pages left the tracker but never reached a
+                // file: the next checkpoint carries everything, in a new run.
+                self.need_full = true;
+                Err(e)
+            }
         }
-        r
     }
 
     /// Waits for all background work: the L1 write in flight and the L2

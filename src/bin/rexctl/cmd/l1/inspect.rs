@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use rexctl::format::ic::{ChainId, DropRange, IcFile, IcHeader, IcLayout};
+use rexctl::format::ic::{ChainId, DropRange, IcFile, IcHeader, IcLayout, RegionTable};
 use serde::Serialize;
 
 use crate::ui;
@@ -42,6 +42,9 @@ struct Report {
     dropped_pages: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     chain_id: Option<ChainId>,
+    /// The region table of a checkpoint written by librex.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    regions: Option<RegionTable>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pages: Option<Vec<u64>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -62,6 +65,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             last_page: None,
             dropped_pages: 0,
             chain_id: None,
+            regions: None,
             pages: None,
             drops: None,
         };
@@ -74,6 +78,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 r.last_page = m.pages.last().copied();
                 r.dropped_pages = m.drops.iter().map(|d| d.count).sum();
                 r.chain_id = m.chain_id;
+                r.regions = m.regions.clone();
                 if a.index {
                     r.pages = Some(m.pages.clone());
                     r.drops = Some(m.drops.clone());
@@ -133,6 +138,23 @@ fn print_human(r: &Report) {
         r.dropped_pages,
         ui::time(h.time_ns)
     );
+    if let Some(t) = &r.regions {
+        println!(
+            "  {} regions ({}, {} pages):",
+            t.0.len(),
+            ui::bytes(t.bytes()),
+            t.pages()
+        );
+        for g in &t.0 {
+            println!(
+                "    region {:>5}  {:>11}  {:>8} pages  pages {:#x}..",
+                g.id,
+                ui::bytes(g.size),
+                g.pages,
+                g.first_page()
+            );
+        }
+    }
     match &r.error {
         None => println!(
             "  data at offset {}, file {}; CRCs ok (header, metadata, {} pages)",

@@ -1,0 +1,278 @@
+//! librex: what a job pays for checkpointing itself, side by side in one
+//! run (ratios, because machines are noisy).
+//!
+//! * **Write fault**: the cost of the first write to a protected page, per
+//!   tracker (mprotect + SIGSEGV as the paper's AIC; userfaultfd
+//!   write-protect where the kernel offers it), against the same writes to
+//!   unprotected memory.
+//! * **Job stop per checkpoint**: the time `checkpoint()` keeps the job
+//!   stopped (collect and copy the dirty pages; the file is written in the
+//!   background), for 2 %, 10 % and 100 % of 64 MiB dirty, against a plain
+//!   copy of the whole 64 MiB (what a full-copy library stops for).
+//! * **Heat stencil slowdown**: a 2-D Jacobi stencil on a 1024 x 1024 grid
+//!   (2 x 8 MiB), run without checkpointing, and checkpointing every N steps
+//!   with the background L1 writer and L2 thread (pushes to a local
+//!   directory), per tracker. The paper reports under 3 % with a dedicated
+//!   L2 thread.
+//!
+//! Run: `cargo bench --bench librex` (`REX_BENCH_DIR` picks the directory of
+//! L1 and L2, default the system's temporary directory). The figures are
+//! recorded in docs/PERFORMANCE.md.
+
+use std::time::{Duration, Instant};
+
+use rexctl::control::config::{Config, ConfigLayer, TrackerChoice};
+use rexctl::job::Rex;
+use rexctl::job::tracker::{MprotectTracker, Range, Tracker, page_size};
+use rexctl::job::uffd::UffdTracker;
+
+fn map(len: usize) -> usize {
+    // SAFETY: a fresh private anonymous mapping.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(p, libc::MAP_FAILED);
+    p as usize
+}
+
+fn unmap(p: usize, len: usize) {
+    // SAFETY: a mapping made by `map`.
+    unsafe { libc::munmap(p as *mut libc::c_void, len) };
+}
+
+fn touch_all(p: usize, pages: usize, v: u8) -> Duration {
+    let ps = page_size();
+    let t = Instant::now();
+    for i in 0..pages {
+        // SAFETY: inside the mapping.
+        unsafe { std::ptr::write_volatile((p + i * ps) as *mut u8, v) };
+    }
+    t.elapsed()
+}
+
+/// ns per first write to a protected page, and per write to a writable one.
+fn fault_cost(t: &dyn Tracker, pages: usize, rounds: usize) -> (f64, f64) {
+    let ps = page_size();
+    let p = map(pages * ps);
+    touch_all(p, pages, 1); // populate
+    let r = Range { start: p, pages };
+    t.track(r).unwrap();
+    let mut out = Vec::new();
+    let (mut faulting, mut plain) = (Duration::ZERO, Duration::ZERO);
+    for k in 0..rounds {
+        out.clear();
+        t.collect(r, &mut out).unwrap(); // protect all
+        faulting += touch_all(p, pages, k as u8);
+        plain += touch_all(p, pages, k as u8 + 1);
+    }
+    t.untrack(r).unwrap();
+    unmap(p, pages * ps);
+    let n = (pages * rounds) as f64;
+    (
+        faulting.as_secs_f64() * 1e9 / n,
+        plain.as_secs_f64() * 1e9 / n,
+    )
+}
+
+fn config(dir: &std::path::Path, tracker: TrackerChoice, l2_thread: bool) -> Config {
+    Config::resolve(
+        ConfigLayer {
+            l1: Some(dir.join("l1")),
+            l2: Some(dir.join("l2")),
+            tracker: Some(tracker),
+            l2_thread: Some(l2_thread),
+            ..Default::default()
+        },
+        Vec::new(),
+    )
+    .unwrap()
+}
+
+fn bench_dir() -> tempfile::TempDir {
+    match std::env::var_os("REX_BENCH_DIR") {
+        Some(d) => tempfile::tempdir_in(d).unwrap(),
+        None => tempfile::tempdir().unwrap(),
+    }
+}
+
+/// Median job stop (seconds) of `checkpoint()` with `share` of 64 MiB
+/// dirty, and of a plain copy of the whole 64 MiB.
+fn stop_times(tracker: TrackerChoice, share: f64) -> (f64, f64) {
+    let d = bench_dir();
+    let mut rex = Rex::with_config(config(d.path(), tracker, false)).unwrap();
+    let n = 64 << 20;
+    let ps = page_size();
+    let p = rex.alloc(0, n).unwrap();
+    // SAFETY: `n` bytes from rex.alloc.
+    let buf = unsafe { std::slice::from_raw_parts_mut(p, n) };
+    rex.checkpoint().unwrap(); // the FULL one
+    rex.checkpoint_wait().unwrap();
+    let pages = n / ps;
+    let every = ((1.0 / share).round() as usize).max(1);
+    let mut stops = Vec::new();
+    let mut copies = Vec::new();
+    let mut copy = vec![0u8; n];
+    for k in 0..7u8 {
+        for i in (0..pages).step_by(every) {
+            buf[i * ps + 3] = k;
+        }
+        let rep = rex.checkpoint().unwrap();
+        stops.push(rep.stop_s);
+        rex.checkpoint_wait().unwrap();
+        let t = Instant::now();
+        copy.copy_from_slice(buf);
+        copies.push(t.elapsed().as_secs_f64());
+        std::hint::black_box(&copy);
+    }
+    rex.finalize().unwrap();
+    stops.sort_by(f64::total_cmp);
+    copies.sort_by(f64::total_cmp);
+    (stops[stops.len() / 2], copies[copies.len() / 2])
+}
+
+/// Seconds for `steps` Jacobi steps on an `n` x `n` grid, checkpointing
+/// every `every` steps (never with `None`).
+fn heat(n: usize, steps: usize, ckpt: Option<(usize, TrackerChoice)>) -> (f64, u64, u64) {
+    let d = bench_dir();
+    let mut rex = Rex::with_config(config(
+        d.path(),
+        ckpt.map_or(TrackerChoice::Mprotect, |c| c.1),
+        true,
+    ))
+    .unwrap();
+    let bytes = n * n * 8;
+    let a = rex.alloc(1, bytes).unwrap() as *mut f64;
+    let b = rex.alloc(2, bytes).unwrap() as *mut f64;
+    // SAFETY: two grids of n*n doubles from rex.alloc.
+    let (ga, gb) = unsafe {
+        (
+            std::slice::from_raw_parts_mut(a, n * n),
+            std::slice::from_raw_parts_mut(b, n * n),
+        )
+    };
+    for g in [&mut *ga, &mut *gb] {
+        for j in 0..n {
+            g[j] = 100.0;
+        }
+    }
+    let faults0 = rex.faults();
+    let t = Instant::now();
+    let (mut cur, mut next) = (ga, gb);
+    for s in 0..steps {
+        for i in 1..n - 1 {
+            for j in 1..n - 1 {
+                next[i * n + j] = 0.25
+                    * (cur[(i - 1) * n + j]
+                        + cur[(i + 1) * n + j]
+                        + cur[i * n + j - 1]
+                        + cur[i * n + j + 1]);
+            }
+        }
+        std::mem::swap(&mut cur, &mut next);
+        if let Some((every, _)) = ckpt
+            && (s + 1) % every == 0
+        {
+            rex.checkpoint().unwrap();
+        }
+    }
+    let secs = t.elapsed().as_secs_f64();
+    std::hint::black_box(&cur[n + 1]);
+    rex.checkpoint_wait().unwrap();
+    let pushes = rex.l2_pushes();
+    let faults = rex.faults() - faults0;
+    rex.finalize().unwrap();
+    (secs, pushes, faults)
+}
+
+fn main() {
+    // `cargo bench` passes --bench; `cargo test --benches` runs it once
+    // quickly (smaller sizes).
+    let quick = !std::env::args().any(|a| a == "--bench");
+    let uffd = UffdTracker::new().map(|t| Box::new(t) as Box<dyn Tracker>);
+    let mut trackers: Vec<(TrackerChoice, Box<dyn Tracker>)> = vec![(
+        TrackerChoice::Mprotect,
+        Box::new(MprotectTracker::new().unwrap()),
+    )];
+    match uffd {
+        Ok(t) => trackers.push((TrackerChoice::Userfaultfd, t)),
+        Err(e) => println!("userfaultfd tracker unavailable here: {e}"),
+    }
+
+    println!("\n== write fault (first write to a protected page), 16384 pages x 5 rounds");
+    println!(
+        "{:<12} {:>14} {:>14} {:>8}",
+        "tracker", "ns/fault", "ns/plain write", "ratio"
+    );
+    for (_, t) in &trackers {
+        let (f, p) = fault_cost(t.as_ref(), if quick { 512 } else { 16384 }, 5);
+        println!(
+            "{:<12} {:>14.0} {:>14.1} {:>8.0}",
+            t.name(),
+            f,
+            p,
+            f / p.max(0.01)
+        );
+    }
+    drop(trackers);
+
+    if quick {
+        let (s, c) = stop_times(TrackerChoice::Mprotect, 0.1);
+        println!("quick run: stop {s:.4}s, copy {c:.4}s");
+        return;
+    }
+    println!("\n== job stop per checkpoint, 64 MiB registered (median of 7)");
+    println!(
+        "{:<12} {:>7} {:>10} {:>14} {:>8}",
+        "tracker", "dirty", "stop ms", "full copy ms", "ratio"
+    );
+    for tr in [TrackerChoice::Mprotect, TrackerChoice::Userfaultfd] {
+        if tr == TrackerChoice::Userfaultfd && UffdTracker::new().is_err() {
+            continue;
+        }
+        for share in [0.02, 0.1, 1.0] {
+            let (s, c) = stop_times(tr, share);
+            println!(
+                "{:<12} {:>6.0}% {:>10.2} {:>14.2} {:>8.2}",
+                format!("{tr:?}").to_lowercase(),
+                share * 100.0,
+                s * 1e3,
+                c * 1e3,
+                s / c
+            );
+        }
+    }
+
+    println!("\n== heat stencil 1024 x 1024 (16 MiB), 400 steps");
+    let (base, _, _) = heat(1024, 400, None);
+    println!(
+        "{:<34} {:>8} {:>9} {:>7} {:>9}",
+        "run", "seconds", "slowdown", "pushes", "faults"
+    );
+    println!(
+        "{:<34} {:>8.3} {:>9} {:>7} {:>9}",
+        "no checkpointing", base, "-", 0, 0
+    );
+    for tr in [TrackerChoice::Mprotect, TrackerChoice::Userfaultfd] {
+        if tr == TrackerChoice::Userfaultfd && UffdTracker::new().is_err() {
+            continue;
+        }
+        for every in [100, 50, 20] {
+            let (s, pushes, faults) = heat(1024, 400, Some((every, tr)));
+            println!(
+                "{:<34} {:>8.3} {:>8.1}% {:>7} {:>9}",
+                format!("{} every {every} steps", format!("{tr:?}").to_lowercase()),
+                s,
+                (s / base - 1.0) * 100.0,
+                pushes,
+                faults
+            );
+        }
+    }
+}
