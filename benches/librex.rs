@@ -62,8 +62,7 @@ fn fault_cost(t: &dyn Tracker, pages: usize, rounds: usize) -> (f64, f64) {
     let ps = page_size();
     let p = map(pages * ps);
     touch_all(p, pages, 1); // populate
-    let r = Range { start: p, pages };
-    t.track(r).unwrap();
+    let r = t.track(Range::new(p, pages)).unwrap();
     let mut out = Vec::new();
     let (mut faulting, mut plain) = (Duration::ZERO, Duration::ZERO);
     for k in 0..rounds {
@@ -158,9 +157,7 @@ fn heat(n: usize, steps: usize, ckpt: Option<(usize, TrackerChoice)>) -> (f64, u
         )
     };
     for g in [&mut *ga, &mut *gb] {
-        for j in 0..n {
-            g[j] = 100.0;
-        }
+        g[..n].fill(100.0);
     }
     let faults0 = rex.faults();
     let t = Instant::now();

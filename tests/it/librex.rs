@@ -390,6 +390,7 @@ mod rust_api {
     }
 
     impl Proc {
+        #[allow(clippy::mut_from_ref)] // the region is the job's memory, not self's
         fn bytes(&self, r: usize) -> &mut [u8] {
             let (_, off, size) = REGIONS[r];
             // SAFETY: the registered region of our own mapping.
@@ -493,8 +494,8 @@ mod rust_api {
                         Some(m) => {
                             prop_assert_eq!(p.rex.restart_test().unwrap(), seq);
                             p.rex.restart().unwrap();
-                            for r in 0..REGIONS.len() {
-                                prop_assert!(p.bytes(r) == &m[r][..], "region {} restored", r);
+                            for (r, want) in m.iter().enumerate() {
+                                prop_assert!(p.bytes(r) == &want[..], "region {} restored", r);
                             }
                             now = m.clone();
                         }
@@ -594,5 +595,48 @@ mod rust_api {
         assert_eq!(got.len(), n);
         assert_eq!(got[5], 99);
         assert!(got[6..] == want[6..]);
+    }
+
+    /// Two small regions on one memory page each keep their own dirty
+    /// state; a job that starts afresh over an old run numbers its FULL
+    /// checkpoint above it and replaces none of its files.
+    #[test]
+    fn small_regions_on_one_page_and_a_fresh_start_over_an_old_run() {
+        let d = tempfile::tempdir().unwrap();
+        let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
+        let m = Mem::new(4096);
+        let mut rex = Rex::with_config(config(&l1, &l2, false, TrackerChoice::Mprotect)).unwrap();
+        // SAFETY: our mapping outlives the registrations.
+        unsafe {
+            rex.protect(1, m.base as *mut u8, 100).unwrap();
+            rex.protect(2, (m.base + 200) as *mut u8, 100).unwrap();
+        }
+        rex.checkpoint().unwrap();
+        // SAFETY: inside region 2.
+        unsafe { *((m.base + 250) as *mut u8) = 7 };
+        let c = rex.checkpoint().unwrap();
+        rex.checkpoint_wait().unwrap();
+        // Both regions share the written page: both are carried.
+        assert_eq!(c.pages, 2);
+        let f = IcFile::open(l1.join(rexctl::l1::ic_file_name(1))).unwrap();
+        assert_eq!(f.meta().pages, vec![page_number(1, 0), page_number(2, 0)]);
+        assert_eq!(f.page(1).unwrap()[50], 7);
+        rex.checkpoint().unwrap();
+        rex.finalize().unwrap();
+        let before: Vec<Vec<u8>> = (0..3)
+            .map(|s| std::fs::read(l1.join(rexctl::l1::ic_file_name(s))).unwrap())
+            .collect();
+        // A fresh start (no restart) in the same L1 directory.
+        let mut rex = Rex::with_config(config(&l1, &l2, false, TrackerChoice::Mprotect)).unwrap();
+        rex.alloc(9, 10).unwrap();
+        let c = rex.checkpoint().unwrap();
+        rex.finalize().unwrap();
+        assert_eq!((c.seq, c.full), (3, true));
+        for (s, b) in before.iter().enumerate() {
+            assert!(
+                &std::fs::read(l1.join(rexctl::l1::ic_file_name(s as u64))).unwrap() == b,
+                "file of seq {s} changed"
+            );
+        }
     }
 }

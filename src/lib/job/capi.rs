@@ -103,7 +103,23 @@ fn started(g: &mut Option<Rex>) -> Result<&mut Rex, (c_int, String)> {
 }
 
 fn fail(e: Error, invalid: c_int) -> (c_int, String) {
-    (code_of(&e, invalid), e.report())
+    // Invalid is an umbrella: the tracker's failures, a background L2
+    // failure and no memory each have their own code, whatever the call.
+    let code = match &e {
+        Error::Invalid(m) if m.starts_with("L2: ") => REX_EL2,
+        Error::Invalid(m)
+            if m.starts_with("mprotect")
+                || m.starts_with("userfaultfd")
+                || m.contains("SIGSEGV")
+                || m.contains("is not tracked")
+                || m.contains("regions tracked at once") =>
+        {
+            REX_ETRACK
+        }
+        Error::Invalid(m) if m.contains("cannot allocate") => REX_ENOMEM,
+        _ => code_of(&e, invalid),
+    };
+    (code, e.report())
 }
 
 fn region_id(id: c_int) -> Result<u32, (c_int, String)> {
@@ -113,8 +129,11 @@ fn region_id(id: c_int) -> Result<u32, (c_int, String)> {
 /// Starts checkpointing this process. `config` is a rex.toml path, or NULL
 /// for the usual layers (`REX_*` variables, `./rex.toml`,
 /// `/etc/rex/rex.toml`); the `l1` and `l2` keys are required.
+///
+/// # Safety
+/// `config` is NULL or a NUL-terminated string.
 #[unsafe(no_mangle)]
-pub extern "C" fn rex_init(config: *const c_char) -> c_int {
+pub unsafe extern "C" fn rex_init(config: *const c_char) -> c_int {
     let path = if config.is_null() {
         None
     } else {
@@ -129,9 +148,11 @@ pub extern "C" fn rex_init(config: *const c_char) -> c_int {
                 "librex is already initialized (rex_finalize first)".into(),
             ));
         }
+        // Any failure to read the configuration (an unreadable file too)
+        // is a configuration error.
         let cfg = crate::control::config::Config::load(Default::default(), path.as_deref())
-            .map_err(|e| fail(e, REX_ECONFIG))?;
-        let rex = Rex::with_config(cfg).map_err(|e| fail(e, REX_ETRACK))?;
+            .map_err(|e| (REX_ECONFIG, e.report()))?;
+        let rex = Rex::with_config(cfg).map_err(|e| fail(e, REX_ECONFIG))?;
         *g = Some(rex);
         Ok(REX_OK)
     })
@@ -204,7 +225,7 @@ pub extern "C" fn rex_checkpoint() -> c_int {
                 "no region is registered: nothing to checkpoint".into(),
             ));
         }
-        rex.checkpoint().map_err(|e| fail(e, REX_ETRACK))?;
+        rex.checkpoint().map_err(|e| fail(e, REX_EIO))?;
         Ok(REX_OK)
     })
 }
@@ -214,7 +235,7 @@ pub extern "C" fn rex_checkpoint() -> c_int {
 pub extern "C" fn rex_checkpoint_wait() -> c_int {
     with_rex(|g| {
         let rex = started(g)?;
-        rex.checkpoint_wait().map_err(|e| fail(e, REX_EL2))?;
+        rex.checkpoint_wait().map_err(|e| fail(e, REX_EIO))?;
         Ok(REX_OK)
     })
 }
@@ -298,7 +319,7 @@ pub extern "C" fn rex_finalize() -> c_int {
         for r in rex.regions.values_mut() {
             r.owned = false;
         }
-        rex.finalize().map_err(|e| fail(e, REX_EL2))?;
+        rex.finalize().map_err(|e| fail(e, REX_EIO))?;
         Ok(REX_OK)
     })
 }

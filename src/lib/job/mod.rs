@@ -376,11 +376,9 @@ impl Rex {
             )));
         }
         let start = ptr & !(self.ps - 1);
-        let range = Range {
-            start,
-            pages: (end - start).div_ceil(self.ps),
-        };
-        self.tracker.track(range)?;
+        let range = self
+            .tracker
+            .track(Range::new(start, (end - start).div_ceil(self.ps)))?;
         self.regions.insert(
             id,
             RegionState {
@@ -451,7 +449,10 @@ impl Rex {
     /// kernel (`read(2)`, `recv(2)`): its pages are recorded as dirty and
     /// write-enabled until the next checkpoint.
     pub fn dirty(&mut self, ptr: *const u8, size: usize) -> Result<()> {
-        let (a, b) = (ptr as usize, ptr as usize + size);
+        if size == 0 {
+            return Ok(());
+        }
+        let (a, b) = (ptr as usize, (ptr as usize).saturating_add(size));
         let mut hit = false;
         for r in self.regions.values() {
             let (s, e) = (r.range.start, r.range.start + r.range.pages * self.ps);
@@ -499,6 +500,12 @@ impl Rex {
         self.join_writer()?;
         let ps = self.ps;
         let full = self.need_full || self.chain.is_none();
+        if self.seq.is_none() {
+            self.seq = self.newest_seq_anywhere()?;
+        }
+        // Until the writer has this checkpoint's pages, a failure leaves the
+        // tracker's bits taken: the next checkpoint must carry everything.
+        self.need_full = true;
         let table = self.region_table();
         let mut pages: Vec<u64> = Vec::new();
         let mut data: Vec<u8> = std::mem::take(&mut self.spare);
@@ -584,6 +591,36 @@ impl Rex {
             stop_s: started.elapsed().as_secs_f64(),
             ..report
         })
+    }
+
+    /// The highest seq of any checkpoint in the L1 directory, its chain
+    /// copy or L2: a job that starts afresh (no restart) numbers its FULL
+    /// checkpoint above it, so it never replaces a file of the run before.
+    fn newest_seq_anywhere(&self) -> Result<Option<u64>> {
+        let job = open_job(&self.cfg)?;
+        let l1 = crate::l1::read_readable(&self.cfg.l1)
+            .iter()
+            .map(|m| m.seq())
+            .max();
+        let copy = ChainIndex::load(&job.l1_chain)?
+            .newest()
+            .map(|m| m.last_seq);
+        let l2 = ChainIndex::load(job.l2.as_ref())?
+            .newest()
+            .map(|m| m.last_seq);
+        // Files named like checkpoints but unreadable hold a seq too (in
+        // their name): never write over them either.
+        let named = crate::l1::list_ic_files(&self.cfg.l1)?
+            .iter()
+            .filter_map(|p| {
+                p.file_stem()?
+                    .to_str()?
+                    .trim_start_matches("ckpt-")
+                    .parse::<u64>()
+                    .ok()
+            })
+            .max();
+        Ok([l1, copy, l2, named].into_iter().flatten().max())
     }
 
     fn join_writer(&mut self) -> Result<()> {
@@ -704,18 +741,8 @@ impl Rex {
             ));
         }
         let mut seen: BTreeMap<u32, u64> = BTreeMap::new();
-        for (pp, &page) in image.meta().pages.iter().enumerate() {
-            let (id, i) = split_page(page);
-            let r = &self.regions[&id]; // check_regions + the image's own check
-            let data = image.page(pp)?;
-            let from = i as usize * ps;
-            let n = ps.min(r.size - from);
-            // SAFETY: the region's memory is the caller's, registered as
-            // writable for `size` bytes; `from + n <= size`. It is not
-            // write-protected before the first checkpoint.
-            let dst = unsafe { std::slice::from_raw_parts_mut((r.ptr + from) as *mut u8, n) };
-            dst.copy_from_slice(&data[..n]);
-            *seen.entry(id).or_default() += 1;
+        for &page in &image.meta().pages {
+            *seen.entry(split_page(page).0).or_default() += 1;
         }
         for r in &table.0 {
             let got = seen.get(&r.id).copied().unwrap_or(0);
@@ -728,6 +755,21 @@ impl Rex {
                     ),
                 ));
             }
+        }
+        // Every page is verified before any byte of a region is written: a
+        // failing restart leaves the regions as they were.
+        image.verify()?;
+        for (pp, &page) in image.meta().pages.iter().enumerate() {
+            let (id, i) = split_page(page);
+            let r = &self.regions[&id]; // check_regions + the image's own check
+            let data = image.page(pp)?;
+            let from = i as usize * ps;
+            let n = ps.min(r.size - from);
+            // SAFETY: the region's memory is the caller's, registered as
+            // writable for `size` bytes; `from + n <= size`. It is not
+            // write-protected before the first checkpoint.
+            let dst = unsafe { std::slice::from_raw_parts_mut((r.ptr + from) as *mut u8, n) };
+            dst.copy_from_slice(&data[..n]);
         }
         // The restored state is checkpoint `seq`: nothing is dirty.
         let mut scratch = Vec::new();
@@ -743,6 +785,12 @@ impl Rex {
         // checkpoints behind: then a new run, so nothing of that tail is
         // ever taken for a continuation.
         self.need_full = report.fell_back.is_some() || report.chain_id.is_none();
+        if self.need_full {
+            // The new run's FULL checkpoint goes above every file there is:
+            // the damaged ones left behind are evidence, never replaced.
+            let newest = self.newest_seq_anywhere()?;
+            self.seq = newest.max(Some(report.seq));
+        }
         drop(restored.dir);
         Ok(report)
     }

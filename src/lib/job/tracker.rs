@@ -56,6 +56,20 @@ pub struct Range {
     pub start: usize,
     /// Pages.
     pub pages: usize,
+    /// The slot [`Tracker::track`] gave it (two small regions on one page
+    /// have equal ranges but their own slots).
+    pub slot: usize,
+}
+
+impl Range {
+    /// A range not tracked yet.
+    pub fn new(start: usize, pages: usize) -> Range {
+        Range {
+            start,
+            pages,
+            slot: usize::MAX,
+        }
+    }
 }
 
 /// A dirty-page tracker over page-aligned ranges of the process's memory.
@@ -63,8 +77,9 @@ pub trait Tracker: Send + Sync {
     /// The tracker's name in rex.toml (`tracker = "..."`).
     fn name(&self) -> &'static str;
     /// Starts tracking `r`: from now on, writes to it are recorded. All its
-    /// pages start dirty (nothing of them is in a checkpoint yet).
-    fn track(&self, r: Range) -> Result<()>;
+    /// pages start dirty (nothing of them is in a checkpoint yet). Returns
+    /// the range with its slot, which the other calls take.
+    fn track(&self, r: Range) -> Result<Range>;
     /// Stops tracking `r` (tracked before) and write-enables it.
     fn untrack(&self, r: Range) -> Result<()>;
     /// Appends to `out` the indexes (from `r.start`) of the pages of `r`
@@ -85,6 +100,10 @@ pub fn page_size() -> usize {
     let ps = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     if ps > 0 { ps as usize } else { 4096 }
 }
+
+/// `si_code` of a fault on a page whose protection forbids the access
+/// (asm-generic/siginfo.h; the libc crate does not export it).
+const SEGV_ACCERR: libc::c_int = 2;
 
 /// Most ranges tracked at once (the handler scans a fixed table).
 pub const MAX_SLOTS: usize = 4096;
@@ -145,10 +164,11 @@ fn map_bits(words: usize) -> Result<*mut AtomicU64> {
 
 fn find(r: Range) -> Option<usize> {
     let ps = PAGE.load(Ordering::Relaxed);
-    (0..HIGH.load(Ordering::Acquire)).find(|&i| {
-        SLOTS[i].start.load(Ordering::Acquire) == r.start
-            && SLOTS[i].end.load(Ordering::Acquire) == r.start + r.pages * ps
-    })
+    let i = r.slot;
+    (i < HIGH.load(Ordering::Acquire)
+        && SLOTS[i].start.load(Ordering::Acquire) == r.start
+        && SLOTS[i].end.load(Ordering::Acquire) == r.start + r.pages * ps)
+        .then_some(i)
 }
 
 fn find_or_fail(r: Range) -> Result<usize> {
@@ -171,7 +191,7 @@ fn bits(i: usize) -> &'static [AtomicU64] {
 
 /// Adds a slot for `r`, all pages dirty (nothing of them is checkpointed
 /// yet). Shared by both trackers.
-pub(crate) fn slot_add(r: Range) -> Result<()> {
+pub(crate) fn slot_add(r: Range) -> Result<Range> {
     let _g = TABLE.lock().unwrap_or_else(|e| e.into_inner());
     PAGE.store(page_size(), Ordering::Relaxed);
     let ps = PAGE.load(Ordering::Relaxed);
@@ -195,7 +215,7 @@ pub(crate) fn slot_add(r: Range) -> Result<()> {
     if i == high {
         HIGH.store(high + 1, Ordering::Release);
     }
-    Ok(())
+    Ok(Range { slot: i, ..r })
 }
 
 /// Removes the slot of `r`; pages it shares with other slots are marked
@@ -205,10 +225,10 @@ pub(crate) fn slot_remove(r: Range) -> Result<()> {
     let ps = PAGE.load(Ordering::Relaxed);
     let i = find_or_fail(r)?;
     let (start, end) = (r.start, r.start + r.pages * ps);
-    for j in 0..HIGH.load(Ordering::Acquire) {
+    for (j, slot) in SLOTS.iter().enumerate().take(HIGH.load(Ordering::Acquire)) {
         let (s, e) = (
-            SLOTS[j].start.load(Ordering::Acquire),
-            SLOTS[j].end.load(Ordering::Acquire),
+            slot.start.load(Ordering::Acquire),
+            slot.end.load(Ordering::Acquire),
         );
         if j == i || e == 0 || e <= start || s >= end {
             continue;
@@ -272,6 +292,9 @@ pub(crate) fn slot_mark(r: Range, first: usize, count: usize) -> Result<usize> {
 /// the range of the last slot that covers it.
 pub(crate) fn mark_addr(addr: usize) -> Option<(usize, usize)> {
     IN_HANDLER.fetch_add(1, Ordering::SeqCst);
+    // Orders the slot loads after the increment, which slot_remove's wait
+    // relies on.
+    std::sync::atomic::fence(Ordering::SeqCst);
     let ps = PAGE.load(Ordering::Relaxed);
     let page = addr & !(ps - 1);
     let mut hit = None;
@@ -295,19 +318,43 @@ pub(crate) fn mark_addr(addr: usize) -> Option<(usize, usize)> {
     hit
 }
 
-/// Marks every page of the slot `start .. end` dirty (lock-free).
+/// Marks every page of every slot that overlaps `start .. end` dirty
+/// (lock-free): that whole range is about to become writable.
 fn mark_all(start: usize, end: usize) {
     IN_HANDLER.fetch_add(1, Ordering::SeqCst);
+    std::sync::atomic::fence(Ordering::SeqCst);
     for slot in SLOTS.iter().take(HIGH.load(Ordering::Acquire)) {
-        if slot.start.load(Ordering::Acquire) == start && slot.end.load(Ordering::Acquire) == end {
-            let p = slot.bits.load(Ordering::Acquire);
-            for w in 0..slot.words.load(Ordering::Acquire) {
-                // SAFETY: as in mark_addr.
-                unsafe { (*p.add(w)).store(!0, Ordering::SeqCst) };
-            }
+        let (s, e) = (
+            slot.start.load(Ordering::SeqCst),
+            slot.end.load(Ordering::SeqCst),
+        );
+        if e == 0 || e <= start || s >= end {
+            continue;
+        }
+        let p = slot.bits.load(Ordering::SeqCst);
+        if p.is_null() {
+            continue;
+        }
+        for w in 0..slot.words.load(Ordering::SeqCst) {
+            // SAFETY: as in mark_addr.
+            unsafe { (*p.add(w)).store(!0, Ordering::SeqCst) };
         }
     }
     IN_HANDLER.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// Whether `addr` lies in a tracked range: that range (lock-free).
+fn covering(addr: usize) -> Option<(usize, usize)> {
+    SLOTS
+        .iter()
+        .take(HIGH.load(Ordering::Acquire))
+        .find_map(|slot| {
+            let (s, e) = (
+                slot.start.load(Ordering::SeqCst),
+                slot.end.load(Ordering::SeqCst),
+            );
+            (e != 0 && addr >= s && addr < e).then_some((s, e))
+        })
 }
 
 /// The mprotect + SIGSEGV tracker (the paper's AIC). The slot table and the
@@ -386,7 +433,7 @@ impl Tracker for MprotectTracker {
         "mprotect"
     }
 
-    fn track(&self, r: Range) -> Result<()> {
+    fn track(&self, r: Range) -> Result<Range> {
         slot_add(r)
     }
 
@@ -424,14 +471,29 @@ impl Tracker for MprotectTracker {
     }
 }
 
-/// The SIGSEGV handler. Async-signal-safe: atomics and `mprotect` only.
+/// The SIGSEGV handler. Async-signal-safe: atomics and `mprotect` only;
+/// `errno` is saved and restored.
 extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // SAFETY: __errno_location returns this thread's errno; reading and
+    // restoring it is what async-signal-safe handlers do.
+    let errno = unsafe { *libc::__errno_location() };
     // SAFETY: the kernel passes a valid siginfo_t for an SA_SIGINFO handler.
-    let addr = unsafe { (*info).si_addr() } as usize;
+    let (addr, code) = unsafe { ((*info).si_addr() as usize, (*info).si_code) };
     let ps = PAGE.load(Ordering::Relaxed);
-    if let Some((start, end)) = mark_addr(addr) {
+    // Only a write to a page we protected (SEGV_ACCERR) is ours; an
+    // unmapped address inside a range (the job freed its region) is a bug
+    // of the job, and crashes as it would without us.
+    let ours = if code == SEGV_ACCERR {
+        covering(addr)
+    } else {
+        None
+    };
+    if let Some((start, end)) = ours {
         FAULTS.fetch_add(1, Ordering::Relaxed);
         let page = addr & !(ps - 1);
+        // Write-enable first, record second: a collect between the two then
+        // leaves the page protected (it faults again) rather than writable
+        // with its bit cleared.
         // SAFETY: mprotect is a system call, safe in a signal handler; the
         // page belongs to a tracked range.
         let rc = unsafe {
@@ -441,20 +503,29 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
                 libc::PROT_READ | libc::PROT_WRITE,
             )
         };
-        if rc != 0 {
+        let ok = if rc == 0 {
+            mark_addr(addr);
+            true
+        } else {
             // Out of mappings (vm.max_map_count): write-enable the whole
-            // range (merging its mappings) and count all of it dirty.
-            mark_all(start, end);
+            // range (merging its mappings) and count all of it dirty, in
+            // every slot it overlaps.
             // SAFETY: as above.
-            unsafe {
+            let rc = unsafe {
                 libc::mprotect(
                     start as *mut libc::c_void,
                     end - start,
                     libc::PROT_READ | libc::PROT_WRITE,
                 )
             };
+            mark_all(start, end);
+            rc == 0
+        };
+        if ok {
+            // SAFETY: restoring this thread's errno.
+            unsafe { *libc::__errno_location() = errno };
+            return;
         }
-        return;
     }
     // Not ours: the previous handler's business.
     // SAFETY: OLD_ACTION was written before this handler was installed and
@@ -462,7 +533,7 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
     // kernel's arguments is what the kernel would have done without us;
     // sigaction is async-signal-safe.
     unsafe {
-        let old = (*(&raw const OLD_ACTION)).assume_init_ref();
+        let old = std::ptr::read(&raw const OLD_ACTION).assume_init();
         let h = old.sa_sigaction;
         if h == libc::SIG_DFL || h == libc::SIG_IGN {
             // Restore the default and return: the instruction faults again
@@ -520,11 +591,7 @@ pub(crate) mod tests {
     /// The behaviour every tracker must have (run on each).
     pub(crate) fn exercise(t: &dyn Tracker) {
         let m = Map::new(100);
-        let r = Range {
-            start: m.0,
-            pages: 100,
-        };
-        t.track(r).unwrap();
+        let r = t.track(Range::new(m.0, 100)).unwrap();
         let mut out = Vec::new();
         t.collect(r, &mut out).unwrap();
         assert_eq!(out, (0..100).collect::<Vec<_>>(), "all dirty at first");

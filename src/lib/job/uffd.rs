@@ -41,6 +41,8 @@ const UFFD_API: u64 = 0xAA;
 /// `UFFDIO_WRITEPROTECT_MODE_WP` (linux/userfaultfd.h; linux-raw-sys lacks
 /// it).
 const WRITEPROTECT_MODE_WP: u64 = 1;
+/// `UFFDIO_WRITEPROTECT_MODE_DONTWAKE`.
+const WRITEPROTECT_MODE_DONTWAKE: u64 = 2;
 
 /// Write faults resolved (a static: the fault thread writes nothing that
 /// could lie in a write-protected heap page, or it would wait on itself).
@@ -217,11 +219,31 @@ fn fault_loop(s: &Shared, wake: OwnedFd) {
                 continue;
             }
             let page = addr & !(s.ps - 1);
+            // Lift the protection without waking, record the page, then
+            // wake the writer: a collect between the first two leaves the
+            // page protected (the writer faults again) rather than writable
+            // with its bit cleared. Raw ioctls, results ignored, nothing
+            // allocated: this thread must never write memory that may be
+            // write-protected (it would wait for itself). A failure means
+            // the range was unregistered meanwhile, which wakes the writer.
+            let mut w = k::uffdio_writeprotect {
+                range: k::uffdio_range {
+                    start: page as u64,
+                    len: s.ps as u64,
+                },
+                mode: WRITEPROTECT_MODE_DONTWAKE,
+            };
+            // SAFETY: UFFDIO_WRITEPROTECT reads one uffdio_writeprotect on
+            // this thread's stack.
+            unsafe { libc::ioctl(s.fd.as_raw_fd(), kio::UFFDIO_WRITEPROTECT as _, &mut w) };
             mark_addr(page);
             FAULTS.fetch_add(1, Ordering::Relaxed);
-            // Lifting the protection wakes the writer; if it fails the
-            // range is gone (unregistered meanwhile), which wakes it too.
-            let _ = s.wp(page, s.ps, false);
+            let mut r = k::uffdio_range {
+                start: page as u64,
+                len: s.ps as u64,
+            };
+            // SAFETY: UFFDIO_WAKE reads one uffdio_range on this stack.
+            unsafe { libc::ioctl(s.fd.as_raw_fd(), kio::UFFDIO_WAKE as _, &mut r) };
         }
     }
 }
@@ -247,7 +269,7 @@ impl Tracker for UffdTracker {
         "userfaultfd"
     }
 
-    fn track(&self, r: Range) -> Result<()> {
+    fn track(&self, r: Range) -> Result<Range> {
         let ps = self.shared.ps;
         let len = r.pages * ps;
         let mut reg = k::uffdio_register {
