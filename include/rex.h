@@ -78,6 +78,9 @@ extern "C" {
  * Starts checkpointing this process. `config` is a rex.toml path, or NULL
  * for the usual layers (`REX_*` variables, `./rex.toml`,
  * `/etc/rex/rex.toml`); the `l1` and `l2` keys are required.
+ *
+ * # Safety
+ * `config` is NULL or a NUL-terminated string.
  */
 int rex_init(const char *config);
 

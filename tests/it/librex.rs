@@ -298,6 +298,55 @@ fn killed_runs_match(name: &str, args: &[&str], kills: usize, seed: u64) {
     );
 }
 
+/// With `l2_thread = false` the job only writes L1, and `rexctl flush`
+/// (from cron) pushes; a restart from L2 alone then gives the same result.
+#[test]
+fn flush_from_cron_serves_a_job_without_its_l2_thread() {
+    let root = tempfile::tempdir().unwrap();
+    let exe = build_example("kv", root.path());
+    let args = ["3000", "30000", "3000"];
+    let plain = Run::new(root.path(), "plain");
+    let mut pargs = args.to_vec();
+    pargs[2] = "0";
+    assert!(plain.command(&exe, &pargs).status().unwrap().success());
+    let want = std::fs::read(&plain.out).unwrap();
+
+    let run = Run::new(root.path(), "cron");
+    let o = run
+        .command(&exe, &args)
+        .env("REX_L2_THREAD", "false")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        manifests_in(&run.l2),
+        0,
+        "the job pushed without its L2 thread"
+    );
+    let line = ok(&[
+        "flush",
+        "--l1",
+        s(&run.l1),
+        "--l2",
+        s(&run.l2),
+        "--max-age",
+        "0.001",
+    ]);
+    assert!(manifests_in(&run.l2) > 0, "flush pushed nothing: {line}");
+    // Lose L1; the job restarts from what flush pushed, and finishes with
+    // the same bytes (it had finished: the restart re-writes the result).
+    std::fs::remove_dir_all(&run.l1).unwrap();
+    std::fs::remove_file(&run.out).unwrap();
+    let o = run
+        .command(&exe, &args)
+        .env("REX_L2_THREAD", "false")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success() && err.contains("restarted"), "{err}");
+    assert!(std::fs::read(&run.out).unwrap() == want);
+}
+
 #[test]
 fn heat_stencil_survives_kills_bit_for_bit() {
     killed_runs_match("heat", &["256", "5000", "50"], 24, 1);
