@@ -688,4 +688,52 @@ mod rust_api {
             );
         }
     }
+
+    /// A damaged newest checkpoint: the restart falls back to the newest
+    /// valid state, says so, and the next checkpoint starts a new run above
+    /// the damaged file, which stays as it was.
+    #[test]
+    fn restart_falls_back_past_a_damaged_checkpoint_and_starts_a_new_run() {
+        let d = tempfile::tempdir().unwrap();
+        let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
+        let n = 8 * 4096;
+        let mut rex = Rex::with_config(config(&l1, &l2, false, TrackerChoice::Mprotect)).unwrap();
+        let a = rex.alloc(4, n).unwrap();
+        // SAFETY: `n` bytes from rex.alloc.
+        let buf = unsafe { std::slice::from_raw_parts_mut(a, n) };
+        let mut states = Vec::new();
+        for k in 0..3u8 {
+            buf[k as usize * 4096] = k + 1;
+            rex.checkpoint().unwrap();
+            states.push(buf.to_vec());
+        }
+        rex.finalize().unwrap();
+        // Damage the page data of seq 2 (its CRC no longer matches).
+        let bad = l1.join(rexctl::l1::ic_file_name(2));
+        let mut bytes = std::fs::read(&bad).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0xff;
+        std::fs::write(&bad, &bytes).unwrap();
+
+        let mut rex = Rex::with_config(config(&l1, &l2, false, TrackerChoice::Mprotect)).unwrap();
+        let b = rex.alloc(4, n).unwrap();
+        assert_eq!(rex.restart_test().unwrap(), Some(1));
+        let rep = rex.restart().unwrap();
+        assert!(rep.fell_back.is_some(), "no fallback reported");
+        // SAFETY: `n` bytes from rex.alloc.
+        let got = unsafe { std::slice::from_raw_parts(b, n) };
+        assert!(got == &states[1][..], "not the state of seq 1");
+        let c = rex.checkpoint().unwrap();
+        rex.finalize().unwrap();
+        assert_eq!(
+            (c.seq, c.full),
+            (3, true),
+            "a new run above the damaged file"
+        );
+        assert_eq!(
+            std::fs::read(&bad).unwrap(),
+            bytes,
+            "the damaged file was touched"
+        );
+    }
 }
