@@ -23,28 +23,18 @@ use std::time::{Duration, Instant};
 
 use rexctl::control::config::{Config, ConfigLayer, TrackerChoice};
 use rexctl::job::Rex;
-use rexctl::job::tracker::{MprotectTracker, Range, Tracker, page_size};
+use rexctl::job::tracker::{
+    MprotectTracker, Range, Tracker, map_anonymous, page_size, unmap_anonymous,
+};
 use rexctl::job::uffd::UffdTracker;
 
 fn map(len: usize) -> usize {
-    // SAFETY: a fresh private anonymous mapping.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    assert_ne!(p, libc::MAP_FAILED);
-    p as usize
+    map_anonymous(len).unwrap()
 }
 
 fn unmap(p: usize, len: usize) {
-    // SAFETY: a mapping made by `map`.
-    unsafe { libc::munmap(p as *mut libc::c_void, len) };
+    // SAFETY: a mapping made by `map`, no longer used.
+    unsafe { unmap_anonymous(p, len) };
 }
 
 fn touch_all(p: usize, pages: usize, v: u8) -> Duration {

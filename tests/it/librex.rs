@@ -367,7 +367,7 @@ mod rust_api {
     use rexctl::format::ic::IcFile;
     use rexctl::format::region::{page_number, split_page};
     use rexctl::job::Rex;
-    use rexctl::job::tracker::page_size;
+    use rexctl::job::tracker::{map_anonymous, page_size, unmap_anonymous};
 
     fn config(l1: &Path, l2: &Path, l2_thread: bool, tracker: TrackerChoice) -> Config {
         Config::resolve(
@@ -392,20 +392,8 @@ mod rust_api {
     }
     impl Mem {
         fn new(len: usize) -> Mem {
-            // SAFETY: a fresh private anonymous mapping.
-            let p = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    len,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                    -1,
-                    0,
-                )
-            };
-            assert_ne!(p, libc::MAP_FAILED);
             Mem {
-                base: p as usize,
+                base: map_anonymous(len).unwrap(),
                 len,
             }
         }
@@ -413,7 +401,7 @@ mod rust_api {
     impl Drop for Mem {
         fn drop(&mut self) {
             // SAFETY: our mapping (its region is unregistered by then).
-            unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
+            unsafe { unmap_anonymous(self.base, self.len) };
         }
     }
 

@@ -399,27 +399,11 @@ impl Rex {
             return Err(Error::Invalid(format!("region {id} has size 0")));
         }
         let len = size.div_ceil(self.ps) * self.ps;
-        // SAFETY: a fresh private anonymous mapping; no existing memory is
-        // touched.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(Error::Invalid(format!(
-                "region {id}: cannot allocate {size} bytes: {}",
-                std::io::Error::last_os_error()
-            )));
-        }
-        if let Err(e) = self.protect_inner(id, p as usize, size, true) {
+        let p =
+            tracker::map_anonymous(len).map_err(|e| Error::Invalid(format!("region {id}: {e}")))?;
+        if let Err(e) = self.protect_inner(id, p, size, true) {
             // SAFETY: the mapping made just above, not handed out.
-            unsafe { libc::munmap(p, len) };
+            unsafe { tracker::unmap_anonymous(p, len) };
             return Err(e);
         }
         Ok(p as *mut u8)
@@ -435,12 +419,7 @@ impl Rex {
         if r.owned {
             // SAFETY: the mapping `alloc` made for this region; the caller
             // gave it back by unprotecting it.
-            unsafe {
-                libc::munmap(
-                    r.ptr as *mut libc::c_void,
-                    r.size.div_ceil(self.ps) * self.ps,
-                )
-            };
+            unsafe { tracker::unmap_anonymous(r.ptr, r.size.div_ceil(self.ps) * self.ps) };
         }
         Ok(())
     }
@@ -612,13 +591,7 @@ impl Rex {
         // their name): never write over them either.
         let named = crate::l1::list_ic_files(&self.cfg.l1)?
             .iter()
-            .filter_map(|p| {
-                p.file_stem()?
-                    .to_str()?
-                    .trim_start_matches("ckpt-")
-                    .parse::<u64>()
-                    .ok()
-            })
+            .filter_map(|p| crate::l1::seq_of_file_name(p.file_name()?.to_str()?))
             .max();
         Ok([l1, copy, l2, named].into_iter().flatten().max())
     }
@@ -762,7 +735,7 @@ impl Rex {
         for (pp, &page) in image.meta().pages.iter().enumerate() {
             let (id, i) = split_page(page);
             let r = &self.regions[&id]; // check_regions + the image's own check
-            let data = image.page(pp)?;
+            let data = image.page_unverified(pp)?; // verified above
             let from = i as usize * ps;
             let n = ps.min(r.size - from);
             // SAFETY: the region's memory is the caller's, registered as

@@ -136,17 +136,16 @@ static mut OLD_ACTION: std::mem::MaybeUninit<libc::sigaction> = std::mem::MaybeU
 /// Serializes slot changes (never taken by the handler).
 static TABLE: Mutex<()> = Mutex::new(());
 
-/// A bitmap of `words` words in its own anonymous mapping: never in the
-/// heap, whose pages may share a page with a job's unaligned region and be
-/// write-protected themselves (the handler writing its own bitmap would
-/// then fault inside the handler).
-fn map_bits(words: usize) -> Result<*mut AtomicU64> {
-    // SAFETY: a fresh private anonymous mapping; zero pages are valid
-    // AtomicU64s.
+/// A fresh private anonymous mapping of `len` bytes (zeroed, page-aligned),
+/// as the address of its first byte. Used for the trackers' bitmaps, the
+/// memory of `rex_alloc`, and by tests and benches.
+pub fn map_anonymous(len: usize) -> Result<usize> {
+    // SAFETY: a fresh private anonymous mapping; no existing memory is
+    // touched.
     let p = unsafe {
         libc::mmap(
             std::ptr::null_mut(),
-            (words * 8).max(1),
+            len.max(1),
             libc::PROT_READ | libc::PROT_WRITE,
             libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
             -1,
@@ -155,11 +154,29 @@ fn map_bits(words: usize) -> Result<*mut AtomicU64> {
     };
     if p == libc::MAP_FAILED {
         return Err(Error::Invalid(format!(
-            "cannot map a dirty-page bitmap of {words} words: {}",
+            "cannot allocate {len} bytes (mmap): {}",
             std::io::Error::last_os_error()
         )));
     }
-    Ok(p as *mut AtomicU64)
+    Ok(p as usize)
+}
+
+/// Unmaps what [`map_anonymous`] mapped.
+///
+/// # Safety
+/// `addr` and `len` are those of a mapping from [`map_anonymous`] that
+/// nothing uses any more.
+pub unsafe fn unmap_anonymous(addr: usize, len: usize) {
+    // SAFETY: the caller's promise.
+    unsafe { libc::munmap(addr as *mut libc::c_void, len.max(1)) };
+}
+
+/// A bitmap of `words` words in its own anonymous mapping: never in the
+/// heap, whose pages may share a page with a job's unaligned region and be
+/// write-protected themselves (the handler writing its own bitmap would
+/// then fault inside the handler). Zero pages are valid AtomicU64s.
+fn map_bits(words: usize) -> Result<*mut AtomicU64> {
+    Ok(map_anonymous(words * 8)? as *mut AtomicU64)
 }
 
 fn find(r: Range) -> Option<usize> {
@@ -252,7 +269,7 @@ pub(crate) fn slot_remove(r: Range) -> Result<()> {
     }
     // SAFETY: the mapping made by `map_bits` for this slot, which no
     // handler or slot user can reach any more.
-    unsafe { libc::munmap(p as *mut libc::c_void, (words * 8).max(1)) };
+    unsafe { unmap_anonymous(p as usize, words * 8) };
     Ok(())
 }
 
@@ -562,19 +579,7 @@ pub(crate) mod tests {
     impl Map {
         pub(crate) fn new(pages: usize) -> Map {
             let len = pages * page_size();
-            // SAFETY: a fresh private anonymous mapping.
-            let p = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    len,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                    -1,
-                    0,
-                )
-            };
-            assert_ne!(p, libc::MAP_FAILED);
-            Map(p as usize, len)
+            Map(map_anonymous(len).unwrap(), len)
         }
         pub(crate) fn write(&self, page: usize, v: u8) {
             // SAFETY: inside the mapping; volatile so the write happens.
@@ -584,7 +589,7 @@ pub(crate) mod tests {
     impl Drop for Map {
         fn drop(&mut self) {
             // SAFETY: our own mapping.
-            unsafe { libc::munmap(self.0 as *mut libc::c_void, self.1) };
+            unsafe { unmap_anonymous(self.0, self.1) };
         }
     }
 

@@ -493,3 +493,11 @@ pub fn check_contiguous(dir: &Path, files: &[IcMeta]) -> Result<()> {
 pub fn ic_file_name(seq: u64) -> String {
     format!("ckpt-{seq:08}.{EXTENSION}")
 }
+
+/// The seq in a file name made by [`ic_file_name`], if it is one.
+pub fn seq_of_file_name(name: &str) -> Option<u64> {
+    name.strip_prefix("ckpt-")?
+        .strip_suffix(&format!(".{EXTENSION}"))?
+        .parse()
+        .ok()
+}
