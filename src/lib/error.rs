@@ -132,6 +132,21 @@ pub mod exit {
     pub const CONFIG: i32 = 5;
     /// A restored or verified image differs from the expected one.
     pub const MISMATCH: i32 = 6;
+
+    /// The class of an exit code, one word (the `class` of a JSON error
+    /// object): `ok`, `failure`, `usage`, `data`, `busy`, `config`,
+    /// `mismatch`.
+    pub fn class(code: i32) -> &'static str {
+        match code {
+            OK => "ok",
+            USAGE => "usage",
+            DATA => "data",
+            BUSY => "busy",
+            CONFIG => "config",
+            MISMATCH => "mismatch",
+            _ => "failure",
+        }
+    }
 }
 
 impl Error {

@@ -6,6 +6,7 @@ mod capture;
 mod chain_props;
 mod cli;
 mod coalesce_props;
+#[cfg(feature = "counterparts")]
 mod compare;
 mod fixtures;
 mod flush;

@@ -1,17 +1,26 @@
-//! Configuration: a TOML file, `REX_*` environment variables and flags.
+//! Configuration: flags, `REX_*` environment variables and TOML files.
 //!
 //! Precedence, highest first: command-line flags, `REX_*` environment
-//! variables (and, for the S3 keys, the usual `AWS_*` ones), `./rex.toml`,
+//! variables (and, for the S3 keys, the usual `AWS_*` ones after them),
+//! `./rex.toml`, the user's `$XDG_CONFIG_HOME/rex/rex.toml`,
 //! `/etc/rex/rex.toml`. `--config FILE` (or `REX_CONFIG`) names one file
-//! that replaces the two default files. Every key is optional; unknown keys
-//! are errors (a typo must not silently fall back to a default). Documented
-//! in `rex.toml(5)`.
+//! that replaces the default files. Every key is optional; unknown keys are
+//! errors (a typo must not silently fall back to a default). Documented in
+//! `rex.toml(5)`.
 //!
-//! [`Config`] is what `flush` and `plan` need (a whole job); the commands
-//! that name their L2 location on the command line (`push-l2`, `restore`,
-//! `verify`, `status`, `gc`) read only the [`StoreSettings`]: the job and
-//! rank that name the job's prefix in a bucket, the S3 endpoint,
-//! credentials and tuning, and the local cache directory.
+//! Every setting has one name: the key `keep_chains_l2`, the flag
+//! `--keep-chains-l2`, the variable `REX_KEEP_CHAINS_L2`. [`ConfigLayer`]
+//! is both the TOML schema and the clap definition of the flags (clap's
+//! `env` reads the variables), so every command of the CLI reads the same
+//! settings the same way, and librex reads them through the same
+//! definitions ([`ConfigLayer::from_env`]).
+//!
+//! [`Config`] is what `flush`, `plan`, `push-l2` and librex need (a whole
+//! job); the commands that only read L2 resolve the [`StoreSettings`]: the
+//! job and rank that name the job's prefix in a bucket, the S3 endpoint,
+//! credentials and tuning, and the local cache directory. No job name is a
+//! valid state for a directory L2, never for a bucket: two jobs must not
+//! share a prefix by default.
 
 use std::path::{Path, PathBuf};
 
@@ -23,76 +32,216 @@ use crate::l2::dedup::HashChoice;
 use crate::store::settings::{MIN_S3_PART_SIZE, S3Settings, Secret, StoreSettings};
 
 /// One layer of configuration: every key optional.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+///
+/// One name per setting: the `rex.toml` key `max_age`, the flag
+/// `--max-age` and the variable `REX_MAX_AGE` are the same setting. The
+/// struct is at once the TOML schema (serde) and the command line's
+/// settings (clap, which also reads the `REX_*` variables), so the three
+/// can never drift apart. Secrets and the librex-only keys have no flag (a
+/// secret on a command line is visible in `ps`); [`ConfigLayer::from_env`]
+/// reads their variables. Keys renamed for this rule keep their old TOML
+/// name as an alias (`mtbf_s`, `max_age_s`, `read_rate_mbps`,
+/// `s3_*timeout_s`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, clap::Args)]
 #[serde(deny_unknown_fields)]
+#[command(next_help_heading = "Settings (flag, REX_* variable or rex.toml key, see rex.toml(5))")]
 pub struct ConfigLayer {
     /// The job's L1 directory.
+    #[arg(long, env = "REX_L1", value_name = "DIR")]
     pub l1: Option<PathBuf>,
-    /// The L2 location: a directory, a `file://` URL or `s3://bucket/prefix`.
+    /// The L2 location: a directory, file:///DIR or s3://BUCKET/PREFIX.
+    #[arg(long, env = "REX_L2", value_name = "URL")]
     pub l2: Option<PathBuf>,
-    /// Pattern size for new chains, bytes.
+    /// The job's name, the first level of its prefix in a bucket (default:
+    /// the scheduler's job id: SLURM_JOB_ID, PBS_JOBID, LSB_JOBID,
+    /// FLUX_JOB_ID).
+    #[arg(long, env = "REX_JOB", value_name = "NAME")]
+    pub job: Option<String>,
+    /// The rank within the job, the second level of the prefix (default:
+    /// the launcher's rank: SLURM_PROCID, PMIX_RANK, PMI_RANK,
+    /// OMPI_COMM_WORLD_RANK, FLUX_TASK_RANK; else 0).
+    #[arg(long, env = "REX_RANK", value_name = "RANK")]
+    pub rank: Option<String>,
+    /// Pattern size for new chains, bytes (default 32).
+    #[arg(
+        long,
+        env = "REX_PATTERN_SIZE",
+        value_name = "BYTES",
+        hide_short_help = true
+    )]
     pub pattern_size: Option<u32>,
-    /// Mean time between failures, seconds.
-    pub mtbf_s: Option<f64>,
-    /// Replaces the paper's Table 1.
+    /// Mean time between failures, seconds (default 10000).
+    #[arg(long, env = "REX_MTBF", value_name = "SECS", hide_short_help = true)]
+    #[serde(alias = "mtbf_s")]
+    pub mtbf: Option<f64>,
+    /// Replaces the paper's Table 1 (rex.toml only).
+    #[arg(skip)]
     pub interval_table: Option<IntervalTable>,
     /// An L2 checkpoint is due when the oldest pending L1 checkpoint is older
     /// than this, seconds.
-    pub max_age_s: Option<f64>,
+    #[arg(long, env = "REX_MAX_AGE", value_name = "SECS", hide_short_help = true)]
+    #[serde(alias = "max_age_s")]
+    pub max_age: Option<f64>,
     /// An L2 checkpoint is due when pending L1 data exceeds this, bytes.
+    #[arg(
+        long,
+        env = "REX_MAX_PENDING_BYTES",
+        value_name = "BYTES",
+        hide_short_help = true
+    )]
     pub max_pending_bytes: Option<u64>,
-    /// Chains kept in L2.
+    /// Chains kept in L2 (default 2).
+    #[arg(
+        long,
+        env = "REX_KEEP_CHAINS_L2",
+        value_name = "N",
+        alias = "keep-chains",
+        hide_short_help = true
+    )]
     pub keep_chains_l2: Option<usize>,
-    /// Chains kept in L1.
+    /// Chains kept in L1 (default 1).
+    #[arg(
+        long,
+        env = "REX_KEEP_CHAINS_L1",
+        value_name = "N",
+        hide_short_help = true
+    )]
     pub keep_chains_l1: Option<usize>,
     /// A complete coalescence is taken when the chain would grow past this
-    /// many generations.
+    /// many generations (default 64).
+    #[arg(
+        long,
+        env = "REX_MAX_CHAIN_LENGTH",
+        value_name = "N",
+        hide_short_help = true
+    )]
     pub max_chain_length: Option<u64>,
-    /// DeD-Table hash functions.
+    /// DeD-Table hash functions (default crc32).
+    #[arg(long, env = "REX_HASH", value_enum, hide_short_help = true)]
     pub hash: Option<HashChoice>,
     /// L2 read rate for restore-cost estimates, MB/s (default: the measured
     /// upload rate of past pushes, else 200).
-    pub read_rate_mbps: Option<f64>,
-    /// The job's name: the first level of its prefix in a bucket
-    /// (default: `SLURM_JOB_ID`, else "job").
-    pub job: Option<String>,
-    /// The rank (process) within the job: the second level of the prefix
-    /// (default: `SLURM_PROCID`, else "0").
-    pub rank: Option<String>,
-    /// Where objects read from a remote L2 are materialized for reading
+    #[arg(
+        long,
+        env = "REX_READ_RATE",
+        value_name = "MBPS",
+        hide_short_help = true
+    )]
+    #[serde(alias = "read_rate_mbps")]
+    pub read_rate: Option<f64>,
+    /// Where objects read from a bucket are cached while a command runs
     /// (default: the system's temporary directory); a fresh subdirectory is
     /// made per run and removed afterwards.
+    #[arg(
+        long,
+        env = "REX_CACHE_DIR",
+        value_name = "DIR",
+        hide_short_help = true
+    )]
     pub cache_dir: Option<PathBuf>,
-    /// S3 endpoint URL (default: AWS's, from the region).
+    /// S3 endpoint URL (default: AWS's, from the region; also
+    /// AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL).
+    #[arg(
+        long,
+        env = "REX_S3_ENDPOINT",
+        value_name = "URL",
+        hide_short_help = true
+    )]
     pub s3_endpoint: Option<String>,
-    /// S3 region (default "us-east-1").
+    /// S3 region (default us-east-1; also AWS_REGION, AWS_DEFAULT_REGION).
+    #[arg(
+        long,
+        env = "REX_S3_REGION",
+        value_name = "REGION",
+        hide_short_help = true
+    )]
     pub s3_region: Option<String>,
-    /// Allow plain-HTTP endpoints (default false).
+    /// Allow a plain-HTTP S3 endpoint (default false; also AWS_ALLOW_HTTP).
+    #[arg(long, env = "REX_S3_ALLOW_HTTP", value_name = "BOOL", value_parser = clap::builder::BoolishValueParser::new(), hide_short_help = true)]
     pub s3_allow_http: Option<bool>,
-    /// S3 access key id.
+    /// S3 access key id (also AWS_ACCESS_KEY_ID).
+    #[arg(
+        long,
+        env = "REX_S3_ACCESS_KEY_ID",
+        value_name = "ID",
+        hide_short_help = true
+    )]
     pub s3_access_key_id: Option<String>,
-    /// S3 secret access key.
+    /// S3 secret access key: REX_S3_SECRET_ACCESS_KEY, AWS_SECRET_ACCESS_KEY
+    /// or rex.toml; no flag.
+    #[arg(skip)]
     pub s3_secret_access_key: Option<Secret>,
-    /// S3 session token (temporary credentials).
+    /// S3 session token (temporary credentials): REX_S3_SESSION_TOKEN,
+    /// AWS_SESSION_TOKEN or rex.toml; no flag.
+    #[arg(skip)]
     pub s3_session_token: Option<Secret>,
     /// Retries of a failed S3 request (5xx, timeout, connection reset).
+    #[arg(
+        long,
+        env = "REX_S3_MAX_RETRIES",
+        value_name = "N",
+        hide_short_help = true
+    )]
     pub s3_max_retries: Option<usize>,
-    /// Give up retrying a request after this long, seconds.
-    pub s3_retry_timeout_s: Option<f64>,
+    /// Give up retrying an S3 request after this long, seconds.
+    #[arg(
+        long,
+        env = "REX_S3_RETRY_TIMEOUT",
+        value_name = "SECS",
+        hide_short_help = true
+    )]
+    #[serde(alias = "s3_retry_timeout_s")]
+    pub s3_retry_timeout: Option<f64>,
     /// Timeout of one S3 request, seconds.
-    pub s3_timeout_s: Option<f64>,
-    /// Timeout of connecting to the endpoint, seconds.
-    pub s3_connect_timeout_s: Option<f64>,
+    #[arg(
+        long,
+        env = "REX_S3_TIMEOUT",
+        value_name = "SECS",
+        hide_short_help = true
+    )]
+    #[serde(alias = "s3_timeout_s")]
+    pub s3_timeout: Option<f64>,
+    /// Timeout of connecting to the S3 endpoint, seconds.
+    #[arg(
+        long,
+        env = "REX_S3_CONNECT_TIMEOUT",
+        value_name = "SECS",
+        hide_short_help = true
+    )]
+    #[serde(alias = "s3_connect_timeout_s")]
+    pub s3_connect_timeout: Option<f64>,
     /// Part size of multipart uploads, bytes.
+    #[arg(
+        long,
+        env = "REX_S3_PART_SIZE",
+        value_name = "BYTES",
+        hide_short_help = true
+    )]
     pub s3_part_size: Option<u64>,
     /// Parts of one multipart upload in flight at once.
+    #[arg(
+        long,
+        env = "REX_S3_PARTS_IN_FLIGHT",
+        value_name = "N",
+        hide_short_help = true
+    )]
     pub s3_parts_in_flight: Option<usize>,
     /// Ranged GETs in flight at once when reading an object.
+    #[arg(
+        long,
+        env = "REX_S3_GET_CONCURRENCY",
+        value_name = "N",
+        hide_short_help = true
+    )]
     pub s3_get_concurrency: Option<usize>,
     /// librex: whether the library pushes L2 checkpoints from its own
     /// background thread (default true); false leaves it to `rexctl flush`.
+    /// REX_L2_THREAD or rex.toml.
+    #[arg(skip)]
     pub l2_thread: Option<bool>,
-    /// librex: the dirty-page tracker (default mprotect).
+    /// librex: the dirty-page tracker (default mprotect). REX_TRACKER or
+    /// rex.toml.
+    #[arg(skip)]
     pub tracker: Option<TrackerChoice>,
 }
 
@@ -113,18 +262,18 @@ impl ConfigLayer {
         ConfigLayer {
             l1: self.l1.or(lower.l1),
             l2: self.l2.or(lower.l2),
+            job: self.job.or(lower.job),
+            rank: self.rank.or(lower.rank),
             pattern_size: self.pattern_size.or(lower.pattern_size),
-            mtbf_s: self.mtbf_s.or(lower.mtbf_s),
+            mtbf: self.mtbf.or(lower.mtbf),
             interval_table: self.interval_table.or(lower.interval_table),
-            max_age_s: self.max_age_s.or(lower.max_age_s),
+            max_age: self.max_age.or(lower.max_age),
             max_pending_bytes: self.max_pending_bytes.or(lower.max_pending_bytes),
             keep_chains_l2: self.keep_chains_l2.or(lower.keep_chains_l2),
             keep_chains_l1: self.keep_chains_l1.or(lower.keep_chains_l1),
             max_chain_length: self.max_chain_length.or(lower.max_chain_length),
             hash: self.hash.or(lower.hash),
-            read_rate_mbps: self.read_rate_mbps.or(lower.read_rate_mbps),
-            job: self.job.or(lower.job),
-            rank: self.rank.or(lower.rank),
+            read_rate: self.read_rate.or(lower.read_rate),
             cache_dir: self.cache_dir.or(lower.cache_dir),
             s3_endpoint: self.s3_endpoint.or(lower.s3_endpoint),
             s3_region: self.s3_region.or(lower.s3_region),
@@ -133,9 +282,9 @@ impl ConfigLayer {
             s3_secret_access_key: self.s3_secret_access_key.or(lower.s3_secret_access_key),
             s3_session_token: self.s3_session_token.or(lower.s3_session_token),
             s3_max_retries: self.s3_max_retries.or(lower.s3_max_retries),
-            s3_retry_timeout_s: self.s3_retry_timeout_s.or(lower.s3_retry_timeout_s),
-            s3_timeout_s: self.s3_timeout_s.or(lower.s3_timeout_s),
-            s3_connect_timeout_s: self.s3_connect_timeout_s.or(lower.s3_connect_timeout_s),
+            s3_retry_timeout: self.s3_retry_timeout.or(lower.s3_retry_timeout),
+            s3_timeout: self.s3_timeout.or(lower.s3_timeout),
+            s3_connect_timeout: self.s3_connect_timeout.or(lower.s3_connect_timeout),
             s3_part_size: self.s3_part_size.or(lower.s3_part_size),
             s3_parts_in_flight: self.s3_parts_in_flight.or(lower.s3_parts_in_flight),
             s3_get_concurrency: self.s3_get_concurrency.or(lower.s3_get_concurrency),
@@ -144,42 +293,52 @@ impl ConfigLayer {
         }
     }
 
-    /// Reads a TOML file.
+    /// Reads a TOML file. A file that cannot be read is a configuration
+    /// error (exit code 5), like a file that does not parse.
     pub fn from_file(path: &Path) -> Result<ConfigLayer> {
-        let text =
-            std::fs::read_to_string(path).map_err(|e| Error::io(path, "read configuration", e))?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::Invalid(format!("configuration file {}: {e}", path.display())))?;
         toml::from_str(&text).map_err(|e| Error::Invalid(format!("{}: {e}", path.display())))
     }
 
-    /// Reads the `REX_*` variables, and the `AWS_*` variables of the S3
-    /// keys, through `get` (the environment, or a map in tests).
-    pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<ConfigLayer> {
-        fn parse<T: std::str::FromStr>(
-            get: &impl Fn(&str) -> Option<String>,
-            var: &str,
-        ) -> Result<Option<T>> {
-            match get(var) {
+    /// Reads the `REX_*` variables of the process (through the same clap
+    /// definitions as the command line's flags), then the variables of the
+    /// keys that have no flag, then the `AWS_*` variables of the S3 keys.
+    pub fn from_env() -> Result<ConfigLayer> {
+        use clap::{Args, FromArgMatches};
+        let cmd = ConfigLayer::augment_args(clap::Command::new("rex").no_binary_name(true));
+        let parsed = cmd
+            .try_get_matches_from(std::iter::empty::<String>())
+            .and_then(|m| ConfigLayer::from_arg_matches(&m))
+            .map_err(|e| {
+                let text = e.to_string();
+                let first = text.lines().next().unwrap_or_default();
+                Error::Invalid(format!(
+                    "a REX_* variable: {}",
+                    first.trim_start_matches("error: ")
+                ))
+            })?;
+        Ok(parsed.or(ConfigLayer::env_without_flags(|k| std::env::var(k).ok())?))
+    }
+
+    /// The keys that have no flag (secrets, librex's), and the `AWS_*`
+    /// variables of the S3 keys, read through `get` (the environment, or a
+    /// map in tests). `REX_*` names come before `AWS_*` ones.
+    pub fn env_without_flags(get: impl Fn(&str) -> Option<String>) -> Result<ConfigLayer> {
+        let text = |vars: &[&str]| {
+            vars.iter()
+                .find_map(|v| get(v).filter(|x| !x.trim().is_empty()))
+        };
+        let boolean = |var: &str| -> Result<Option<bool>> {
+            match text(&[var]) {
                 None => Ok(None),
-                Some(v) if v.is_empty() => Ok(None),
-                Some(v) => v
-                    .trim()
-                    .parse()
+                Some(v) => parse_bool(&v)
                     .map(Some)
-                    .map_err(|_| Error::Invalid(format!("{var}={v:?} is not a valid value"))),
-            }
-        }
-        let hash = match get("REX_HASH").as_deref() {
-            None | Some("") => None,
-            Some("crc32") => Some(HashChoice::Crc32),
-            Some("xxh3") => Some(HashChoice::Xxh3),
-            Some(v) => {
-                return Err(Error::Invalid(format!(
-                    "REX_HASH={v:?}: expected crc32 or xxh3"
-                )));
+                    .ok_or_else(|| Error::Invalid(format!("{var}={v:?}: expected true or false"))),
             }
         };
-        let tracker = match get("REX_TRACKER").as_deref() {
-            None | Some("") => None,
+        let tracker = match text(&["REX_TRACKER"]).as_deref() {
+            None => None,
             Some("mprotect") => Some(TrackerChoice::Mprotect),
             Some("userfaultfd") => Some(TrackerChoice::Userfaultfd),
             Some(v) => {
@@ -188,50 +347,18 @@ impl ConfigLayer {
                 )));
             }
         };
-        let text = |vars: &[&str]| vars.iter().find_map(|v| get(v).filter(|x| !x.is_empty()));
-        let l2_thread = match text(&["REX_L2_THREAD"]) {
-            None => None,
-            Some(v) => Some(parse_bool(&v).ok_or_else(|| {
-                Error::Invalid(format!("REX_L2_THREAD={v:?}: expected true or false"))
-            })?),
-        };
-        let allow_http = match text(&["AWS_ALLOW_HTTP"]) {
-            None => None,
-            Some(v) => Some(parse_bool(&v).ok_or_else(|| {
-                Error::Invalid(format!("AWS_ALLOW_HTTP={v:?}: expected true or false"))
-            })?),
-        };
         Ok(ConfigLayer {
-            l1: get("REX_L1").filter(|v| !v.is_empty()).map(PathBuf::from),
-            l2: get("REX_L2").filter(|v| !v.is_empty()).map(PathBuf::from),
-            job: text(&["REX_JOB"]),
-            rank: text(&["REX_RANK"]),
-            cache_dir: text(&["REX_CACHE_DIR"]).map(PathBuf::from),
             s3_endpoint: text(&["AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ENDPOINT"]),
             s3_region: text(&["AWS_REGION", "AWS_DEFAULT_REGION"]),
-            s3_allow_http: allow_http,
+            s3_allow_http: boolean("AWS_ALLOW_HTTP")?,
             s3_access_key_id: text(&["AWS_ACCESS_KEY_ID"]),
-            s3_secret_access_key: text(&["AWS_SECRET_ACCESS_KEY"]).map(Secret),
-            s3_session_token: text(&["AWS_SESSION_TOKEN", "AWS_TOKEN"]).map(Secret),
-            s3_max_retries: parse(&get, "REX_S3_MAX_RETRIES")?,
-            s3_retry_timeout_s: parse(&get, "REX_S3_RETRY_TIMEOUT")?,
-            s3_timeout_s: parse(&get, "REX_S3_TIMEOUT")?,
-            s3_connect_timeout_s: parse(&get, "REX_S3_CONNECT_TIMEOUT")?,
-            s3_part_size: parse(&get, "REX_S3_PART_SIZE")?,
-            s3_parts_in_flight: parse(&get, "REX_S3_PARTS_IN_FLIGHT")?,
-            s3_get_concurrency: parse(&get, "REX_S3_GET_CONCURRENCY")?,
-            pattern_size: parse(&get, "REX_PATTERN_SIZE")?,
-            mtbf_s: parse(&get, "REX_MTBF")?,
-            interval_table: None,
-            max_age_s: parse(&get, "REX_MAX_AGE")?,
-            max_pending_bytes: parse(&get, "REX_MAX_PENDING_BYTES")?,
-            keep_chains_l2: parse(&get, "REX_KEEP_CHAINS_L2")?,
-            keep_chains_l1: parse(&get, "REX_KEEP_CHAINS_L1")?,
-            max_chain_length: parse(&get, "REX_MAX_CHAIN_LENGTH")?,
-            hash,
-            read_rate_mbps: parse(&get, "REX_READ_RATE")?,
-            l2_thread,
+            s3_secret_access_key: text(&["REX_S3_SECRET_ACCESS_KEY", "AWS_SECRET_ACCESS_KEY"])
+                .map(Secret),
+            s3_session_token: text(&["REX_S3_SESSION_TOKEN", "AWS_SESSION_TOKEN", "AWS_TOKEN"])
+                .map(Secret),
+            l2_thread: boolean("REX_L2_THREAD")?,
             tracker,
+            ..Default::default()
         })
     }
 }
@@ -308,18 +435,43 @@ impl StoreSettings {
                 .filter(|v| !v.trim().is_empty())
                 .map(|v| v.trim().to_string())
         };
+        // A scheduler's id, made a path segment: Flux's F58 ids start
+        // with 'ƒ'; anything else outside the segment alphabet becomes '_'.
+        let scheduler = |vars: &[&str]| {
+            vars.iter().find_map(|v| from_env(v)).map(|id| {
+                id.replace('ƒ', "f")
+                    .chars()
+                    .map(|c| {
+                        if c.is_ascii_alphanumeric() || "._-=".contains(c) {
+                            c
+                        } else {
+                            '_'
+                        }
+                    })
+                    .collect::<String>()
+            })
+        };
         let job = l
             .job
             .clone()
-            .or_else(|| from_env("SLURM_JOB_ID"))
-            .unwrap_or_else(|| "job".into());
+            .or_else(|| scheduler(&["SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID", "FLUX_JOB_ID"]));
         let rank = l
             .rank
             .clone()
-            .or_else(|| from_env("SLURM_PROCID"))
+            .or_else(|| {
+                scheduler(&[
+                    "SLURM_PROCID",
+                    "PMIX_RANK",
+                    "PMI_RANK",
+                    "OMPI_COMM_WORLD_RANK",
+                    "FLUX_TASK_RANK",
+                ])
+            })
             .unwrap_or_else(|| "0".into());
-        for (key, v) in [("job", &job), ("rank", &rank)] {
-            if !valid_segment(v) {
+        for (key, v) in [("job", job.as_deref()), ("rank", Some(rank.as_str()))] {
+            if let Some(v) = v
+                && !valid_segment(v)
+            {
                 return Err(Error::Invalid(format!(
                     "{key} {v:?} cannot name a prefix: use letters, digits, '.', '_', '-' or '='"
                 )));
@@ -371,14 +523,14 @@ impl StoreSettings {
                 session_token: l.s3_session_token.clone(),
                 max_retries: l.s3_max_retries.unwrap_or(d.max_retries).min(100),
                 retry_timeout_s: seconds(
-                    "s3_retry_timeout_s",
-                    l.s3_retry_timeout_s,
+                    "s3_retry_timeout",
+                    l.s3_retry_timeout,
                     d.retry_timeout_s,
                 )?,
-                timeout_s: seconds("s3_timeout_s", l.s3_timeout_s, d.timeout_s)?,
+                timeout_s: seconds("s3_timeout", l.s3_timeout, d.timeout_s)?,
                 connect_timeout_s: seconds(
-                    "s3_connect_timeout_s",
-                    l.s3_connect_timeout_s,
+                    "s3_connect_timeout",
+                    l.s3_connect_timeout,
                     d.connect_timeout_s,
                 )?,
                 part_size,
@@ -399,6 +551,26 @@ impl StoreSettings {
     }
 }
 
+/// The default configuration files, highest precedence first: `./rex.toml`,
+/// the user's (`$XDG_CONFIG_HOME/rex/rex.toml`, else
+/// `$HOME/.config/rex/rex.toml`), `/etc/rex/rex.toml`.
+pub fn default_files(env: impl Fn(&str) -> Option<std::ffi::OsString>) -> Vec<PathBuf> {
+    let mut files = vec![PathBuf::from("rex.toml")];
+    let xdg = env("XDG_CONFIG_HOME")
+        .filter(|v| Path::new(v).is_absolute())
+        .map(PathBuf::from)
+        .or_else(|| {
+            env("HOME")
+                .filter(|v| !v.is_empty())
+                .map(|h| PathBuf::from(h).join(".config"))
+        });
+    if let Some(x) = xdg {
+        files.push(x.join("rex").join("rex.toml"));
+    }
+    files.push(PathBuf::from("/etc/rex/rex.toml"));
+    files
+}
+
 /// Default MTBF (paper §4): 10,000 s.
 pub const DEFAULT_MTBF_S: f64 = 10_000.0;
 /// Default maximum chain length.
@@ -415,10 +587,14 @@ impl Config {
 
 impl ConfigLayer {
     /// Merges `flags` over the environment and the configuration files
-    /// (`config`, an explicit file, replaces the default ones); returns the
-    /// merged layer and the files read, highest precedence first.
+    /// (`config`, an explicit file, or `REX_CONFIG`, replaces the default
+    /// ones); returns the merged layer and the files read, highest
+    /// precedence first. The default files, each filling what the ones
+    /// before it lack: `./rex.toml`, the user's
+    /// `$XDG_CONFIG_HOME/rex/rex.toml` (`~/.config/rex/rex.toml`), and
+    /// `/etc/rex/rex.toml`.
     pub fn load(flags: ConfigLayer, config: Option<&Path>) -> Result<(ConfigLayer, Vec<PathBuf>)> {
-        let env = ConfigLayer::from_env(|k| std::env::var(k).ok())?;
+        let env = ConfigLayer::from_env()?;
         let explicit = config.map(Path::to_path_buf).or_else(|| {
             std::env::var("REX_CONFIG")
                 .ok()
@@ -433,10 +609,7 @@ impl ConfigLayer {
                 sources.push(p);
             }
             None => {
-                for p in [
-                    PathBuf::from("rex.toml"),
-                    PathBuf::from("/etc/rex/rex.toml"),
-                ] {
+                for p in default_files(|k| std::env::var_os(k)) {
                     if p.is_file() {
                         files = files.or(ConfigLayer::from_file(&p)?);
                         sources.push(p);
@@ -464,18 +637,15 @@ impl Config {
                 "pattern_size {pattern_size} is not a power of two of at least 16"
             )));
         }
-        let mtbf_s = l.mtbf_s.unwrap_or(DEFAULT_MTBF_S);
+        let mtbf_s = l.mtbf.unwrap_or(DEFAULT_MTBF_S);
         if !(mtbf_s.is_finite() && mtbf_s > 0.0) {
             return Err(Error::Invalid(format!(
-                "mtbf_s {mtbf_s} must be a positive number of seconds"
+                "mtbf {mtbf_s} must be a positive number of seconds"
             )));
         }
         let interval_table = l.interval_table.unwrap_or_default();
         interval_table.check()?;
-        for (name, v) in [
-            ("max_age_s", l.max_age_s),
-            ("read_rate_mbps", l.read_rate_mbps),
-        ] {
+        for (name, v) in [("max_age", l.max_age), ("read_rate", l.read_rate)] {
             if let Some(v) = v
                 && !(v.is_finite() && v > 0.0)
             {
@@ -492,13 +662,13 @@ impl Config {
             pattern_size,
             mtbf_s,
             interval_table,
-            max_age_s: l.max_age_s,
+            max_age_s: l.max_age,
             max_pending_bytes: l.max_pending_bytes,
             keep_chains_l2: l.keep_chains_l2.unwrap_or(2).max(1),
             keep_chains_l1: l.keep_chains_l1.unwrap_or(1).max(1),
             max_chain_length,
             hash: l.hash.unwrap_or_default(),
-            read_rate_mbps: l.read_rate_mbps,
+            read_rate_mbps: l.read_rate,
             store,
             l2_thread: l.l2_thread.unwrap_or(true),
             tracker: l.tracker.unwrap_or_default(),
@@ -510,37 +680,74 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::{Args, FromArgMatches};
     use std::collections::HashMap;
+
+    /// The layer clap makes of command-line flags (no environment is read
+    /// for the flags given).
+    fn flags(args: &[&str]) -> ConfigLayer {
+        let cmd = ConfigLayer::augment_args(clap::Command::new("t").no_binary_name(true));
+        ConfigLayer::from_arg_matches(&cmd.try_get_matches_from(args).unwrap()).unwrap()
+    }
 
     #[test]
     fn flags_beat_env_beat_files() {
+        // The old key names still read, as aliases.
         let file: ConfigLayer = toml::from_str(
-            "l1 = \"/f/l1\"\nl2 = \"/f/l2\"\nmtbf_s = 5.0\npattern_size = 64\nmax_chain_length = 7\n",
+            "l1 = \"/f/l1\"\nl2 = \"/f/l2\"\nmtbf_s = 5.0\npattern_size = 64\nmax_chain_length = 7\nmax_age = 9\n",
         )
         .unwrap();
-        let env_map: HashMap<&str, &str> = [("REX_MTBF", "6"), ("REX_L2", "/e/l2")].into();
-        let env = ConfigLayer::from_env(|k| env_map.get(k).map(|v| v.to_string())).unwrap();
-        let flags = ConfigLayer {
-            l2: Some("/flag/l2".into()),
-            ..Default::default()
-        };
-        let c = Config::resolve(flags.or(env).or(file), vec![]).unwrap();
+        let env_map: HashMap<&str, &str> = [("AWS_REGION", "eu-1")].into();
+        let env =
+            ConfigLayer::env_without_flags(|k| env_map.get(k).map(|v| v.to_string())).unwrap();
+        let c = Config::resolve(
+            flags(&["--l2", "/flag/l2", "--mtbf", "6"]).or(env).or(file),
+            vec![],
+        )
+        .unwrap();
         assert_eq!(c.l1, PathBuf::from("/f/l1"));
         assert_eq!(c.l2, PathBuf::from("/flag/l2"));
         assert_eq!(c.mtbf_s, 6.0);
+        assert_eq!(c.max_age_s, Some(9.0));
         assert_eq!(c.pattern_size, 64);
         assert_eq!(c.max_chain_length, 7);
         assert_eq!(c.keep_chains_l2, 2);
+        assert_eq!(c.store.s3.region.as_deref(), Some("eu-1"));
+    }
+
+    /// One name per setting: every flag is the key with '-' for '_', and
+    /// its variable is REX_ and the key in capitals.
+    #[test]
+    fn one_name_per_setting() {
+        let cmd = ConfigLayer::augment_args(clap::Command::new("t"));
+        let mut n = 0;
+        for a in cmd.get_arguments() {
+            let key = a.get_id().as_str();
+            assert_eq!(a.get_long(), Some(key.replace('_', "-").as_str()), "{key}");
+            let env = a.get_env().and_then(|e| e.to_str()).unwrap_or_default();
+            assert_eq!(env, format!("REX_{}", key.to_ascii_uppercase()), "{key}");
+            // The key is a key of rex.toml.
+            let one: std::result::Result<ConfigLayer, _> = toml::from_str(&format!("{key} = 1\n"));
+            assert!(
+                one.as_ref()
+                    .err()
+                    .is_none_or(|e| !e.to_string().contains("unknown field")),
+                "{key}: {one:?}"
+            );
+            n += 1;
+        }
+        assert!(n >= 24, "{n} settings with a flag");
     }
 
     #[test]
     fn bad_values_are_configuration_errors() {
         assert!(
-            toml::from_str::<ConfigLayer>("l1 = \"x\"\nmtbf = 3\n").is_err(),
+            toml::from_str::<ConfigLayer>("l1 = \"x\"\nmtbf_seconds = 3\n").is_err(),
             "unknown key"
         );
-        let env = ConfigLayer::from_env(|k| (k == "REX_MTBF").then(|| "soon".to_string()));
-        assert!(matches!(env, Err(Error::Invalid(m)) if m.contains("REX_MTBF")));
+        let env =
+            ConfigLayer::env_without_flags(|k| (k == "REX_TRACKER").then(|| "soon".to_string()));
+        assert!(matches!(env, Err(Error::Invalid(m)) if m.contains("REX_TRACKER")));
         let l = ConfigLayer {
             l1: Some("a".into()),
             l2: Some("b".into()),
@@ -553,6 +760,9 @@ mod tests {
         )
         .unwrap();
         assert!(Config::resolve(table, vec![]).is_err());
+        // A configuration file that is missing is a configuration error.
+        let missing = ConfigLayer::from_file(Path::new("/nonexistent/rex.toml"));
+        assert!(matches!(missing, Err(Error::Invalid(m)) if m.contains("/nonexistent/rex.toml")));
     }
 
     #[test]
@@ -566,6 +776,31 @@ mod tests {
     }
 
     #[test]
+    fn user_configuration_file_follows_xdg() {
+        let env = |m: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                m.iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| std::ffi::OsString::from(v))
+            }
+        };
+        assert_eq!(
+            default_files(env(&[("XDG_CONFIG_HOME", "/x/cfg"), ("HOME", "/home/u")])),
+            [
+                PathBuf::from("rex.toml"),
+                "/x/cfg/rex/rex.toml".into(),
+                "/etc/rex/rex.toml".into()
+            ]
+        );
+        // A relative XDG_CONFIG_HOME is ignored, as the spec says.
+        assert_eq!(
+            default_files(env(&[("XDG_CONFIG_HOME", "cfg"), ("HOME", "/home/u")]))[1],
+            PathBuf::from("/home/u/.config/rex/rex.toml")
+        );
+        assert_eq!(default_files(env(&[])).len(), 2);
+    }
+
+    #[test]
     fn store_settings_layers_and_defaults() {
         let file: ConfigLayer = toml::from_str(
             "job = \"filejob\"\ns3_endpoint = \"http://file:9000\"\ns3_region = \"eu-1\"\ns3_access_key_id = \"AKFILE\"\ns3_secret_access_key = \"file-secret\"\ns3_allow_http = true\ns3_part_size = 8388608\n",
@@ -574,19 +809,18 @@ mod tests {
         let env_map: HashMap<&str, &str> = [
             ("AWS_ENDPOINT_URL", "http://env:9000"),
             ("AWS_DEFAULT_REGION", "us-west-2"),
-            ("REX_S3_MAX_RETRIES", "3"),
-            ("REX_RANK", "7"),
         ]
         .into();
-        let env = ConfigLayer::from_env(|k| env_map.get(k).map(|v| v.to_string())).unwrap();
-        let flags = ConfigLayer {
-            job: Some("flagjob".into()),
-            ..Default::default()
-        };
+        let env =
+            ConfigLayer::env_without_flags(|k| env_map.get(k).map(|v| v.to_string())).unwrap();
+        let cli = flags(&["--job", "flagjob", "--s3-max-retries", "3", "--rank", "7"]);
         let slurm = |k: &str| (k == "SLURM_JOB_ID").then(|| "4242".to_string());
         let st =
-            StoreSettings::resolve(&flags.clone().or(env.clone()).or(file.clone()), slurm).unwrap();
-        assert_eq!((st.job.as_str(), st.rank.as_str()), ("flagjob", "7"));
+            StoreSettings::resolve(&cli.clone().or(env.clone()).or(file.clone()), slurm).unwrap();
+        assert_eq!(
+            (st.job.as_deref(), st.rank.as_str()),
+            (Some("flagjob"), "7")
+        );
         assert_eq!(
             st.s3.endpoint.as_deref(),
             Some("http://env:9000"),
@@ -600,11 +834,25 @@ mod tests {
         );
         assert_eq!(st.s3.allow_http, Some(true));
         assert_eq!((st.s3.max_retries, st.s3.part_size), (3, 8 << 20));
-        // Defaults: SLURM, then "job" / "0".
+        // Defaults: the scheduler's ids, else no job (refused by a bucket)
+        // and rank 0.
         let st = StoreSettings::resolve(&ConfigLayer::default(), slurm).unwrap();
-        assert_eq!((st.job.as_str(), st.rank.as_str()), ("4242", "0"));
+        assert_eq!((st.job.as_deref(), st.rank.as_str()), (Some("4242"), "0"));
+        let flux = |k: &str| match k {
+            "FLUX_JOB_ID" => Some("ƒ2kHkq9CjP".to_string()),
+            "PMI_RANK" => Some("3".to_string()),
+            _ => None,
+        };
+        let st = StoreSettings::resolve(&ConfigLayer::default(), flux).unwrap();
+        assert_eq!(
+            (st.job.as_deref(), st.rank.as_str()),
+            (Some("f2kHkq9CjP"), "3")
+        );
+        let pbs = |k: &str| (k == "PBS_JOBID").then(|| "123.pbs-server".to_string());
+        let st = StoreSettings::resolve(&ConfigLayer::default(), pbs).unwrap();
+        assert_eq!(st.job.as_deref(), Some("123.pbs-server"));
         let st = StoreSettings::resolve(&ConfigLayer::default(), |_| None).unwrap();
-        assert_eq!((st.job.as_str(), st.rank.as_str()), ("job", "0"));
+        assert_eq!((st.job.as_deref(), st.rank.as_str()), (None, "0"));
         // Secrets never print.
         let shown = format!(
             "{:?} {}",
@@ -622,7 +870,7 @@ mod tests {
             ("s3_part_size = 1024\n", "s3_part_size"),
             ("s3_parts_in_flight = 0\n", "s3_parts_in_flight"),
             ("s3_endpoint = \"minio:9000\"\n", "s3_endpoint"),
-            ("s3_timeout_s = -1\n", "s3_timeout_s"),
+            ("s3_timeout = -1\n", "s3_timeout"),
         ] {
             let l: ConfigLayer = toml::from_str(toml_text).unwrap();
             match StoreSettings::resolve(&l, |_| None) {
@@ -630,7 +878,9 @@ mod tests {
                 other => panic!("{toml_text}: {other:?}"),
             }
         }
-        let env = ConfigLayer::from_env(|k| (k == "AWS_ALLOW_HTTP").then(|| "perhaps".to_string()));
+        let env = ConfigLayer::env_without_flags(|k| {
+            (k == "AWS_ALLOW_HTTP").then(|| "perhaps".to_string())
+        });
         assert!(matches!(env, Err(Error::Invalid(m)) if m.contains("AWS_ALLOW_HTTP")));
     }
 }

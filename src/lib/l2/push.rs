@@ -107,8 +107,9 @@ pub struct Job {
 /// A job and rank, as named by the configuration or the scheduler.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JobIdentity {
-    /// The job.
-    pub job: String,
+    /// The job (none when neither the configuration nor a scheduler names
+    /// it; a directory L2 then records no job).
+    pub job: Option<String>,
     /// The rank within the job.
     pub rank: String,
 }
@@ -126,6 +127,28 @@ impl Job {
             ));
         }
         let l1_chain = DirStore::create(l1.join(L1_CHAIN_DIR))?;
+        Ok(Job {
+            l1,
+            l1_chain,
+            l2,
+            progress: None,
+            identity: None,
+        })
+    }
+
+    /// Opens a job for reading (`status`, `restore`, `verify`, `plan`):
+    /// as [`Job::open`], but a missing chain directory reads as empty and
+    /// nothing is created. Only for reading: a push needs [`Job::open`].
+    pub fn open_read(l1: impl AsRef<Path>, l2: Box<dyn Store>) -> Result<Job> {
+        let l1 = l1.as_ref().to_path_buf();
+        if !l1.is_dir() {
+            return Err(Error::io(
+                &l1,
+                "open L1 directory",
+                std::io::Error::new(std::io::ErrorKind::NotFound, "no such directory"),
+            ));
+        }
+        let l1_chain = DirStore::open_or_empty(l1.join(L1_CHAIN_DIR));
         Ok(Job {
             l1,
             l1_chain,
@@ -458,7 +481,7 @@ pub fn push_locked(
             .last()
             .map(|m| m.chain_id)
             .unwrap_or_else(|| chain.as_ref().and_then(|c| c.manifest().chain_id)),
-        job: job.identity.as_ref().map(|i| i.job.clone()),
+        job: job.identity.as_ref().and_then(|i| i.job.clone()),
         rank: job.identity.as_ref().map(|i| i.rank.clone()),
         regions: match batch.last() {
             Some(m) => m.regions.clone(),

@@ -127,7 +127,7 @@ pub struct RestoreReport {
 /// Restores from L2 alone (permanent failure) into `out`.
 pub fn restore_l2(l2: &dyn Store, opts: &RestoreOptions, out: &Path) -> Result<RestoreReport> {
     let index = ChainIndex::load(l2)?;
-    restore_with_fallback(&index, opts, |g, _| {
+    restore_with_fallback(&index, &l2.describe(), opts, |g, _| {
         let chain = OpenChain::open(l2, &index, g)?;
         let mut report = RestoreReport::default();
         write_image(Some(&chain), &[], opts, out, &mut report)?;
@@ -166,7 +166,12 @@ pub fn restore_l1_l2(job: &Job, opts: &RestoreOptions, out: &Path) -> Result<Res
             Err(e) => Err(e),
         };
     }
-    restore_with_fallback(&index, opts, |g, first| {
+    let place = format!(
+        "{} (and L1's copy in {})",
+        job.l2.describe(),
+        job.l1.display()
+    );
+    restore_with_fallback(&index, &place, opts, |g, first| {
         let Some(m) = index.get(g).cloned() else {
             return Err(Error::chain(
                 job.l2.describe(),
@@ -335,6 +340,7 @@ fn restore_pending_prefix(
 /// a failed attempt leaves nothing behind.
 fn restore_with_fallback(
     index: &ChainIndex,
+    place: &str,
     opts: &RestoreOptions,
     mut restore: impl FnMut(u64, bool) -> Result<RestoreReport>,
 ) -> Result<RestoreReport> {
@@ -349,7 +355,7 @@ fn restore_with_fallback(
                     .expect("present")
                     .1;
                 return Err(Error::chain(
-                    format!("generation {bad}"),
+                    format!("{place}: generation {bad}"),
                     format!(
                         "the newest manifest is invalid: {} (use --fallback to restore generation {} instead)",
                         e.report(),
@@ -365,7 +371,7 @@ fn restore_with_fallback(
                     .map(|(g, e)| format!(" (generation {g}: {})", e.report()))
                     .unwrap_or_default();
                 return Err(Error::chain(
-                    "L2",
+                    place,
                     format!("no valid generation to restore{why}"),
                 ));
             }
@@ -442,6 +448,55 @@ fn open_mixed(
     Ok((OpenChain::from_generations(gens), notes))
 }
 
+/// The seq of the state `chain` plus `pending` restores.
+fn seq_of(chain: Option<&OpenChain>, pending: &[IcMeta]) -> u64 {
+    pending
+        .last()
+        .map(|m| m.seq())
+        .or_else(|| chain.map(|c| c.manifest().last_seq))
+        .unwrap_or(0)
+}
+
+/// Refuses a `--pages` selection with a range wholly outside the image's
+/// pages (`span`, first and last), or that selects no page at all (a range
+/// may cover holes of a sparse image, as long as it selects something).
+fn check_ranges(
+    ranges: &[(u64, u64)],
+    span: Option<(u64, u64)>,
+    nothing: bool,
+    seq: u64,
+) -> Result<()> {
+    let show = |(a, b): (u64, u64)| {
+        if a == b {
+            format!("{a:#x}")
+        } else {
+            format!("{a:#x}-{b:#x}")
+        }
+    };
+    let Some((first, last)) = span else {
+        return Err(Error::Invalid(format!(
+            "--pages: the image of seq {seq} has no page"
+        )));
+    };
+    if let Some(&r) = ranges.iter().find(|&&(a, b)| b < first || a > last) {
+        return Err(Error::Invalid(format!(
+            "--pages: {} lies outside the image of seq {seq} (pages {first:#x}..={last:#x})",
+            show(r)
+        )));
+    }
+    if nothing {
+        return Err(Error::Invalid(format!(
+            "--pages: no page of the image of seq {seq} (pages {first:#x}..={last:#x}) in {}",
+            ranges
+                .iter()
+                .map(|&r| show(r))
+                .collect::<Vec<_>>()
+                .join(",")
+        )));
+    }
+    Ok(())
+}
+
 fn in_ranges(ranges: &[(u64, u64)], page: u64) -> bool {
     let i = ranges.partition_point(|&(a, _)| a <= page);
     i > 0 && ranges[..i].iter().rev().any(|&(_, b)| page <= b)
@@ -502,9 +557,17 @@ fn write_image(
     // A full restore reads everything: verify whole files once, up front,
     // then rebuild pages from the verified payloads. A `--pages` restore
     // verifies only the chunks it touches.
+    let span = entries
+        .first()
+        .map(|f| (f.page, entries.last().expect("first").page));
     let decoder = match (&opts.pages, chain) {
         (Some(r), _) => {
             entries.retain(|e| in_ranges(r, e.page));
+            // Asked for pages the image does not have: an error, never an
+            // empty "restored 0 pages". (A region's range is the region's.)
+            if opts.region.is_none() {
+                check_ranges(r, span, entries.is_empty(), seq_of(chain, pending))?;
+            }
             None
         }
         (None, Some(c)) => Some(c.decoder()?),
@@ -553,11 +616,7 @@ fn write_image(
             ),
         ));
     }
-    let seq = pending
-        .last()
-        .map(|m| m.seq())
-        .or_else(|| chain.map(|c| c.manifest().last_seq))
-        .unwrap_or(0);
+    let seq = seq_of(chain, pending);
     let time_ns = pending
         .last()
         .map(|m| m.header.time_ns)

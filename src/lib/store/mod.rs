@@ -172,14 +172,24 @@ pub enum L2Location {
 impl L2Location {
     /// Parses a location: `s3://bucket[/prefix]`, `file:///path`, or a
     /// plain path.
+    ///
+    /// A plain path that looks like a URL with a typo (`s3:/bucket/x`,
+    /// `s3:bucket`, `file:/x`) is refused rather than taken as a relative
+    /// directory named `s3:`: a push there would delete the L1 checkpoints
+    /// it "pushed". `./s3:/x` names such a directory on purpose.
     pub fn parse(location: &Path) -> Result<L2Location> {
         let Some(text) = location.to_str() else {
             return Ok(L2Location::Dir(location.to_path_buf()));
         };
+        let bad = |why: String| Error::Invalid(format!("L2 location {text:?}: {why}"));
         let Some((scheme, _)) = text.split_once("://") else {
+            if let Some(scheme) = url_like_scheme(text) {
+                return Err(bad(format!(
+                    "looks like a URL with a typo ({scheme}: without //): write s3://BUCKET/PREFIX for a bucket, file:///DIR or a path for a directory (./{text} for a directory of this very name)"
+                )));
+            }
             return Ok(L2Location::Dir(location.to_path_buf()));
         };
-        let bad = |why: String| Error::Invalid(format!("L2 location {text:?}: {why}"));
         let url = url::Url::parse(text).map_err(|e| bad(e.to_string()))?;
         match scheme {
             "file" => {
@@ -211,19 +221,67 @@ impl L2Location {
                 Ok(L2Location::S3 { bucket, prefix })
             }
             other => Err(bad(format!(
-                "unsupported scheme {other:?}: use a directory, file:// or s3://"
+                "unsupported scheme {other:?}: use a directory, file:// or s3:// (in lowercase)"
             ))),
         }
     }
+}
+
+/// The scheme of a plain path that reads as a URL: `scheme:` at the start,
+/// followed by `/` or naming a scheme people type (`s3:bucket`). Paths
+/// starting with `/` or `.` never do.
+fn url_like_scheme(text: &str) -> Option<&str> {
+    let (scheme, rest) = text.split_once(':')?;
+    let mut chars = scheme.chars();
+    let well_formed = chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || "+.-".contains(c));
+    if !well_formed {
+        return None;
+    }
+    let known = [
+        "s3", "file", "http", "https", "gs", "az", "abfs", "hdfs", "ftp", "sftp",
+    ]
+    .contains(&scheme.to_ascii_lowercase().as_str());
+    (known || rest.starts_with('/')).then_some(scheme)
+}
+
+/// Whether a relative directory was named with an explicit `./` or `../`.
+fn explicitly_relative(p: &Path) -> bool {
+    matches!(
+        p.components().next(),
+        Some(std::path::Component::CurDir | std::path::Component::ParentDir)
+    )
 }
 
 /// Opens the L2 store at `location` (see the module doc). With `create`, a
 /// missing directory is created; a bucket must always exist already.
 pub fn open_l2(location: &Path, settings: &StoreSettings, create: bool) -> Result<Box<dyn Store>> {
     Ok(match L2Location::parse(location)? {
+        L2Location::Dir(p)
+            if create && p.is_relative() && !explicitly_relative(&p) && !p.is_dir() =>
+        {
+            return Err(Error::Invalid(format!(
+                "L2 location {:?}: no such directory, and a relative L2 directory is created only when named with ./ (./{}), so that a mistyped location never becomes a new directory here",
+                p.display().to_string(),
+                p.display()
+            )));
+        }
         L2Location::Dir(p) if create => Box::new(DirStore::create(p)?),
         L2Location::Dir(p) => Box::new(DirStore::open(p)?),
         L2Location::S3 { bucket, prefix } => Box::new(S3Store::open(&bucket, &prefix, settings)?),
+    })
+}
+
+/// Opens the L2 store at `location` for reading: as [`open_l2`] without
+/// `create`, but a directory that does not exist yet (no push has made it)
+/// reads as empty instead of failing, and is not created (`status`,
+/// `plan`).
+pub fn open_l2_read(location: &Path, settings: &StoreSettings) -> Result<Box<dyn Store>> {
+    Ok(match L2Location::parse(location)? {
+        L2Location::Dir(p) if fs::symlink_metadata(&p).is_err() => {
+            Box::new(DirStore::open_or_empty(p))
+        }
+        _ => open_l2(location, settings, false)?,
     })
 }
 
@@ -231,6 +289,9 @@ pub fn open_l2(location: &Path, settings: &StoreSettings, create: bool) -> Resul
 #[derive(Clone, Debug)]
 pub struct DirStore {
     root: PathBuf,
+    /// A missing root lists as empty (a reader's view of a directory that
+    /// no push has made yet; see [`DirStore::open_or_empty`]).
+    absent_is_empty: bool,
 }
 
 impl DirStore {
@@ -238,7 +299,20 @@ impl DirStore {
     pub fn create(root: impl AsRef<Path>) -> Result<DirStore> {
         let root = root.as_ref().to_path_buf();
         fs::create_dir_all(&root).ctx(&root, "create directory")?;
-        Ok(DirStore { root })
+        Ok(DirStore {
+            root,
+            absent_is_empty: false,
+        })
+    }
+
+    /// A store rooted at `root`, which may not exist yet: it then lists as
+    /// empty, and nothing is created. For reading commands, which never
+    /// create anything.
+    pub fn open_or_empty(root: impl AsRef<Path>) -> DirStore {
+        DirStore {
+            root: root.as_ref().to_path_buf(),
+            absent_is_empty: true,
+        }
     }
 
     /// A store rooted at an existing directory.
@@ -251,7 +325,10 @@ impl DirStore {
                 std::io::Error::new(std::io::ErrorKind::NotFound, "no such directory"),
             ));
         }
-        Ok(DirStore { root })
+        Ok(DirStore {
+            root,
+            absent_is_empty: false,
+        })
     }
 
     /// The directory.
@@ -267,11 +344,18 @@ impl DirStore {
 
 impl Store for DirStore {
     fn describe(&self) -> String {
-        format!("directory {}", self.root.display())
+        if self.absent_is_empty && fs::symlink_metadata(&self.root).is_err() {
+            format!("directory {} (not made yet)", self.root.display())
+        } else {
+            format!("directory {}", self.root.display())
+        }
     }
 
     fn list(&self) -> Result<Vec<ObjectInfo>> {
         let mut out = Vec::new();
+        if self.absent_is_empty && fs::symlink_metadata(&self.root).is_err() {
+            return Ok(out);
+        }
         for e in fs::read_dir(&self.root).ctx(&self.root, "read directory")? {
             let e = e.ctx(&self.root, "read directory")?;
             let name = e.file_name().to_string_lossy().into_owned();
@@ -409,6 +493,13 @@ mod tests {
             L2Location::Dir("/scratch/l2".into())
         );
         assert_eq!(p("rel/l2").unwrap(), L2Location::Dir("rel/l2".into()));
+        // On purpose: a directory whose name has a colon.
+        assert_eq!(p("./s3:/x").unwrap(), L2Location::Dir("./s3:/x".into()));
+        assert_eq!(p("ckpt:2").unwrap(), L2Location::Dir("ckpt:2".into()));
+        assert_eq!(
+            p("/data/s3:/x").unwrap(),
+            L2Location::Dir("/data/s3:/x".into())
+        );
         assert_eq!(
             p("file:///scratch/my%20l2").unwrap(),
             L2Location::Dir("/scratch/my l2".into())
@@ -434,6 +525,12 @@ mod tests {
             "s3://bucket/x?y=1",
             "gs://bucket/x",
             "file://host/x",
+            // URLs with a typo, never a relative directory named "s3:".
+            "s3:/bucket/x",
+            "s3:bucket/x",
+            "S3:/bucket",
+            "file:/scratch/l2",
+            "minio:/bucket",
         ] {
             assert!(
                 matches!(p(bad), Err(Error::Invalid(_))),

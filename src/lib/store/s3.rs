@@ -188,6 +188,10 @@ impl S3Store {
     /// checks that the bucket answers (so that rejected credentials or a
     /// missing bucket show up at once, as a configuration error).
     pub fn open(bucket: &str, prefix: &str, settings: &StoreSettings) -> Result<S3Store> {
+        // TLS through rustls with the ring provider (the build carries no
+        // aws-lc). Installing the process default is idempotent: a second
+        // store, or an embedding program that installed one, keeps it.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let s = &settings.s3;
         let mut b = AmazonS3Builder::from_env().with_bucket_name(bucket);
         if let Some(v) = &s.endpoint {
@@ -246,8 +250,20 @@ impl S3Store {
         } else {
             Key::parse(prefix).map_err(|e| config_error(format!("prefix {prefix:?}: {e}")))?
         };
-        for part in [&settings.job, &settings.rank] {
-            base = base.clone().join(part.as_str());
+        // No shared default: two jobs under one prefix would share a chain.
+        let job = settings.job.as_deref().ok_or_else(|| {
+            config_error(format!(
+                "no job name: the job's objects go under {}/JOB/RANK/; {}",
+                if prefix.is_empty() {
+                    "the bucket's root".to_string()
+                } else {
+                    prefix.to_string()
+                },
+                crate::store::settings::HOW_TO_NAME_THE_JOB
+            ))
+        })?;
+        for part in [job, settings.rank.as_str()] {
+            base = base.clone().join(part);
         }
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)

@@ -14,8 +14,10 @@ use serde::{Deserialize, Serialize};
 /// local cache. Resolved from the same layers as `control::config::Config`.
 #[derive(Clone, Debug, Serialize)]
 pub struct StoreSettings {
-    /// The job's name (first level of its prefix in a bucket).
-    pub job: String,
+    /// The job's name (first level of its prefix in a bucket): from the
+    /// configuration or the scheduler; `None` when neither names it, which a
+    /// bucket refuses (two jobs must never share a prefix by default).
+    pub job: Option<String>,
     /// The rank within the job (second level of the prefix).
     pub rank: String,
     /// Base directory of the per-run cache of a remote store (default: the
@@ -58,6 +60,9 @@ pub struct S3Settings {
     pub get_concurrency: usize,
 }
 
+/// How to give a job its name, for the errors that need one.
+pub const HOW_TO_NAME_THE_JOB: &str = "give --job, REX_JOB or `job` in rex.toml, or run under a scheduler that sets SLURM_JOB_ID, PBS_JOBID, LSB_JOBID or FLUX_JOB_ID";
+
 /// Default retries of a failed S3 request.
 pub const DEFAULT_S3_MAX_RETRIES: usize = 10;
 /// Default part size: 16 MiB.
@@ -88,7 +93,7 @@ impl Default for S3Settings {
 impl Default for StoreSettings {
     fn default() -> Self {
         StoreSettings {
-            job: "job".into(),
+            job: None,
             rank: "0".into(),
             cache_dir: None,
             s3: S3Settings::default(),

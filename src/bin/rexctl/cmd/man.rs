@@ -13,11 +13,11 @@ use clap_mangen::Man;
 pub const EXIT_STATUS_HELP: &str = "\
 Exit status:
   0  success (flush: pushed, or nothing was due)
-  1  unexpected failure (I/O error, internal error)
-  2  bad command line
-  3  bad data: a corrupt or inconsistent checkpoint file or chain
+  1  unexpected failure (I/O error, a full disk, internal error)
+  2  the command line does not parse: an unknown option, a missing or malformed value (clap names the option or REX_* variable)
+  3  bad data: a corrupt or inconsistent checkpoint file or chain, or no checkpoint where one is needed
   4  busy: another rexctl holds the job's lock
-  5  configuration error: invalid option values or configuration
+  5  the settings cannot be used: a configuration file missing or invalid, a value out of range, an unusable L2 location, no job name for a bucket, an output that exists, pages outside the image
   6  mismatch: a restored image differs from the expected one";
 
 /// Generate man pages.
@@ -60,7 +60,7 @@ fn write_page(
     let mut buf = Vec::new();
     man.render_title(&mut buf)?;
     man.render_name_section(&mut buf)?;
-    man.render_synopsis_section(&mut buf)?;
+    synopsis(&mut buf, &cmd, top)?;
     man.render_description_section(&mut buf)?;
     if cmd.get_arguments().any(|a| !a.is_hide_set()) {
         man.render_options_section(&mut buf)?;
@@ -68,20 +68,37 @@ fn write_page(
     if cmd.has_subcommands() {
         man.render_subcommands_section(&mut buf)?;
     }
-    if top {
-        writeln!(buf, ".SH \"EXIT STATUS\"")?;
-        for line in EXIT_STATUS_HELP.lines().skip(1) {
-            let line = line.trim();
-            let (code, text) = line.split_once(' ').unwrap_or((line, ""));
-            writeln!(buf, ".TP\n{code}\n{}", escape(text.trim()))?;
+    writeln!(buf, ".SH \"EXIT STATUS\"")?;
+    for line in EXIT_STATUS_HELP.lines().skip(1) {
+        let line = line.trim();
+        let (code, text) = line.split_once(' ').unwrap_or((line, ""));
+        writeln!(buf, ".TP\n{code}\n{}", escape(text.trim()))?;
+    }
+    if let Some(ex) = cmd
+        .get_display_name()
+        .and_then(|n| crate::cmd::examples::of(n.strip_prefix("rexctl-").unwrap_or(n)))
+    {
+        writeln!(buf, ".SH EXAMPLES")?;
+        let mut lines = ex.lines().skip(1).peekable();
+        while let Some(l) = lines.next() {
+            let command = l.trim().strip_prefix("$ ").unwrap_or(l.trim());
+            writeln!(buf, ".TP\n\\fB{}\\fR", escape(command))?;
+            while let Some(d) = lines.next_if(|d| d.starts_with("      ")) {
+                writeln!(buf, "{}", escape(d.trim()))?;
+            }
         }
+    }
+    if top {
         writeln!(buf, ".SH ENVIRONMENT")?;
-        writeln!(buf, ".TP\nREX_L1, REX_L2, REX_CONFIG, REX_MTBF, ...")?;
+        writeln!(
+            buf,
+            ".TP\nREX_L1, REX_L2, REX_CONFIG, REX_JOB, REX_MTBF, ..."
+        )?;
         writeln!(
             buf,
             "{}",
             escape(
-                "Configuration of flush and plan; see rex.toml(5) for every variable and the precedence."
+                "Every setting of every command: the flag --max-age is the variable REX_MAX_AGE and the rex.toml key max_age; see rex.toml(5) for every variable and the precedence."
             )
         )?;
         writeln!(buf, ".TP\nREX_FAILPOINT=N")?;
@@ -111,6 +128,86 @@ fn write_page(
         man.render_version_section(&mut buf)?;
     }
     std::fs::write(&path, buf).with_context(|| format!("{}: write", path.display()))?;
+    Ok(())
+}
+
+/// SYNOPSIS with the values of options (`-o FILE`), the command's own
+/// options first, then `[SETTINGS]` and `[GLOBAL OPTIONS]` for the shared
+/// ones (listed under OPTIONS).
+fn synopsis(buf: &mut Vec<u8>, cmd: &clap::Command, top: bool) -> anyhow::Result<()> {
+    let name = cmd
+        .get_display_name()
+        .unwrap_or(cmd.get_name())
+        .replace('-', " ");
+    let name = if top { "rexctl".to_string() } else { name };
+    let mut words = vec![format!("\\fB{}\\fR", escape(&name))];
+    let shared = |a: &clap::Arg| {
+        a.is_global_set()
+            || a.get_help_heading()
+                .is_some_and(|h| h.starts_with("Settings") || h.starts_with("Global"))
+    };
+    let mut settings = false;
+    let mut global = false;
+    for a in cmd.get_arguments().filter(|a| !a.is_hide_set()) {
+        let id = a.get_id().as_str();
+        if id == "help" || id == "version" {
+            continue;
+        }
+        if shared(a) {
+            if a.is_global_set()
+                || a.get_help_heading()
+                    .is_some_and(|h| h.starts_with("Global"))
+            {
+                global = true;
+            } else {
+                settings = true;
+            }
+            continue;
+        }
+        let value = a
+            .get_value_names()
+            .map(|v| v.join(" "))
+            .unwrap_or_else(|| id.to_ascii_uppercase());
+        let takes = a.get_num_args().is_some_and(|n| n.takes_values())
+            && !matches!(
+                a.get_action(),
+                clap::ArgAction::SetTrue | clap::ArgAction::Count
+            );
+        let word = if a.is_positional() {
+            let many = a.get_num_args().is_some_and(|n| n.max_values() > 1);
+            format!(
+                "\\fI{}\\fR{}",
+                escape(&value),
+                if many { "..." } else { "" }
+            )
+        } else {
+            let flag = match (a.get_short(), a.get_long()) {
+                (Some(s), _) => format!("\\fB\\-{s}\\fR"),
+                (None, Some(l)) => format!("\\fB\\-\\-{}\\fR", escape(l)),
+                _ => continue,
+            };
+            if takes {
+                format!("{flag} \\fI{}\\fR", escape(&value))
+            } else {
+                flag
+            }
+        };
+        words.push(if a.is_required_set() {
+            word
+        } else {
+            format!("[{word}]")
+        });
+    }
+    if settings {
+        words.push("[\\fISETTINGS\\fR]".into());
+    }
+    if global || top {
+        words.push("[\\fIGLOBAL OPTIONS\\fR]".into());
+    }
+    if top {
+        words.push("\\fICOMMAND\\fR".into());
+    }
+    writeln!(buf, ".SH SYNOPSIS\n{}", words.join(" "))?;
     Ok(())
 }
 

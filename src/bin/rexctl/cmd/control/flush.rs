@@ -2,10 +2,11 @@
 
 use std::sync::Arc;
 
+use rexctl::control::config::{Config, ConfigLayer};
 use rexctl::control::flush::{Decision, FlushReport, flush};
 use rexctl::l2::push::{Job, JobIdentity};
 
-use crate::cmd::config_args::ConfigArgs;
+use crate::cmd::config_args::Settings;
 use crate::ui;
 
 /// Push an L2 checkpoint if one is due: meant to run from cron or a systemd
@@ -17,30 +18,30 @@ use crate::ui;
 /// due (at least [chi] pending L1 checkpoints, chi interpolated from the
 /// interval table at the job's IC and CR; or the oldest pending checkpoint
 /// too old, or too many pending bytes) and whether it must be a complete
-/// coalescence (cost rule, pointer space, chain length). Prints one line per
-/// run, with the bytes uploaded and the throughput when it pushed (and a
-/// progress bar on a terminal). Exit status 0 when pushed or nothing was
-/// due. The L2 location may be a bucket (s3://BUCKET/PREFIX), see
-/// rex.toml(5).
-///
-/// Example crontab line:
-///   * * * * * rexctl flush --config /etc/rex/job42.toml >>/var/log/rex-job42.log 2>&1
+/// coalescence (cost rule, pointer space, chain length). Logs one line per
+/// run for cron and journald: RFC 3339 time, job, rank, decision (push,
+/// wait, would-push, nothing-to-push), bytes uploaded, seconds, pending
+/// checkpoints and the reason, as key=value pairs; -v adds the controller's
+/// inputs and the recovery notes (a progress bar on a terminal). Exit status
+/// 0 when pushed or nothing was due. The L2 location may be a bucket
+/// (s3://BUCKET/PREFIX), see rex.toml(5). systemd units and a crontab
+/// example are in contrib/ (scripts/install-contrib installs them).
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    #[command(flatten)]
-    cfg: ConfigArgs,
     /// Explain the decision without acting.
-    #[arg(long)]
+    #[arg(short = 'n', long)]
     dry_run: bool,
     /// Print a JSON object instead of a line.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    settings: ConfigLayer,
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
-    let cfg = a.cfg.load()?;
-    let pb = ui::spinner("flush");
+    let cfg = Settings::load(&a.settings)?.config()?;
     let l2 = rexctl::store::open_l2(&cfg.l2, &cfg.store, true)?;
+    let pb = ui::spinner("flush");
     let job = Job::open(&cfg.l1, l2)?
         .with_identity(JobIdentity {
             job: cfg.store.job.clone(),
@@ -53,9 +54,56 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     if a.json {
         ui::print_json(&report)?;
     } else {
-        println!("{}", line(&report));
+        outln!("{}", log_line(&report, &cfg, std::time::SystemTime::now()));
+        for note in &report.recovered {
+            detailln!("recovered: {note}");
+        }
+        detailln!("{}", line(&report));
     }
     Ok(0)
+}
+
+/// The one line a run logs at info level, for cron and journald: RFC 3339
+/// time, job, rank, decision, bytes uploaded, seconds, then the reason, as
+/// `key=value` pairs (logfmt).
+pub fn log_line(r: &FlushReport, cfg: &Config, now: std::time::SystemTime) -> String {
+    let d = &r.decision;
+    let pushed = r.push.as_ref().and_then(|p| p.manifest.as_ref());
+    let decision = match (pushed, r.dry_run, d.due) {
+        (Some(_), _, _) => "push",
+        (None, true, true) => "would-push",
+        (None, false, true) => "nothing-to-push",
+        (None, _, false) => "wait",
+    };
+    let mut s = format!(
+        "{} flush job={} rank={} decision={decision}",
+        humantime::format_rfc3339_seconds(now),
+        cfg.store.job.as_deref().unwrap_or("-"),
+        cfg.store.rank
+    );
+    if let Some(m) = pushed {
+        s.push_str(&format!(
+            " generation={} kind={}",
+            m.generation,
+            if d.full { "full" } else { "delta" }
+        ));
+    } else if d.due {
+        s.push_str(&format!(" kind={}", if d.full { "full" } else { "delta" }));
+    }
+    s.push_str(&format!(
+        " bytes={} seconds={:.3} pending={}",
+        pushed.map_or(0, |m| m.bytes_out),
+        r.seconds,
+        d.pending
+    ));
+    if !r.recovered.is_empty() {
+        s.push_str(&format!(" recovered={}", r.recovered.len()));
+    }
+    s.push_str(&format!(" reason={:?}", d.reason));
+    if let (Some(w), true) = (&d.full_reason, d.due) {
+        s.push_str(&format!(" full_reason={w:?}"));
+    }
+    s
 }
 
 /// The inputs of a decision, as a short text.

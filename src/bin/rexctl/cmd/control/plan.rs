@@ -1,11 +1,12 @@
 //! `rexctl plan`: the controller's interval table and where the job sits.
 
+use rexctl::control::config::ConfigLayer;
 use rexctl::control::flush::decide;
 use rexctl::l2::push::Job;
 use serde::Serialize;
 
 use super::flush::inputs;
-use crate::cmd::config_args::ConfigArgs;
+use crate::cmd::config_args::Settings;
 use crate::ui;
 
 /// Show how the controller decides for this job: the interval table (the
@@ -13,11 +14,11 @@ use crate::ui;
 /// IC and CR, chi interpolated there, and the decision a flush would take.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    #[command(flatten)]
-    cfg: ConfigArgs,
     /// Print a JSON object instead of text.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    settings: ConfigLayer,
 }
 
 #[derive(Serialize)]
@@ -37,8 +38,8 @@ fn frac(x: f64) -> String {
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
-    let cfg = a.cfg.load()?;
-    let job = Job::open(&cfg.l1, rexctl::store::open_l2(&cfg.l2, &cfg.store, true)?)?;
+    let cfg = Settings::load(&a.settings)?.config()?;
+    let job = Job::open_read(&cfg.l1, rexctl::store::open_l2_read(&cfg.l2, &cfg.store)?)?;
     let d = decide(&job, &cfg, rexctl::format::ic::now_ns()).map_err(|e| job.l2.public_error(e))?;
     let t = &cfg.interval_table;
     let plan = Plan {
@@ -52,34 +53,50 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         return Ok(0);
     }
     let d = &plan.decision;
-    println!("optimum L2 interval chi (in L1 checkpoints) by IC (rows) and CR (columns):");
-    print!("{:>10}", "IC \\ CR");
-    for cr in &t.cr {
-        print!("{:>7}", frac(*cr));
-    }
-    println!("{:>9}", "CR here");
+    outln!("optimum L2 interval chi (in L1 checkpoints) by IC (rows) and CR (columns):");
+    let row = |head: String, cells: Vec<String>, last: String| {
+        format!("{head:>10}{}{last:>9}", cells.concat())
+    };
+    outln!(
+        "{}",
+        row(
+            "IC \\ CR".into(),
+            t.cr.iter().map(|cr| format!("{:>7}", frac(*cr))).collect(),
+            "CR here".into()
+        )
+    );
     for (i, ic) in t.ic.iter().enumerate() {
-        print!("{:>10}", frac(*ic));
-        for v in &t.chi[i] {
-            print!("{v:>7.1}");
-        }
-        println!("{:>9.2}", t.chi(*ic, d.cr));
+        outln!(
+            "{}",
+            row(
+                frac(*ic),
+                t.chi[i].iter().map(|v| format!("{v:>7.1}")).collect(),
+                format!("{:.2}", t.chi(*ic, d.cr))
+            )
+        );
     }
-    print!("{:>10}", "IC here");
-    for cr in &t.cr {
-        print!("{:>7.2}", t.chi(d.ic, *cr));
-    }
-    println!("{:>9.2}", d.chi);
-    println!();
-    println!(
+    outln!(
+        "{}",
+        row(
+            "IC here".into(),
+            t.cr.iter()
+                .map(|cr| format!("{:>7.2}", t.chi(d.ic, *cr)))
+                .collect(),
+            format!("{:.2}", d.chi)
+        )
+    );
+    outln!("");
+    outln!(
         "this job: IC = {:.4} (latest incremental / full checkpoint), CR = {:.2} (previous L2 checkpoint)",
-        d.ic, d.cr
+        d.ic,
+        d.cr
     );
-    println!(
+    outln!(
         "chi = f(IC, CR) = {:.2} (bilinear over log2 IC and log2 CR, clamped to the table), [chi] = {}",
-        d.chi, d.chi_int
+        d.chi,
+        d.chi_int
     );
-    println!(
+    outln!(
         "{}: {}{}",
         if d.due {
             "an L2 checkpoint is due"
@@ -93,6 +110,6 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             _ => String::new(),
         }
     );
-    println!("inputs: {}", inputs(d));
+    outln!("inputs: {}", inputs(d));
     Ok(0)
 }

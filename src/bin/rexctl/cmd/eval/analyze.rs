@@ -5,7 +5,9 @@ use std::path::PathBuf;
 
 use rexctl::eval::analyze::{Analysis, AnalyzeOptions, analyze, write_svg};
 
+use crate::cmd::config_args::Settings;
 use crate::ui;
+use rexctl::control::config::ConfigLayer;
 
 /// Tell what REX will buy on your own checkpoints: the paper's motivation
 /// figures (Sigdel & Tzeng, §2) computed on an L1 directory, with the
@@ -40,8 +42,12 @@ use crate::ui;
 /// the IC files it has pushed. --svg draws the figures as one chart.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// The L1 directory holding the REX-IC files.
-    l1dir: PathBuf,
+    /// The L1 directory holding the REX-IC files (default: the l1 setting:
+    /// --l1, REX_L1 or rex.toml).
+    #[arg(value_name = "L1DIR")]
+    l1dir: Option<PathBuf>,
+    #[command(flatten)]
+    settings: ConfigLayer,
     /// Print the analysis as JSON.
     #[arg(long)]
     json: bool,
@@ -52,9 +58,6 @@ pub struct Args {
     /// (default: the controller's [chi]).
     #[arg(long, value_name = "N")]
     batch: Option<u64>,
-    /// Pattern size in bytes for Fig. 2 and the pipeline.
-    #[arg(long, value_name = "BYTES", default_value_t = 32)]
-    pattern_size: u32,
     /// Do not run the pipeline: assume a compression ratio of 2 (the
     /// controller's value before any L2 checkpoint) and write nothing.
     #[arg(long)]
@@ -68,15 +71,22 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
+    // The pattern size of Fig. 2 and the pipeline is the setting's
+    // (--pattern-size, REX_PATTERN_SIZE, rex.toml; default 32).
+    let s = Settings::load(&a.settings)?;
+    let l1dir = match &a.l1dir {
+        Some(d) => d.clone(),
+        None => s.l1()?,
+    };
     let opts = AnalyzeOptions {
         batch: a.batch,
-        pattern_size: a.pattern_size,
+        pattern_size: s.layer.pattern_size.unwrap_or(32),
         pipeline: !a.no_pipeline,
         work: a.work.clone(),
         ..Default::default()
     };
     let pb = ui::spinner("analyze");
-    let r = analyze(&a.l1dir, &opts);
+    let r = analyze(&l1dir, &opts);
     pb.finish_and_clear();
     let r = r?;
     if let Some(svg) = &a.svg {
@@ -85,16 +95,16 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     if a.json {
         ui::print_json(&r)?;
     } else {
-        print_human(&r);
+        print_human(&r)?;
         if let Some(svg) = &a.svg {
-            println!("chart: {}", svg.display());
+            outln!("chart: {}", svg.display());
         }
     }
     Ok(0)
 }
 
-fn print_human(r: &Analysis) {
-    println!(
+fn print_human(r: &Analysis) -> Result<(), ui::StdoutError> {
+    outln!(
         "{}: {} checkpoint{} in {} chain{} ({}), {} live pages of {} bytes at the end",
         r.l1.display(),
         r.checkpoints,
@@ -106,7 +116,7 @@ fn print_human(r: &Analysis) {
         r.page_size
     );
     let f1 = &r.fig1;
-    println!(
+    outln!(
         "\nFig. 1  pages of the j-th incremental already dirty earlier in its batch (B = {}, {}, {} batches)",
         f1.batch,
         if r.batch_source == "option" {
@@ -117,7 +127,7 @@ fn print_human(r: &Analysis) {
         f1.batches
     );
     for p in f1.by_position.iter().filter(|p| p.j >= 2) {
-        println!(
+        outln!(
             "        j = {:<2}  {:>6}   (min {}, max {}, {} batches)",
             p.j,
             ui::pct(p.mean),
@@ -127,17 +137,17 @@ fn print_human(r: &Analysis) {
         );
     }
     if f1.by_position.iter().all(|p| p.j < 2) {
-        println!("        (no batch has two incrementals)");
+        outln!("        (no batch has two incrementals)");
     }
-    println!(
+    outln!(
         "        coalescing skips {} of {} page copies ({})",
         f1.pages_skipped,
         f1.pages_carried,
         ui::pct(f1.skipped_share)
     );
-    println!("\nFig. 2  32-byte patterns of rewritten pages repeated from the previous L2 version");
+    outln!("\nFig. 2  32-byte patterns of rewritten pages repeated from the previous L2 version");
     for f in &r.fig2 {
-        println!(
+        outln!(
             "        ICB = {}  {:>6} anywhere in the page, {} at the same offset  ({} pages over {} L2 checkpoints)",
             f.batch,
             ui::pct(f.share),
@@ -147,7 +157,7 @@ fn print_human(r: &Analysis) {
         );
     }
     let f3 = &r.fig3;
-    println!(
+    outln!(
         "\nFig. 3  incremental size / full size: mean {}, sd {} (variance sd/mean {}), min {}, max {}, {} incrementals",
         ui::pct(f3.mean),
         ui::pct(f3.stddev),
@@ -157,9 +167,9 @@ fn print_human(r: &Analysis) {
         f3.ratios.len()
     );
     let p = &r.predicted;
-    println!();
+    outln!();
     if p.source == "pipeline" {
-        println!(
+        outln!(
             "Pipeline  batches of {}: {} of IC files -> {} in L2 over {} generations: compression ratio {:.2} (full {}, Δ {}) in {:.2} s",
             p.batch,
             ui::bytes(p.bytes_in),
@@ -173,10 +183,14 @@ fn print_human(r: &Analysis) {
             p.seconds
         );
     } else {
-        println!("Pipeline  not run (--no-pipeline): compression ratio assumed to be 2");
+        outln!("Pipeline  not run (--no-pipeline): compression ratio assumed to be 2");
     }
-    println!(
+    outln!(
         "Controller  IC {:.3}, CR {:.2}: chi = {:.2}, [chi] = {} L1 checkpoints per L2 checkpoint",
-        p.ic, p.compression_ratio, p.chi, p.chi_int
+        p.ic,
+        p.compression_ratio,
+        p.chi,
+        p.chi_int
     );
+    Ok(())
 }

@@ -1,6 +1,5 @@
 //! `rexctl capture`: real L1 checkpoints of a live process.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::bail;
@@ -10,7 +9,9 @@ use rexctl::eval::capture::{
 };
 use serde::Serialize;
 
+use crate::cmd::config_args::Settings;
 use crate::ui;
+use rexctl::control::config::ConfigLayer;
 
 /// Take real L1 checkpoints of a running program: try rexctl on your own
 /// program before adopting it.
@@ -75,9 +76,6 @@ use crate::ui;
 /// Or attach to a running process: rexctl capture --l1 ckpt --interval 5 --pid 4242
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// The L1 directory to write the checkpoints into (created if missing).
-    #[arg(long, value_name = "DIR")]
-    l1: PathBuf,
     /// Seconds between checkpoints (decimals allowed: 0.5).
     #[arg(long, value_name = "SECS")]
     interval: f64,
@@ -113,6 +111,8 @@ pub struct Args {
     /// Print one JSON object at the end instead of a line per checkpoint.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    settings: ConfigLayer,
     /// The program to start and capture, after `--`.
     #[arg(last = true, value_name = "CMD", num_args = 1..)]
     command: Vec<String>,
@@ -219,23 +219,28 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         full_copy: None,
         interrupt: Some(interrupt_flag()),
     };
+    let l1 = Settings::load(&a.settings)?.l1()?;
     let human = !a.json;
     let count = a.count;
     let mut taken = 0u64;
     let mut on_checkpoint = |c: &CheckpointReport| {
         taken += 1;
+        // A failing standard output ends nothing here: the checkpoints go
+        // on, and the summary's write reports the error.
         if human {
-            println!("{}", line(c));
+            let _ = ui::out(format_args!("{}", line(c)));
             if count == Some(taken) && a.pid.is_none() {
-                println!("capture done; waiting for the program to exit (Ctrl-C to stop waiting)");
+                let _ = ui::out(format_args!(
+                    "capture done; waiting for the program to exit (Ctrl-C to stop waiting)"
+                ));
             }
         }
     };
     let (report, exit) = match a.pid {
         Some(pid) => {
-            let mut cap = Capture::attach(pid, &a.l1, copts)?;
+            let mut cap = Capture::attach(pid, &l1, copts)?;
             if human {
-                header(&cap, &a, interval);
+                header(&cap, &a, &l1, interval)?;
             }
             (run_capture(&mut cap, &ropts, on_checkpoint)?, None)
         }
@@ -244,12 +249,12 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             cmd.args(&a.command[1..]);
             let on_attach = |cap: &Capture| {
                 if human {
-                    header(cap, &a, interval);
+                    let _ = header(cap, &a, &l1, interval);
                 }
             };
             let r = capture_command(
                 &mut cmd,
-                &a.l1,
+                &l1,
                 copts,
                 &ropts,
                 AfterCapture::Wait,
@@ -273,10 +278,10 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         Ended::Interrupted => "interrupted".to_string(),
     };
     if n == 0 {
-        println!("no checkpoint taken ({how})");
+        outln!("no checkpoint taken ({how})");
     } else {
         let s = &report.stop;
-        println!(
+        outln!(
             "{n} checkpoint{} (seq {}..={}), {} written; stop time mean {}{}, max {}, total {}; {how}",
             if n == 1 { "" } else { "s" },
             report.checkpoints[0].seq,
@@ -291,7 +296,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         );
     }
     if let Some(e) = exit {
-        println!("program: {e}");
+        outln!("program: {e}");
     }
     Ok(0)
 }
@@ -303,9 +308,14 @@ fn method(m: StopMethod) -> &'static str {
     }
 }
 
-fn header(cap: &Capture, a: &Args, interval: Duration) {
+fn header(
+    cap: &Capture,
+    a: &Args,
+    l1: &std::path::Path,
+    interval: Duration,
+) -> Result<(), ui::StdoutError> {
     let p = cap.process();
-    println!(
+    outln!(
         "capturing pid {} ({}) into {} every {:?}{}; dirty pages by {}, stops by {}",
         p.pid,
         if p.command.is_empty() {
@@ -313,7 +323,7 @@ fn header(cap: &Capture, a: &Args, interval: Duration) {
         } else {
             &p.command
         },
-        a.l1.display(),
+        l1.display(),
         interval,
         a.count
             .map(|n| format!(", {n} checkpoints"))
@@ -321,5 +331,6 @@ fn header(cap: &Capture, a: &Args, interval: Duration) {
         cap.dirty_detection(),
         method(cap.stop_method())
     );
-    println!("{}", cap.start_note());
+    outln!("{}", cap.start_note());
+    Ok(())
 }

@@ -182,22 +182,22 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     if a.json {
         ui::print_json(&report)?;
     } else {
-        print_human(&report);
+        print_human(&report)?;
         if let Some(svg) = &a.svg {
-            println!("bars drawn in {}", svg.display());
+            outln!("bars drawn in {}", svg.display());
         }
     }
     if let Some(k) = &kept {
-        eprintln!("rexctl: work directory kept: {}", k.display());
+        warnln!("work directory kept: {}", k.display());
     }
     if report.any_mismatch() {
-        eprintln!(
-            "rexctl: MISMATCH: a counterpart's restore differs from the truth (a bug, not a data point)"
+        ui::error(
+            "MISMATCH: a counterpart's restore differs from the truth (a bug, not a data point)",
         );
         return Ok(exit::MISMATCH);
     }
     if !report.all_ok() {
-        eprintln!("rexctl: a counterpart failed; see its note");
+        ui::error("a counterpart failed; see its note");
         return Ok(exit::FAILURE);
     }
     Ok(exit::OK)
@@ -221,9 +221,9 @@ fn summarize(a: &Args) -> anyhow::Result<i32> {
     match &a.update {
         Some(f) => {
             report::update_file(f, &md)?;
-            println!("updated the compare section of {}", f.display());
+            outln!("updated the compare section of {}", f.display());
         }
-        None => print!("{md}"),
+        None => outln!("{}", md.trim_end_matches('\n')),
     }
     Ok(exit::OK)
 }
@@ -376,8 +376,8 @@ fn peak_rss_self() -> Option<u64> {
     Some(kb * 1024)
 }
 
-fn print_human(r: &Report) {
-    println!(
+fn print_human(r: &Report) -> Result<(), ui::StdoutError> {
+    outln!(
         "rexctl compare: {} ({}): {} checkpoints (1 FULL + {} incremental), {}; newest image {} pages of {} bytes ({})",
         r.label,
         r.l1dir.display(),
@@ -388,7 +388,7 @@ fn print_human(r: &Report) {
         r.page_size,
         ui::bytes(r.image_bytes)
     );
-    println!(
+    outln!(
         "{} L2 checkpoints at {}: seq {}",
         r.batches.len(),
         if r.batching == "controller" {
@@ -402,22 +402,22 @@ fn print_human(r: &Report) {
         report::batches_text(r)
     );
     match r.rss_baseline {
-        Some(b) => println!(
+        Some(b) => outln!(
             "peak memory: one child process per stage (a process that reads the L1 metadata only: {})",
             ui::bytes(b)
         ),
-        None => println!("peak memory: {}", r.memory),
+        None => outln!("peak memory: {}", r.memory),
     }
-    println!(
+    outln!(
         "1 GbE model: each restore plus the time to read the L2 objects it reads at 125 MB/s, the paper's link (a model, not a measurement)"
     );
     if let Some(f) = r.output_floor_mbps {
-        println!(
+        outln!(
             "writing the newest image from memory, with nothing to decode: {f:.0} MB/s (the floor of any restore)"
         );
     }
-    println!();
-    println!(
+    outln!("");
+    outln!(
         "{:<11} {:>11} {:>7} {:>13} {:>15} {:>10} {:>8} {:>12} {:>23}  check",
         "counterpart",
         "L2 bytes",
@@ -431,7 +431,7 @@ fn print_human(r: &Report) {
     );
     for row in &r.rows {
         if row.status == Status::NotBuilt || row.status == Status::Unsupported {
-            println!("{:<11} {}", row.name, row.note.as_deref().unwrap_or(""));
+            outln!("{:<11} {}", row.name, row.note.as_deref().unwrap_or(""));
             continue;
         }
         let rss = match (row.peak_rss_push, row.peak_rss_restore) {
@@ -439,7 +439,7 @@ fn print_human(r: &Report) {
             (Some(p), None) => format!("{} / -", ui::bytes(p)),
             _ => "-".into(),
         };
-        println!(
+        outln!(
             "{:<11} {:>11} {:>7.2} {:>13.0} {:>15.0} {:>10} {:>8} {:>12} {:>23}  {}",
             row.name,
             ui::bytes(row.l2_bytes),
@@ -467,7 +467,8 @@ fn print_human(r: &Report) {
     }
     for row in r.rows.iter().filter(|x| x.ok) {
         if let Some(n) = &row.note {
-            println!("{}: {n}", row.name);
+            outln!("{}: {n}", row.name);
         }
     }
+    Ok(())
 }

@@ -11,6 +11,8 @@ use rexctl::l2::push::{Job, PushOptions, push_l2};
 use rexctl::l2::restore::{RestoreOptions, restore_l1_l2, restore_l2, verify};
 use rexctl::store::DirStore;
 
+use serde::Serialize;
+
 use crate::ui;
 
 /// Run the whole pipeline on a generated workload and check the result:
@@ -36,6 +38,54 @@ pub struct Args {
     /// Keep the temporary work directory.
     #[arg(long)]
     keep: bool,
+    /// Print one JSON object (every step and the verdict) instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// What the demo did, for `--json`.
+#[derive(Serialize, Default)]
+struct Report {
+    profile: String,
+    seed: u64,
+    pages: u64,
+    page_size: u32,
+    checkpoints: u64,
+    batch: u64,
+    pushes: Vec<Push>,
+    pending: u64,
+    restores: Vec<Restore>,
+    verify_ok: bool,
+    generations_verified: usize,
+    pages_verified: u64,
+    /// Every restore equals the ground truth and verify passed.
+    ok: bool,
+    /// The work directory, when kept.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kept: Option<PathBuf>,
+}
+
+#[derive(Serialize)]
+struct Push {
+    generation: u64,
+    first_seq: u64,
+    last_seq: u64,
+    full: bool,
+    bytes_in: u64,
+    bytes_out: u64,
+    compression_ratio: f64,
+    seconds: f64,
+}
+
+#[derive(Serialize)]
+struct Restore {
+    from: &'static str,
+    seq: u64,
+    generation: Option<u64>,
+    pages: u64,
+    pages_from_l1_ics: u64,
+    seconds: f64,
+    equals_truth: bool,
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
@@ -51,25 +101,50 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     }
     std::fs::create_dir_all(&dir)
         .with_context(|| format!("{}: create directory", dir.display()))?;
-    let result = demo(&a, &dir);
+    let mut report = Report::default();
+    let result = demo(&a, &dir, &mut report);
     if remove {
         let _ = std::fs::remove_dir_all(&dir);
     } else {
-        println!("work directory kept: {}", dir.display());
+        report.kept = Some(dir.clone());
+        if !a.json {
+            outln!("work directory kept: {}", dir.display());
+        }
     }
-    result
+    let code = result?;
+    if a.json {
+        ui::print_json(&report)?;
+    }
+    Ok(code)
 }
 
-fn demo(a: &Args, dir: &Path) -> anyhow::Result<i32> {
+fn demo(a: &Args, dir: &Path, rep: &mut Report) -> anyhow::Result<i32> {
+    // The human lines, or nothing with --json (the report says it all).
+    macro_rules! say {
+        ($($t:tt)*) => {
+            if !a.json {
+                outln!($($t)*);
+            }
+        };
+    }
     let l1 = dir.join("l1");
     let l2 = dir.join("l2");
     std::fs::create_dir_all(&l1).with_context(|| format!("{}: create directory", l1.display()))?;
     let profile = workload::profile(&a.profile)?;
     let (n, batch) = (profile.checkpoints, a.batch.max(1));
-    println!(
+    say!(
         "rexctl demo: profile {} (seed {}), {} pages of {} bytes, 1 FULL + {n} incremental checkpoints, L2 push every {batch}",
-        profile.name, a.seed, profile.pages, profile.page_size
+        profile.name,
+        a.seed,
+        profile.pages,
+        profile.page_size
     );
+    rep.profile = profile.name.to_string();
+    rep.seed = a.seed;
+    rep.pages = profile.pages;
+    rep.page_size = profile.page_size;
+    rep.checkpoints = n + 1;
+    rep.batch = batch;
     let mut w = Workload::new(profile, a.seed)?;
     let job = Job::open(&l1, Box::new(DirStore::create(&l2)?))?;
     let opts = PushOptions::default();
@@ -84,7 +159,7 @@ fn demo(a: &Args, dir: &Path) -> anyhow::Result<i32> {
             let t = Instant::now();
             let r = push_l2(&job, &opts)?;
             let m = r.manifest.as_ref().expect("a batch was pending");
-            println!(
+            say!(
                 "{step:>2}. push-l2   seq {}..={} -> generation {} ({}): {} in -> {} out, ratio {:.2} [{:.2?}]",
                 m.first_seq,
                 m.last_seq,
@@ -99,6 +174,16 @@ fn demo(a: &Args, dir: &Path) -> anyhow::Result<i32> {
                 m.compression_ratio,
                 t.elapsed()
             );
+            rep.pushes.push(Push {
+                generation: m.generation,
+                first_seq: m.first_seq,
+                last_seq: m.last_seq,
+                full: m.parent.is_none(),
+                bytes_in: m.bytes_in,
+                bytes_out: m.bytes_out,
+                compression_ratio: m.compression_ratio,
+                seconds: t.elapsed().as_secs_f64(),
+            });
             step += 1;
             pending = 0;
             let truth = dir.join(format!("truth-seq{}.rexic", m.last_seq));
@@ -108,7 +193,7 @@ fn demo(a: &Args, dir: &Path) -> anyhow::Result<i32> {
     }
     let final_truth = dir.join("truth-final.rexic");
     w.write_image(&final_truth)?;
-    println!(
+    say!(
         "{step:>2}. pending   {pending} checkpoint{} stay{} in L1 (written since the last L2 checkpoint)",
         if pending == 1 { "" } else { "s" },
         if pending == 1 { "s" } else { "" }
@@ -122,7 +207,7 @@ fn demo(a: &Args, dir: &Path) -> anyhow::Result<i32> {
     let truth = pushed_truth.expect("at least one push");
     let diff = compare_ic_files(&restored, &truth)?;
     ok &= diff.is_equal();
-    println!(
+    say!(
         "{step:>2}. restore   from L2 alone (lost node): generation {} = seq {}, {} pages [{:.2?}]: {}",
         r.generation.unwrap_or(0),
         r.seq,
@@ -130,13 +215,22 @@ fn demo(a: &Args, dir: &Path) -> anyhow::Result<i32> {
         t.elapsed(),
         verdict(&diff)
     );
+    rep.restores.push(Restore {
+        from: "l2",
+        seq: r.seq,
+        generation: r.generation,
+        pages: r.pages,
+        pages_from_l1_ics: r.pages_from_l1_ics,
+        seconds: t.elapsed().as_secs_f64(),
+        equals_truth: diff.is_equal(),
+    });
     step += 1;
     let restored = dir.join("restored-l1l2.rexic");
     let t = Instant::now();
     let r = restore_l1_l2(&job, &RestoreOptions::default(), &restored)?;
     let diff = compare_ic_files(&restored, &final_truth)?;
     ok &= diff.is_equal();
-    println!(
+    say!(
         "{step:>2}. restore   from L1 + L2 (transient fault): seq {}, {} pages, {} from L1 checkpoints [{:.2?}]: {}",
         r.seq,
         r.pages,
@@ -144,20 +238,35 @@ fn demo(a: &Args, dir: &Path) -> anyhow::Result<i32> {
         t.elapsed(),
         verdict(&diff)
     );
+    rep.restores.push(Restore {
+        from: "l1+l2",
+        seq: r.seq,
+        generation: r.generation,
+        pages: r.pages,
+        pages_from_l1_ics: r.pages_from_l1_ics,
+        seconds: t.elapsed().as_secs_f64(),
+        equals_truth: diff.is_equal(),
+    });
     step += 1;
     let v = verify(job.l2.as_ref(), Some(&job))?;
     ok &= v.ok();
-    println!(
+    rep.verify_ok = v.ok();
+    rep.generations_verified = v.generations.len();
+    rep.pages_verified = v.pages_checked;
+    rep.pending = pending;
+    rep.ok = ok;
+    say!(
         "{step:>2}. verify    {} generations, {} pages rebuilt and checked: {}",
         v.generations.len(),
         v.pages_checked,
         if v.ok() { "ok" } else { "FAILED" }
     );
     if ok {
-        println!("every restore equals the ground truth, byte for byte");
+        say!("every restore equals the ground truth, byte for byte");
         Ok(0)
     } else {
-        println!("MISMATCH: a restore differs from the ground truth");
+        say!("MISMATCH: a restore differs from the ground truth");
+        ui::error("MISMATCH: a restore differs from the ground truth");
         Ok(rexctl::error::exit::MISMATCH)
     }
 }

@@ -54,7 +54,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             ui::print_json(&all)?;
         } else {
             for p in all {
-                println!("{:<15} {}", p.name, p.description);
+                outln!("{:<15} {}", p.name, p.description);
             }
         }
         return Ok(0);
@@ -96,7 +96,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     if a.json {
         ui::print_json(&summary)?;
     } else {
-        println!(
+        outln!(
             "generated {} checkpoints (1 FULL + {n} incremental) of profile {name}, seed {}, in {}: {}; final footprint {} pages{}",
             summary.files.len(),
             a.seed,

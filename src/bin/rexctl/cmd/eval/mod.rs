@@ -2,6 +2,7 @@
 
 pub mod analyze;
 pub mod capture;
+#[cfg(feature = "counterparts")]
 pub mod compare;
 pub mod demo;
 pub mod generate;

@@ -6,7 +6,9 @@ use rexctl::l1::L1Dir;
 use rexctl::l1::coalesce::CList;
 use serde::Serialize;
 
+use crate::cmd::config_args::Settings;
 use crate::ui;
+use rexctl::control::config::ConfigLayer;
 
 /// Coalesce the checkpoints of an L1 directory: keep only the last copy of
 /// every dirty page (the C-List), reading headers and page indexes only.
@@ -15,8 +17,12 @@ use crate::ui;
 /// writes the coalesced batch as one REX-IC file.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// The L1 directory holding the REX-IC files.
-    l1dir: PathBuf,
+    /// The L1 directory holding the REX-IC files (default: the l1 setting:
+    /// --l1, REX_L1 or rex.toml).
+    #[arg(value_name = "L1DIR")]
+    l1dir: Option<PathBuf>,
+    #[command(flatten)]
+    settings: ConfigLayer,
     /// Coalesce only the files with seq >= FROM (default: the whole chain).
     #[arg(long)]
     from: Option<u64>,
@@ -59,10 +65,14 @@ struct Entry {
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
-    let l1 = L1Dir::scan(&a.l1dir)?;
+    let l1dir = match &a.l1dir {
+        Some(d) => d.clone(),
+        None => Settings::load(&a.settings)?.l1()?,
+    };
+    let l1 = L1Dir::scan(&l1dir)?;
     let batch = l1.since(a.from.unwrap_or(0));
     if batch.is_empty() {
-        anyhow::bail!("{}: no checkpoint to coalesce", a.l1dir.display());
+        anyhow::bail!("{}: no checkpoint to coalesce", l1dir.display());
     }
     if let Some(from) = a.from
         && batch[0].seq() != from
@@ -70,7 +80,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     {
         anyhow::bail!(
             "{}: checkpoint seq {from} missing: the batch would start at seq {}",
-            a.l1dir.display(),
+            l1dir.display(),
             batch[0].seq()
         );
     }
@@ -110,7 +120,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             drops: &clist.drops,
         })?;
     } else {
-        println!(
+        outln!(
             "coalesced {} files (seq {}..={}{}): {} page copies carried, {} distinct pages, {} skipped ({}), {} drop ranges in, {} pages dropped; read {} of headers and indexes",
             s.files,
             clist.first_seq,
@@ -129,7 +139,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             ui::bytes(s.meta_bytes_read)
         );
         if let Some(out) = &a.out {
-            println!("wrote {}", out.display());
+            outln!("wrote {}", out.display());
         }
     }
     Ok(0)

@@ -101,7 +101,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             }
         }
         if !a.json {
-            print_human(&r);
+            print_human(&r)?;
         }
         reports.push(r);
     }
@@ -111,13 +111,13 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     Ok(code)
 }
 
-fn print_human(r: &Report) {
+fn print_human(r: &Report) -> Result<(), ui::StdoutError> {
     let Some(h) = r.header else {
-        eprintln!("rexctl: {}", r.error.as_deref().unwrap_or("unreadable"));
-        return;
+        ui::error(r.error.as_deref().unwrap_or("unreadable"));
+        return Ok(());
     };
     let l = r.layout.expect("layout with header");
-    println!(
+    outln!(
         "{}: REX-IC v{}, seq {}, {}, page size {}{}",
         r.path.display(),
         if h.ext_len > 0 { 2 } else { 1 },
@@ -130,7 +130,7 @@ fn print_human(r: &Report) {
         (Some(a), Some(b)) => format!(", pages {a:#x}..={b:#x}"),
         _ => String::new(),
     };
-    println!(
+    outln!(
         "  {} pages ({} of data){span}, {} drop ranges ({} pages), captured {}",
         h.page_count,
         ui::bytes(l.file_len - l.data_off),
@@ -139,14 +139,14 @@ fn print_human(r: &Report) {
         ui::time(h.time_ns)
     );
     if let Some(t) = &r.regions {
-        println!(
+        outln!(
             "  {} regions ({}, {} pages):",
             t.0.len(),
             ui::bytes(t.bytes()),
             t.pages()
         );
         for g in &t.0 {
-            println!(
+            outln!(
                 "    region {:>5}  {:>11}  {:>8} pages  pages {:#x}..",
                 g.id,
                 ui::bytes(g.size),
@@ -156,25 +156,26 @@ fn print_human(r: &Report) {
         }
     }
     match &r.error {
-        None => println!(
+        None => outln!(
             "  data at offset {}, file {}; CRCs ok (header, metadata, {} pages)",
             l.data_off,
             ui::bytes(l.file_len),
             h.page_count
         ),
         Some(e) => {
-            println!("  BAD: {e}");
-            eprintln!("rexctl: {e}");
+            outln!("  {}: {e}", ui::bad("BAD"));
+            ui::error(e);
         }
     }
     if let Some(pages) = &r.pages {
         for p in pages {
-            println!("  page {p:#x}");
+            outln!("  page {p:#x}");
         }
     }
     if let Some(drops) = &r.drops {
         for d in drops {
-            println!("  drop {:#x}..{:#x} ({} pages)", d.first, d.end(), d.count);
+            outln!("  drop {:#x}..{:#x} ({} pages)", d.first, d.end(), d.count);
         }
     }
+    Ok(())
 }

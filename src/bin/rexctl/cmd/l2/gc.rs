@@ -1,11 +1,11 @@
 //! `rexctl gc`: remove the L2 objects no manifest references.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
+use rexctl::control::config::ConfigLayer;
 use rexctl::l2::gc::{DEFAULT_GRACE, GcOptions, gc};
 
-use crate::cmd::config_args::StoreArgs;
+use crate::cmd::config_args::Settings;
 use crate::ui;
 
 /// Remove the L2 objects that no manifest references.
@@ -20,44 +20,41 @@ use crate::ui;
 /// An object is deleted only once it is older than the grace period (an
 /// hour by default), which covers the uploads of pushes in progress on
 /// other nodes that share the bucket: a push writes its manifest right
-/// after its data files. With --l1, gc also takes the job's lock without
-/// waiting, and exits 4 while a push holds it.
+/// after its data files. With an L1 directory (--l1, REX_L1 or rex.toml),
+/// gc also takes the job's lock without waiting, and exits 4 while a push
+/// holds it.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// The L2 location: a directory, file:///DIR or s3://BUCKET/PREFIX.
-    #[arg(long, value_name = "URL")]
-    l2: PathBuf,
-    /// The job's L1 directory: hold its lock while collecting.
-    #[arg(long)]
-    l1: Option<PathBuf>,
     /// Grace period: only objects at least this old are deleted, seconds.
-    #[arg(long, value_name = "SECS", default_value_t = DEFAULT_GRACE.as_secs_f64())]
+    #[arg(long, value_name = "SECS", default_value_t = DEFAULT_GRACE.as_secs_f64(), value_parser = seconds_arg)]
     grace: f64,
     /// Show what would be deleted; delete nothing.
-    #[arg(long)]
+    #[arg(short = 'n', long)]
     dry_run: bool,
-    #[command(flatten)]
-    store: StoreArgs,
     /// Print a JSON object instead of text.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    settings: ConfigLayer,
+}
+
+/// A number of seconds, at least 0 (checked while parsing).
+fn seconds_arg(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!("{text:?} is not a number of seconds, at least 0")),
+    }
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
-    if !(a.grace.is_finite() && a.grace >= 0.0) {
-        return Err(rexctl::Error::Invalid(format!(
-            "--grace {} must be a number of seconds, at least 0",
-            a.grace
-        ))
-        .into());
-    }
     let opts = GcOptions {
         grace: Duration::from_secs_f64(a.grace),
         dry_run: a.dry_run,
     };
-    let store = a.store.open(&a.l2, false)?;
+    let s = Settings::load(&a.settings)?;
+    let store = s.open_l2(false)?;
     let pb = ui::spinner("collecting");
-    let r = gc(store.as_ref(), a.l1.as_deref(), &opts);
+    let r = gc(store.as_ref(), s.layer.l1.as_deref(), &opts);
     pb.finish_and_clear();
     let r = r.map_err(|e| store.public_error(e))?;
     if a.json {
@@ -66,7 +63,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     }
     let verb = if r.dry_run { "would delete" } else { "deleted" };
     for o in &r.deleted {
-        println!(
+        outln!(
             "{verb} {} ({}, {})",
             o.name,
             ui::bytes(o.bytes),
@@ -76,7 +73,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         );
     }
     for o in &r.young {
-        println!(
+        outln!(
             "kept {} (unreferenced, but younger than the grace period: {})",
             o.name,
             o.age_s
@@ -85,15 +82,15 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         );
     }
     for o in &r.evidence {
-        println!(
+        outln!(
             "kept {} (its generation's manifest is invalid: evidence)",
             o.name
         );
     }
     for n in &r.aborted_uploads {
-        println!("{n}");
+        outln!("{n}");
     }
-    println!(
+    outln!(
         "gc {}: {verb} {} objects ({}), kept {} referenced, {} young, {} evidence; grace {:.0} s",
         r.store,
         r.deleted.len(),

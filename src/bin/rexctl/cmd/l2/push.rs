@@ -1,12 +1,11 @@
 //! `rexctl push-l2`: coalesce, deduplicate and publish the pending batch.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
-use rexctl::l2::dedup::HashChoice;
+use rexctl::control::config::ConfigLayer;
 use rexctl::l2::push::{Job, JobIdentity, PushOptions, PushReport, push_l2};
 
-use crate::cmd::config_args::StoreArgs;
+use crate::cmd::config_args::Settings;
 use crate::ui;
 
 /// Coalesce the pending L1 checkpoints, deduplicate them page by page, and
@@ -18,56 +17,43 @@ use crate::ui;
 /// from any interrupted push. Exits 4 when another rexctl holds the job's
 /// lock.
 ///
-/// The L2 location is a directory (created if missing), file:///DIR, or
+/// The L1 directory holds the REX-IC files (the chain's local copy is kept
+/// in its `rex/` subdirectory). The L2 location is a directory (created if
+/// missing; a relative one only when named with ./), file:///DIR, or
 /// s3://BUCKET/PREFIX, where the job's objects go under PREFIX/JOB/RANK/
-/// (endpoint, region and credentials from the AWS_* variables or
-/// rex.toml(5)). Large objects go up as multipart uploads, a few parts at a
+/// (the job named by --job, REX_JOB, rex.toml or the scheduler; endpoint,
+/// region and credentials from rex.toml(5) or the AWS_* variables). Large objects go up as multipart uploads, a few parts at a
 /// time, with a progress bar on a terminal; the summary line gives the bytes
 /// uploaded and the throughput.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// The job's L1 directory (REX-IC files; the chain's local copy is kept
-    /// in its `rex/` subdirectory).
-    #[arg(long)]
-    l1: PathBuf,
-    /// The L2 location: a directory (created if missing), file:///DIR or
-    /// s3://BUCKET/PREFIX.
-    #[arg(long, value_name = "URL")]
-    l2: PathBuf,
-    #[command(flatten)]
-    store: StoreArgs,
     /// Force a complete coalescence: a fresh full RPS and a new chain.
     #[arg(long)]
     full: bool,
-    /// Pattern size in bytes for a new chain (16, 32, 64, 128, ...).
-    #[arg(long, default_value_t = 32)]
-    pattern_size: u32,
-    /// Hash functions of the DeD-Table.
-    #[arg(long, value_enum, default_value_t = HashChoice::Crc32)]
-    hash: HashChoice,
-    /// Chains to keep in L2 after a complete coalescence.
-    #[arg(long, default_value_t = 2)]
-    keep_chains: usize,
     /// Print a JSON object instead of text.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    settings: ConfigLayer,
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
+    let s = Settings::load(&a.settings)?;
+    let l2 = s.open_l2(true)?;
+    let cfg = s.config()?;
     let pb = ui::spinner("coalescing, deduplicating and pushing");
-    let settings = a.store.settings()?;
-    let job = Job::open(&a.l1, rexctl::store::open_l2(&a.l2, &settings, true)?)?
+    let job = Job::open(&cfg.l1, l2)?
         .with_identity(JobIdentity {
-            job: settings.job.clone(),
-            rank: settings.rank.clone(),
+            job: cfg.store.job.clone(),
+            rank: cfg.store.rank.clone(),
         })
         .with_progress(Arc::new(ui::UploadBar::new(pb.clone())));
     let opts = PushOptions {
-        pattern_size: a.pattern_size,
+        pattern_size: cfg.pattern_size,
         full: a.full,
-        keep_chains_l2: a.keep_chains,
-        keep_chains_l1: 1,
-        hash: a.hash,
+        keep_chains_l2: cfg.keep_chains_l2,
+        keep_chains_l1: cfg.keep_chains_l1,
+        hash: cfg.hash,
     };
     let report = push_l2(&job, &opts);
     pb.finish_and_clear();
@@ -75,23 +61,23 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     if a.json {
         ui::print_json(&report)?;
     } else {
-        print_human(&report);
+        print_human(&report)?;
     }
     Ok(0)
 }
 
 /// One summary line (plus recovery notes) for a push.
-pub fn print_human(r: &PushReport) {
+pub fn print_human(r: &PushReport) -> Result<(), ui::StdoutError> {
     for note in &r.recovered {
-        println!("recovered: {note}");
+        outln!("recovered: {note}");
     }
     let Some(m) = &r.manifest else {
-        println!("nothing to push: no pending L1 checkpoint");
-        return;
+        outln!("nothing to push: no pending L1 checkpoint");
+        return Ok(());
     };
     let d = r.dedup.as_ref().expect("dedup with manifest");
     let mbps = ui::mbps;
-    println!(
+    outln!(
         "pushed generation {} ({}{}, seq {}..={}): {} pages ({} live), {} in -> {} out, ratio {:.2}; dedup {:.3}s ({:.0} MB/s), uploaded {} in {:.3}s ({:.0} MB/s); {} L1 checkpoints replaced{}",
         m.generation,
         match m.kind {
@@ -121,4 +107,5 @@ pub fn print_human(r: &PushReport) {
             format!("; pruned generations {:?} from L2", r.pruned_l2)
         }
     );
+    Ok(())
 }

@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use rexctl::control::config::ConfigLayer;
 use rexctl::l2::push::Job;
 use rexctl::l2::restore::{
     RestoreOptions, RestoreReport, parse_page_ranges, restore_l1_l2, restore_l2,
@@ -9,13 +10,14 @@ use rexctl::l2::restore::{
 use rexctl::store::StoreStats;
 use serde::Serialize;
 
-use crate::cmd::config_args::StoreArgs;
+use crate::cmd::config_args::Settings;
 use crate::ui;
 
 /// Restore the memory image byte for byte.
 ///
-/// With `--l2` alone (after losing the node), from the newest valid L2
-/// generation. With `--l1` too (after a transient fault), pages written since
+/// With an L2 location alone, or `--l2-only` (after losing the node), from
+/// the newest valid L2 generation. With an L1 directory too (`--l1`,
+/// REX_L1 or rex.toml; after a transient fault), pages written since
 /// the last L2 checkpoint come from L1's IC files and the rest from L1's copy
 /// of the chain, each generation falling back to L2 when its L1 copy is
 /// missing or damaged. The output is a FULL REX-IC
@@ -29,32 +31,32 @@ use crate::ui;
 /// summary (and `l2_transfer` in the JSON) gives the bytes fetched.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// The L2 location: a directory, file:///DIR or s3://BUCKET/PREFIX.
-    #[arg(long, value_name = "URL")]
-    l2: PathBuf,
-    #[command(flatten)]
-    store: StoreArgs,
-    /// The L1 directory (transient-failure restore).
-    #[arg(long)]
-    l1: Option<PathBuf>,
-    /// Output file.
-    #[arg(long)]
+    /// Output file; an existing file is replaced only with --force.
+    #[arg(short, long, value_name = "FILE")]
     out: PathBuf,
+    /// Replace the output file if it exists.
+    #[arg(short, long)]
+    force: bool,
+    /// Restore from L2 alone, even when an L1 directory is configured
+    /// (after losing the node that held it).
+    #[arg(long)]
+    l2_only: bool,
     /// Write a flat image (page p at offset (p - first) x page size; gaps
     /// read as zeros) instead of a REX-IC file.
     #[arg(long)]
     raw: bool,
     /// Restore only these pages: inclusive ranges like `0x5000-0x50ff,42`
-    /// (the output then carries only them and is not FULL).
-    #[arg(long)]
-    pages: Option<String>,
+    /// (the output then carries only them and is not FULL); a range
+    /// outside the image is an error.
+    #[arg(long, value_name = "LIST", value_parser = pages_arg)]
+    pages: Option<Pages>,
     /// Restore only region ID of a job that checkpoints itself through
     /// librex (`rex_protect(ID, ...)`); with `--raw`, the output is exactly
     /// the region's bytes, as the job had them.
     #[arg(long, value_name = "ID", conflicts_with = "pages")]
     region: Option<u32>,
     /// Restore this generation instead of the newest.
-    #[arg(long)]
+    #[arg(long, value_name = "N")]
     generation: Option<u64>,
     /// Restore the newest valid state instead of failing: without the
     /// damaged pending checkpoints (a later FULL one restarts the state),
@@ -66,23 +68,53 @@ pub struct Args {
     /// Print a JSON object instead of text.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    settings: ConfigLayer,
+}
+
+/// The ranges of `--pages`.
+#[derive(Clone, Debug)]
+struct Pages(Vec<(u64, u64)>);
+
+/// `--pages`, checked while parsing (a syntax error is a usage error).
+fn pages_arg(text: &str) -> Result<Pages, String> {
+    parse_page_ranges(text)
+        .map(Pages)
+        .map_err(|e| e.to_string())
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
     let opts = RestoreOptions {
         generation: a.generation,
         fallback: a.fallback,
-        pages: a.pages.as_deref().map(parse_page_ranges).transpose()?,
+        pages: a.pages.clone().map(|p| p.0),
         raw: a.raw,
         region: a.region,
     };
-    let l2 = a.store.open(&a.l2, false)?;
+    let s = Settings::load(&a.settings)?;
+    let l1 = if a.l2_only { None } else { s.layer.l1.clone() };
+    if !a.force && std::fs::symlink_metadata(&a.out).is_ok() {
+        return Err(rexctl::Error::Invalid(format!(
+            "{}: exists; give --force (-f) to replace it",
+            a.out.display()
+        ))
+        .into());
+    }
+    let l2 = s.open_l2(false)?;
     // A few pages need a few chunks: a bucket is read on demand.
     l2.read_on_demand(opts.pages.is_some() || opts.region.is_some());
     let pb = ui::spinner("restoring");
-    let (report, stats) = match &a.l1 {
+    let (report, stats) = match &l1 {
         Some(l1) => {
-            let job = Job::open(l1, l2)?;
+            if !l1.is_dir() {
+                return Err(rexctl::Error::Invalid(format!(
+                    "L1 directory {}: no such directory (--l1, REX_L1 or `l1` in {}): give --l2-only to restore from L2 alone",
+                    l1.display(),
+                    if s.sources.is_empty() { "rex.toml".to_string() } else { s.sources.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ") }
+                ))
+                .into());
+            }
+            let job = Job::open_read(l1, l2)?;
             let r = restore_l1_l2(&job, &opts, &a.out);
             (r.map_err(|e| job.l2.public_error(e)), job.l2.stats())
         }
@@ -94,10 +126,10 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     pb.finish_and_clear();
     let report = report?;
     if let Some(why) = &report.fell_back {
-        eprintln!("rexctl: WARNING: FALLBACK: {why}");
+        warnln!("FALLBACK: {why}");
     }
     for note in &report.l2_fallbacks {
-        eprintln!("rexctl: warning: {note}");
+        warnln!("{note}");
     }
     if a.json {
         ui::print_json(&Output {
@@ -106,7 +138,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         })?;
     } else {
         let secs = report.seconds.max(1e-9);
-        println!(
+        outln!(
             "restored {} pages ({}) of seq {}{}{} to {} in {:.3}s ({:.0} MB/s){}",
             report.pages,
             ui::bytes(report.bytes),
@@ -129,7 +161,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 .unwrap_or_default()
         );
         if let Some(s) = stats {
-            println!(
+            outln!(
                 "fetched {} from L2 in {} requests",
                 ui::bytes(s.bytes_fetched),
                 s.requests

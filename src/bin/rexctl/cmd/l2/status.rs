@@ -1,46 +1,67 @@
 //! `rexctl status`: generations, chains, pending checkpoints.
 
-use std::path::PathBuf;
-
+use rexctl::control::config::ConfigLayer;
 use rexctl::format::manifest::GenKind;
 use rexctl::l2::push::Job;
-use rexctl::l2::status::status;
+use rexctl::l2::status::{Status, status};
 
-use crate::cmd::config_args::StoreArgs;
+use crate::cmd::config_args::Settings;
 use crate::ui;
 
 /// Show a job's state: L2 generations (kind, seqs, pages, sizes,
 /// compression ratios), chains, and the L1 checkpoints waiting for the next
-/// push.
+/// push. Reads only: a directory L2 that does not exist yet shows no
+/// generation. Exits 3 when a pending checkpoint or a manifest is bad.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// The L1 directory.
-    #[arg(long)]
-    l1: PathBuf,
-    /// The L2 location: a directory (created if missing), file:///DIR or
-    /// s3://BUCKET/PREFIX.
-    #[arg(long, value_name = "URL")]
-    l2: PathBuf,
-    #[command(flatten)]
-    store: StoreArgs,
     /// Print a JSON object instead of text.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    settings: ConfigLayer,
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
-    let job = Job::open(&a.l1, a.store.open(&a.l2, true)?)?;
-    let s = status(&job).map_err(|e| job.l2.public_error(e))?;
+    let s = Settings::load(&a.settings)?;
+    let l1 = s.l1()?;
+    // A directory L2 that no push has made yet reads as empty: status never
+    // creates anything.
+    let job = Job::open_read(&l1, rexctl::store::open_l2_read(&s.l2()?, &s.store()?)?)?;
+    let st = status(&job).map_err(|e| job.l2.public_error(e))?;
+    let bad = st.pending_error.is_some() || !st.invalid.is_empty();
     if a.json {
-        ui::print_json(&s)?;
-        return Ok(0);
+        ui::print_json(&st)?;
+    } else {
+        print_human(&job, &st)?;
     }
-    println!(
+    if bad {
+        if let Some(e) = &st.pending_error {
+            ui::error(&format!("pending L1 checkpoints: {e}"));
+        }
+        for i in &st.invalid {
+            ui::error(i);
+        }
+        return Ok(rexctl::error::exit::DATA);
+    }
+    Ok(0)
+}
+
+fn print_human(job: &Job, s: &Status) -> Result<(), ui::StdoutError> {
+    outln!(
         "{:>6} {:>5} {:>5} {:>15} {:>8} {:>8} {:>11} {:>11} {:>7} {:>3}",
-        "gen", "kind", "base", "seqs", "pages", "live", "in", "out", "ratio", "L1"
+        "gen",
+        "kind",
+        "base",
+        "seqs",
+        "pages",
+        "live",
+        "in",
+        "out",
+        "ratio",
+        "L1"
     );
     for g in &s.generations {
-        println!(
+        outln!(
             "{:>6} {:>5} {:>5} {:>15} {:>8} {:>8} {:>11} {:>11} {:>7.2} {:>3}",
             g.generation,
             match g.kind {
@@ -57,7 +78,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             if g.in_l1 { "yes" } else { "no" }
         );
     }
-    println!(
+    outln!(
         "{} chains in L2 {} ({}), newest chain {} generations long",
         s.chains,
         job.l2.describe(),
@@ -65,23 +86,23 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         s.newest_chain_length
     );
     match (&s.pending_error, s.pending_seqs) {
-        (Some(e), _) => println!("pending L1 checkpoints: ERROR: {e}"),
-        (None, Some((a, b))) => println!(
+        (Some(e), _) => outln!("pending L1 checkpoints: {}: {e}", ui::bad("ERROR")),
+        (None, Some((a, b))) => outln!(
             "{} pending L1 checkpoints (seq {a}..={b}, {})",
             s.pending_ics,
             ui::bytes(s.pending_bytes)
         ),
-        (None, None) => println!("no pending L1 checkpoint"),
+        (None, None) => outln!("no pending L1 checkpoint"),
     }
     if let (Some(t), Some(seq)) = (&s.regions, s.regions_seq) {
-        println!(
+        outln!(
             "{} regions at seq {seq} ({}, {} pages):",
             t.0.len(),
             ui::bytes(t.bytes()),
             t.pages()
         );
         for r in &t.0 {
-            println!(
+            outln!(
                 "  region {:>5}  {:>11}  {:>8} pages  pages {:#x}..",
                 r.id,
                 ui::bytes(r.size),
@@ -91,10 +112,10 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         }
     }
     if let Some(h) = &s.producer {
-        println!("a librex job checkpoints into this L1 directory: {h}");
+        outln!("a librex job checkpoints into this L1 directory: {h}");
     }
     for i in &s.invalid {
-        println!("INVALID: {i}");
+        outln!("{}: {i}", ui::bad("INVALID"));
     }
-    Ok(0)
+    Ok(())
 }

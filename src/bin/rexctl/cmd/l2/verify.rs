@@ -1,40 +1,41 @@
 //! `rexctl verify`: check a chain end to end without writing an image.
 
-use std::path::PathBuf;
-
+use rexctl::control::config::ConfigLayer;
 use rexctl::l2::push::Job;
 use rexctl::l2::restore::verify;
 
-use crate::cmd::config_args::StoreArgs;
+use crate::cmd::config_args::Settings;
 use crate::ui;
 
 /// Check every generation end to end: manifests, file sizes and CRCs, every
-/// chunk, and every live page rebuilt against its recorded CRC. With `--l1`,
-/// also L1's copy of the chain and its pending checkpoints. Exits 3 when
-/// anything is wrong. An object of a bucket (s3://BUCKET/PREFIX) is fetched
+/// chunk, and every live page rebuilt against its recorded CRC. With an L1
+/// directory (`--l1`, REX_L1 or rex.toml), also L1's copy of the chain and
+/// its pending checkpoints. Exits 3 when anything is wrong, and when there
+/// is no generation to verify. An object of a bucket (s3://BUCKET/PREFIX) is fetched
 /// whole and checked against the size and CRC its manifest records; errors
 /// name it by its s3:// URL.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// The L2 location: a directory, file:///DIR or s3://BUCKET/PREFIX.
-    #[arg(long, value_name = "URL")]
-    l2: PathBuf,
-    #[command(flatten)]
-    store: StoreArgs,
-    /// The L1 directory.
+    /// Check L2 alone, even when an L1 directory is configured.
     #[arg(long)]
-    l1: Option<PathBuf>,
+    l2_only: bool,
     /// Print a JSON object instead of text.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    settings: ConfigLayer,
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
-    let l2 = a.store.open(&a.l2, false)?;
+    let s = Settings::load(&a.settings)?;
+    // A directory that does not exist has nothing to verify (below).
+    let l2 = rexctl::store::open_l2_read(&s.l2()?, &s.store()?)?;
+    let place = l2.describe();
     let pb = ui::spinner("verifying");
-    let (r, l2) = match &a.l1 {
+    let l1 = if a.l2_only { None } else { s.layer.l1.clone() };
+    let (r, l2) = match &l1 {
         Some(l1) => {
-            let job = Job::open(l1, l2)?;
+            let job = Job::open_read(l1, l2)?;
             (verify(job.l2.as_ref(), Some(&job)), job.l2)
         }
         None => (verify(l2.as_ref(), None), l2),
@@ -47,31 +48,54 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     for e in r.invalid_manifests.iter_mut().chain(r.l1_errors.iter_mut()) {
         *e = l2.public_text(e);
     }
+    // Nothing to verify is not "ok": a job whose checkpoints are not where
+    // the command looked must not pass a check.
+    let nothing = r.generations.is_empty() && r.invalid_manifests.is_empty();
     if a.json {
         ui::print_json(&r)?;
     } else {
         for g in &r.generations {
             match &g.error {
-                None => println!("{} generation {}: ok", g.level, g.generation),
-                Some(e) => println!("{} generation {}: BAD: {e}", g.level, g.generation),
+                None => outln!(
+                    "{} generation {}: {}",
+                    g.level,
+                    g.generation,
+                    ui::good("ok")
+                ),
+                Some(e) => outln!(
+                    "{} generation {}: {}: {e}",
+                    g.level,
+                    g.generation,
+                    ui::bad("BAD")
+                ),
             }
         }
         for e in r.invalid_manifests.iter().chain(&r.l1_errors) {
-            println!("BAD: {e}");
+            outln!("{}: {e}", ui::bad("BAD"));
         }
-        println!(
-            "{}: {} generations checked, {} pages rebuilt and checked",
-            if r.ok() { "ok" } else { "FAILED" },
-            r.generations.len(),
-            r.pages_checked
-        );
+        if !nothing {
+            outln!(
+                "{}: {} generations checked, {} pages rebuilt and checked",
+                if r.ok() {
+                    ui::good("ok")
+                } else {
+                    ui::bad("FAILED")
+                },
+                r.generations.len(),
+                r.pages_checked
+            );
+        }
+    }
+    if nothing {
+        ui::error(&format!("nothing to verify: no generation under {place}"));
+        return Ok(rexctl::error::exit::DATA);
     }
     if !r.ok() {
         for g in r.generations.iter().filter_map(|g| g.error.as_ref()) {
-            eprintln!("rexctl: {g}");
+            ui::error(g);
         }
         for e in r.invalid_manifests.iter().chain(&r.l1_errors) {
-            eprintln!("rexctl: {e}");
+            ui::error(e);
         }
         return Ok(rexctl::error::exit::DATA);
     }
