@@ -56,7 +56,7 @@ fn env_num(name: &str, default: u64) -> u64 {
 
 fn settings(server: Option<&S3Server>, part_size: u64, cache: &Path) -> StoreSettings {
     let mut s = StoreSettings {
-        job: "bench".into(),
+        job: Some("bench".into()),
         rank: "0".into(),
         cache_dir: Some(cache.to_path_buf()),
         ..Default::default()

@@ -550,7 +550,7 @@ fn inspect_checks_every_file_in_one_run() {
     let out = util::run(&args);
     let needles: Vec<String> = paths
         .iter()
-        .map(|p| format!("rexctl: {p}: offset "))
+        .map(|p| format!("rexctl: error: {p}: offset "))
         .collect();
     let needles: Vec<&str> = needles.iter().map(String::as_str).collect();
     let stderr = util::assert_clean_failure(&out, DATA, &needles);

@@ -28,7 +28,7 @@ fn assert_restores(d: &Path, l1: &Path, l2: &Path, truth: &BTreeMap<u64, Image>,
     let out = d.join("r.rexic");
     let idx = ChainIndex::load(&DirStore::open(l2).unwrap()).unwrap();
     if let Some(newest) = idx.newest() {
-        ok(&["restore", "--l2", s(l2), "--out", s(&out)]);
+        ok(&["restore", "-f", "--l2", s(l2), "--out", s(&out)]);
         assert_eq!(
             read_image(&out),
             truth[&newest.last_seq],
@@ -37,7 +37,16 @@ fn assert_restores(d: &Path, l1: &Path, l2: &Path, truth: &BTreeMap<u64, Image>,
         );
     }
     let last = *truth.keys().next_back().unwrap();
-    ok(&["restore", "--l2", s(l2), "--l1", s(l1), "--out", s(&out)]);
+    ok(&[
+        "restore",
+        "-f",
+        "--l2",
+        s(l2),
+        "--l1",
+        s(l1),
+        "--out",
+        s(&out),
+    ]);
     assert_eq!(
         read_image(&out),
         truth[&last],
@@ -235,7 +244,7 @@ fn dry_run_and_plan_change_nothing() {
     let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
     ok(&["gen", s(&l1), "--pages", "32", "--count", "2"]);
     let out = ok(&["flush", "--l1", s(&l1), "--l2", s(&l2), "--dry-run"]);
-    assert!(out.contains("would push"), "{out}");
+    assert!(out.contains("decision=would-push"), "{out}");
     assert_eq!(
         std::fs::read_dir(&l1)
             .unwrap()
@@ -282,15 +291,17 @@ fn configuration_precedence_and_errors() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(v["decision"]["rule"].is_null() || v["decision"]["rule"]["m"] == 7.0);
     // Errors: exit 5, naming what is wrong.
-    std::fs::write(&cfg, "l1 = \"x\"\nmtbf = 3\n").unwrap();
+    std::fs::write(&cfg, "l1 = \"x\"\nmtbf_seconds = 3\n").unwrap();
     let out = run(&["flush", "--config", s(&cfg)]);
-    crate::util::assert_clean_failure(&out, 5, &["job.toml", "mtbf"]);
+    crate::util::assert_clean_failure(&out, 5, &["job.toml", "mtbf_seconds"]);
     let out = rexctl()
         .args(["flush", "--l1", s(&l1), "--l2", s(&l2)])
         .env("REX_MTBF", "soon")
         .output()
         .unwrap();
-    crate::util::assert_clean_failure(&out, 5, &["REX_MTBF"]);
+    // A variable that does not parse is a command-line error (2), named by
+    // its flag, as clap reports it.
+    crate::util::assert_clean_failure(&out, 2, &["soon", "--mtbf"]);
     let out = rexctl()
         .args(["flush"])
         .env_remove("REX_L1")
@@ -357,7 +368,7 @@ fn concurrent_flushes_never_run_two_pushes() {
     }
     ok(&["verify", "--l2", s(&l2), "--l1", s(&l1)]);
     let out = d.path().join("r.rexic");
-    ok(&["restore", "--l2", s(&l2), "--out", s(&out)]);
+    ok(&["restore", "-f", "--l2", s(&l2), "--out", s(&out)]);
     assert_eq!(read_image(&out), truth[&12]);
 }
 
@@ -405,13 +416,22 @@ fn a_flush_killed_at_any_file_operation_recovers() {
         // Whatever the crash point: L2 restores the old or the new state,
         // L1 + L2 the newest.
         let r = case.join("r.rexic");
-        ok(&["restore", "--l2", s(&l2), "--out", s(&r)]);
+        ok(&["restore", "-f", "--l2", s(&l2), "--out", s(&r)]);
         let got = read_image(&r);
         assert!(
             got == truth[&old_seq] || got == truth[&new_seq],
             "failpoint {n}: L2 restore is neither state"
         );
-        ok(&["restore", "--l2", s(&l2), "--l1", s(&l1), "--out", s(&r)]);
+        ok(&[
+            "restore",
+            "-f",
+            "--l2",
+            s(&l2),
+            "--l1",
+            s(&l1),
+            "--out",
+            s(&r),
+        ]);
         assert!(
             read_image(&r) == truth[&new_seq],
             "failpoint {n}: L1+L2 restore"
@@ -426,7 +446,7 @@ fn a_flush_killed_at_any_file_operation_recovers() {
             "--max-age",
             "0.000001",
         ]);
-        ok(&["restore", "--l2", s(&l2), "--out", s(&r)]);
+        ok(&["restore", "-f", "--l2", s(&l2), "--out", s(&r)]);
         assert!(
             read_image(&r) == truth[&new_seq],
             "failpoint {n}: after recovery"

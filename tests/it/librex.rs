@@ -376,7 +376,7 @@ mod rust_api {
                 l2: Some(l2.into()),
                 l2_thread: Some(l2_thread),
                 tracker: Some(tracker),
-                max_age_s: Some(0.001),
+                max_age: Some(0.001),
                 ..Default::default()
             },
             Vec::new(),

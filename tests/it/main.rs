@@ -16,4 +16,5 @@ mod librex;
 mod never_wrong;
 mod restart_props;
 mod s3;
+mod unix;
 mod util;

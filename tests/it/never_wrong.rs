@@ -1256,7 +1256,10 @@ fn a_dangling_manifest_link_is_an_invalid_manifest() {
     assert_image(&img, &c.truth.join("seq-3.rexic"), "restore --fallback");
     let v = rex(&["verify", "--l2", s(&l2)]);
     assert_eq!(v.status.code(), Some(3), "{}", show(&["verify"], &v));
-    rex_ok(&["status", "--l1", s(&l1), "--l2", s(&l2)]);
+    // status shows the invalid manifest and exits 3.
+    let st = rex(&["status", "--l1", s(&l1), "--l2", s(&l2)]);
+    assert_eq!(st.status.code(), Some(3), "{}", show(&["status"], &st));
+    assert!(String::from_utf8_lossy(&st.stdout).contains("INVALID"));
 }
 
 /// A huge sparse manifest is refused from its size, never read into memory.

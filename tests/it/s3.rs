@@ -150,7 +150,7 @@ impl<'a> Job<'a> {
     /// The store, through the library (for listing and planting objects).
     fn store(&self) -> Box<dyn Store> {
         let mut settings = StoreSettings {
-            job: self.name.clone(),
+            job: Some(self.name.clone()),
             rank: self.rank.clone(),
             cache_dir: Some(self.work.join("cache")),
             ..Default::default()
@@ -950,9 +950,9 @@ fn s3_flush_takes_the_bucket_and_credentials_from_rex_toml() {
     assert!(out.status.success(), "{}", show(&["flush"], &out));
     let line = String::from_utf8_lossy(&out.stdout);
     assert!(
-        line.contains("flush: pushed generation 1")
-            && line.contains("uploaded")
-            && line.contains("MB/s"),
+        line.contains("flush job=fl rank=0 decision=push generation=1")
+            && line.contains(" bytes=")
+            && line.lines().count() == 1,
         "{line}"
     );
     job.restore_exact(false, &[], &seq2, "restore after flush");

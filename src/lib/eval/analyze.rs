@@ -245,8 +245,29 @@ fn chains_of(files: &[IcMeta]) -> Vec<Chain> {
     out
 }
 
+/// The phases of [`analyze_with_progress`], in order.
+pub const PHASES: [&str; 6] = [
+    "scanning",
+    "fig. 3",
+    "fig. 2 B=2",
+    "fig. 2 B=4",
+    "pipeline",
+    "fig. 1",
+];
+
 /// Analyzes the L1 directory `l1`.
 pub fn analyze(l1: &Path, opts: &AnalyzeOptions) -> Result<Analysis> {
+    analyze_with_progress(l1, opts, &mut |_| {})
+}
+
+/// As [`analyze`], calling `phase(i)` as phase `i` of [`PHASES`] starts
+/// (the pipeline, the long one, even with `pipeline` off).
+pub fn analyze_with_progress(
+    l1: &Path,
+    opts: &AnalyzeOptions,
+    phase: &mut dyn FnMut(usize),
+) -> Result<Analysis> {
+    phase(0);
     let dir = L1Dir::scan(l1)?;
     let files = dir.files;
     if files.is_empty() {
@@ -266,6 +287,7 @@ pub fn analyze(l1: &Path, opts: &AnalyzeOptions) -> Result<Analysis> {
         return Err(Error::Invalid("--batch must be at least 1".into()));
     }
     let chains = chains_of(&files);
+    phase(1);
     let fig3 = fig3(&files);
     let opened = files
         .iter()
@@ -273,14 +295,20 @@ pub fn analyze(l1: &Path, opts: &AnalyzeOptions) -> Result<Analysis> {
         .collect::<Result<Vec<_>>>()?;
     let fig2 = [2u64, 4]
         .iter()
-        .map(|&b| fig2(&files, &opened, &chains, b, opts.pattern_size as usize))
+        .enumerate()
+        .map(|(i, &b)| {
+            phase(2 + i);
+            fig2(&files, &opened, &chains, b, opts.pattern_size as usize)
+        })
         .collect::<Result<Vec<_>>>()?;
     drop(opened);
+    phase(4);
     let predicted = predict(l1, &files, &chains, fig3.mean, opts)?;
     let (batch, batch_source) = match opts.batch {
         Some(b) => (b, "option"),
         None => (predicted.batch, "controller"),
     };
+    phase(5);
     let fig1 = fig1(&files, &chains, batch)?;
     let mut live = BTreeSet::new();
     let mut first_full_pages = 0;

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use rexctl::eval::analyze::{Analysis, AnalyzeOptions, analyze, write_svg};
+use rexctl::eval::analyze::{Analysis, AnalyzeOptions, PHASES, analyze_with_progress, write_svg};
 
 use crate::cmd::config_args::Settings;
 use crate::ui;
@@ -85,8 +85,12 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         work: a.work.clone(),
         ..Default::default()
     };
-    let pb = ui::spinner("analyze");
-    let r = analyze(&l1dir, &opts);
+    // Progress per phase (the pipeline is the long one).
+    let pb = ui::progress(PHASES.len() as u64, PHASES[0]);
+    let r = analyze_with_progress(&l1dir, &opts, &mut |i| {
+        pb.set_position(i as u64);
+        pb.set_message(PHASES[i]);
+    });
     pb.finish_and_clear();
     let r = r?;
     if let Some(svg) = &a.svg {

@@ -69,9 +69,9 @@ use rexctl::control::config::ConfigLayer;
 ///
 ///     rexctl analyze ckpt --svg ckpt.svg
 ///
-///     rexctl push-l2 --l1 ckpt --l2 l2
+///     rexctl push-l2 --l1 ckpt --l2 ./l2
 ///
-///     rexctl restore --l2 l2 --out image.rexic
+///     rexctl restore --l2 ./l2 -o image.rexic
 ///
 /// Or attach to a running process: rexctl capture --l1 ckpt --interval 5 --pid 4242
 #[derive(clap::Args, Debug)]

@@ -100,7 +100,9 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         ))
         .into());
     }
-    let l2 = s.open_l2(false)?;
+    // An L2 directory no push has made yet reads as empty: with L1, its
+    // checkpoints alone restore; without, "no valid generation under ...".
+    let l2 = rexctl::store::open_l2_read(&s.l2()?, &s.store()?)?;
     // A few pages need a few chunks: a bucket is read on demand.
     l2.read_on_demand(opts.pages.is_some() || opts.region.is_some());
     let pb = ui::spinner("restoring");

@@ -1,0 +1,700 @@
+//! rexctl behaves like the Unix tools its users know: every everyday
+//! mistake is refused with a clear message and the documented exit code
+//! (one test per mistake), reading commands create nothing, standard output
+//! failures are messages (never panics), every `--json` prints JSON on
+//! success and on failure, settings come from flags, `REX_*` variables and
+//! configuration files alike, and the shipped completions, systemd units
+//! and crontab line work with the real binary.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use super::util::{assert_clean_failure, names_in, rexctl, s, workload};
+
+/// A job with one pushed generation and one pending checkpoint, in `dir`.
+struct Job {
+    dir: tempfile::TempDir,
+}
+
+impl Job {
+    fn new() -> Job {
+        let dir = tempfile::tempdir().unwrap();
+        let l1 = dir.path().join("l1");
+        std::fs::create_dir_all(&l1).unwrap();
+        let mut w = workload("balanced", 64, 3);
+        for _ in 0..3 {
+            w.checkpoint(&l1).unwrap();
+        }
+        let j = Job { dir };
+        let out = j.cmd(&["push-l2"]).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        w.checkpoint(&l1).unwrap();
+        j
+    }
+
+    fn l1(&self) -> PathBuf {
+        self.dir.path().join("l1")
+    }
+
+    fn l2(&self) -> PathBuf {
+        self.dir.path().join("l2")
+    }
+
+    /// `rexctl ARGS` with the job's L1 and L2 in REX_L1 and REX_L2, from
+    /// the job's directory, with no scheduler or S3 variables inherited.
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = clean(rexctl());
+        c.current_dir(self.dir.path())
+            .env("REX_L1", self.l1())
+            .env("REX_L2", self.l2())
+            .args(args);
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().unwrap()
+    }
+}
+
+/// `c` without the variables that would change what the tests see.
+fn clean(mut c: Command) -> Command {
+    for (k, _) in std::env::vars() {
+        if k.starts_with("REX_")
+            || k.starts_with("AWS_")
+            || k.starts_with("SLURM_")
+            || k.starts_with("PBS_")
+            || k.starts_with("LSB_")
+            || k.starts_with("FLUX_")
+            || k.starts_with("PMI")
+            || k.starts_with("OMPI_")
+            || k == "XDG_CONFIG_HOME"
+            || k == "NO_COLOR"
+            || k == "CLICOLOR_FORCE"
+        {
+            c.env_remove(k);
+        }
+    }
+    c
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Every file under `dir`, recursively, relative to it.
+fn tree(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            out.push(p.strip_prefix(dir).unwrap().display().to_string());
+            if p.is_dir() {
+                stack.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn an_s3_url_with_a_typo_is_refused_and_l1_is_untouched() {
+    let j = Job::new();
+    let before = tree(j.dir.path());
+    for l2 in [
+        "s3:/bucket/x",
+        "s3:bucket/x",
+        "file:/scratch/l2",
+        "S3:/bucket",
+    ] {
+        let out = j.run(&["push-l2", "--l2", l2]);
+        assert_clean_failure(&out, 5, &[l2, "looks like a URL with a typo"]);
+    }
+    assert_eq!(tree(j.dir.path()), before, "nothing created or deleted");
+}
+
+#[test]
+fn a_relative_l2_directory_is_created_only_with_dot_slash() {
+    let j = Job::new();
+    let out = j.run(&["push-l2", "--l2", "fresh-l2"]);
+    assert_clean_failure(&out, 5, &["fresh-l2", "./fresh-l2"]);
+    assert!(!j.dir.path().join("fresh-l2").exists());
+    // Explicit ./ creates it; an existing relative directory is accepted.
+    let out = j.run(&["push-l2", "--l2", "./fresh-l2"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(j.dir.path().join("fresh-l2").is_dir());
+    let out = j.run(&["status", "--l2", "l2"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn a_bucket_without_a_job_name_is_refused() {
+    let j = Job::new();
+    let before = tree(j.dir.path());
+    for cmd in [
+        &["push-l2"][..],
+        &["status"],
+        &["verify"],
+        &["restore", "-o", "x"],
+    ] {
+        let mut args = cmd.to_vec();
+        args.extend(["--l2", "s3://ckpt-bucket/site"]);
+        let out = j.run(&args);
+        assert_clean_failure(&out, 5, &["no job name", "REX_JOB", "SLURM_JOB_ID"]);
+    }
+    assert_eq!(tree(j.dir.path()), before);
+    // A scheduler's job id names it: the command goes on to the endpoint
+    // (here a closed port, so it fails there, not for the job name).
+    let out = j
+        .cmd(&["status", "--l2", "s3://ckpt-bucket/site"])
+        .env("PBS_JOBID", "123.pbs")
+        .env("REX_S3_ENDPOINT", "http://127.0.0.1:9")
+        .env("REX_S3_ALLOW_HTTP", "true")
+        .env("REX_S3_MAX_RETRIES", "0")
+        .env("REX_S3_ACCESS_KEY_ID", "k")
+        .env("REX_S3_SECRET_ACCESS_KEY", "s")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        !err.contains("no job name") && !err.contains("panicked"),
+        "{err}"
+    );
+}
+
+#[test]
+fn restore_never_replaces_a_file_without_force() {
+    let j = Job::new();
+    let out_file = j.dir.path().join("image.rexic");
+    std::fs::write(&out_file, b"precious").unwrap();
+    let out = j.run(&["restore", "-o", s(&out_file)]);
+    assert_clean_failure(&out, 5, &["image.rexic", "exists", "--force"]);
+    assert_eq!(std::fs::read(&out_file).unwrap(), b"precious");
+    let out = j.run(&["restore", "-o", s(&out_file), "--force"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_ne!(std::fs::read(&out_file).unwrap(), b"precious");
+    let out = j.run(&["restore", "-f", "-o", s(&out_file), "--l2-only"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn restore_of_pages_outside_the_image_is_an_error() {
+    let j = Job::new();
+    let o = j.dir.path().join("o.rexic");
+    for pages in ["0-3", "0xffffffffff000-0xffffffffff0ff"] {
+        let out = j.run(&["restore", "-o", s(&o), "--pages", pages]);
+        assert_clean_failure(&out, 5, &["--pages", "outside the image"]);
+        assert!(!o.exists(), "no output for {pages}");
+    }
+    // A malformed list is a command-line error (2), as clap's own.
+    let out = j.run(&["restore", "-o", s(&o), "--pages", "9-3"]);
+    assert_clean_failure(&out, 2, &["--pages"]);
+    let out = j.run(&["restore", "-o", s(&o), "--pagez", "1"]);
+    assert_clean_failure(&out, 2, &["--pagez"]);
+}
+
+#[test]
+fn reading_commands_create_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let l1 = dir.path().join("l1");
+    std::fs::create_dir(&l1).unwrap();
+    let mut w = workload("balanced", 32, 1);
+    w.checkpoint(&l1).unwrap();
+    let before = tree(dir.path());
+    let base = |args: &[&str]| {
+        let mut c = clean(rexctl());
+        c.current_dir(dir.path())
+            .args(args)
+            .args(["--l1", "l1", "--l2", "./l2"]);
+        c.output().unwrap()
+    };
+    // No L2 yet: status and plan show it empty; verify has nothing.
+    let out = base(&["status"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout(&out).contains("not made yet"), "{}", stdout(&out));
+    assert!(stdout(&out).contains("1 pending"), "{}", stdout(&out));
+    let out = base(&["plan"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = base(&["verify"]);
+    assert_clean_failure(&out, 3, &["nothing to verify", "./l2"]);
+    let out = base(&["restore", "-o", "x.rexic"]);
+    assert!(out.status.success(), "L1 alone restores");
+    std::fs::remove_file(dir.path().join("x.rexic")).unwrap();
+    assert_eq!(tree(dir.path()), before, "nothing created");
+    // An empty L2 directory: nothing to verify either.
+    std::fs::create_dir(dir.path().join("l2")).unwrap();
+    let out = base(&["verify", "--l2-only"]);
+    assert_clean_failure(&out, 3, &["nothing to verify"]);
+}
+
+#[test]
+fn a_missing_config_file_is_a_configuration_error() {
+    let j = Job::new();
+    for args in [
+        &["status", "--config", "nope.toml"][..],
+        &["flush", "-c", "nope.toml"],
+        &["restore", "-o", "x", "-c", "nope.toml"],
+    ] {
+        let out = j.run(args);
+        assert_clean_failure(&out, 5, &["nope.toml"]);
+    }
+    let out = j
+        .cmd(&["plan"])
+        .env("REX_CONFIG", "nope.toml")
+        .output()
+        .unwrap();
+    assert_clean_failure(&out, 5, &["nope.toml"]);
+    // A REX_* variable that does not parse is a usage error, named.
+    let out = j.cmd(&["plan"]).env("REX_MTBF", "soon").output().unwrap();
+    assert_clean_failure(&out, 2, &["soon", "--mtbf"]);
+}
+
+#[test]
+fn every_command_reads_flags_variables_and_files_alike() {
+    let j = Job::new();
+    let status = |c: &mut Command| {
+        let out = c.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout(&out)
+    };
+    // REX_L1/REX_L2 (Job::cmd sets them) for every job command.
+    for args in [&["status"][..], &["verify"], &["plan"], &["gc", "-n"]] {
+        status(&mut j.cmd(args));
+    }
+    // A configuration file named with --config, after or before the
+    // subcommand, and REX_CONFIG.
+    let cfg = j.dir.path().join("job.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "l1 = {:?}\nl2 = {:?}\nkeep_chains_l2 = 3\n",
+            s(&j.l1()),
+            s(&j.l2())
+        ),
+    )
+    .unwrap();
+    let bare = || {
+        let mut c = clean(rexctl());
+        c.current_dir(j.dir.path());
+        c
+    };
+    let a = status(bare().args(["status", "--config", s(&cfg)]));
+    let b = status(bare().args(["-c", s(&cfg), "status"]));
+    let c = status(bare().arg("status").env("REX_CONFIG", &cfg));
+    assert_eq!((&a, &a), (&b, &c));
+    // The user's file under XDG_CONFIG_HOME.
+    let xdg = j.dir.path().join("xdg");
+    std::fs::create_dir_all(xdg.join("rex")).unwrap();
+    std::fs::copy(&cfg, xdg.join("rex/rex.toml")).unwrap();
+    assert_eq!(status(bare().arg("status").env("XDG_CONFIG_HOME", &xdg)), a);
+    // Flags beat variables beat files.
+    let out = bare()
+        .args(["status", "-c", s(&cfg), "--l2", "./elsewhere"])
+        .env("REX_L2", "./also-elsewhere")
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&out).contains("./elsewhere (not made yet)"),
+        "{}",
+        stdout(&out)
+    );
+    // One name per setting: the flag and the variable of keep_chains_l2.
+    for c in [
+        bare()
+            .args(["plan", "-c", s(&cfg), "--keep-chains-l2", "4", "--json"])
+            .output()
+            .unwrap(),
+        bare()
+            .args(["plan", "-c", s(&cfg), "--json"])
+            .env("REX_KEEP_CHAINS_L2", "4")
+            .output()
+            .unwrap(),
+    ] {
+        assert!(c.status.success(), "{}", String::from_utf8_lossy(&c.stderr));
+    }
+}
+
+/// The commands of a job, each with the arguments that make it succeed
+/// (with the job's REX_L1 and REX_L2), and with arguments that make it
+/// fail.
+fn json_commands(j: &Job) -> Vec<(Vec<String>, Vec<String>)> {
+    let ic = names_in(&j.l1())
+        .into_iter()
+        .find(|n| n.ends_with(".rexic"))
+        .expect("a pending checkpoint");
+    let ic = s(&j.l1().join(ic)).to_string();
+    let o = s(&j.dir.path().join("out.rexic")).to_string();
+    let v = |a: &[&str]| a.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    let mut cmds = vec![
+        (v(&["status"]), v(&["status", "--l1", "/nonexistent"])),
+        (v(&["verify"]), v(&["verify", "--l2", "/nonexistent"])),
+        (v(&["plan"]), v(&["plan", "--mtbf", "-1"])),
+        (v(&["gc", "-n"]), v(&["gc", "--l2", "s3:/typo"])),
+        (v(&["inspect", &ic]), v(&["inspect", "/nonexistent.rexic"])),
+        (
+            v(&["restore", "-f", "-o", &o]),
+            v(&["restore", "-o", &o, "--pages", "0-1"]),
+        ),
+        (v(&["flush", "-n"]), v(&["flush", "--l2", "s3:/typo"])),
+        (
+            v(&[
+                "gen",
+                s(&j.dir.path().join("g")),
+                "--pages",
+                "16",
+                "--count",
+                "2",
+            ]),
+            v(&["gen", s(&j.l1())]),
+        ),
+        (
+            v(&["gen", "--list-profiles"]),
+            v(&["gen", "x", "--profile", "nope"]),
+        ),
+        (v(&["coalesce", "g"]), v(&["coalesce", "/nonexistent"])),
+        (
+            v(&["analyze", "g", "--no-pipeline"]),
+            v(&["analyze", "/nonexistent"]),
+        ),
+        (v(&["demo"]), v(&["demo", "--profile", "nope"])),
+        (
+            v(&[
+                "capture",
+                "--interval",
+                "0.2",
+                "--count",
+                "1",
+                "--",
+                "sleep",
+                "3",
+            ]),
+            v(&["capture", "--interval", "0.2", "--pid", "999999999"]),
+        ),
+        // The push last: it leaves nothing pending.
+        (v(&["push-l2"]), v(&["push-l2", "--l2", "s3:/typo"])),
+    ];
+    if cfg!(feature = "counterparts") {
+        let wl = s(&j.dir.path().join("g")).to_string();
+        cmds.insert(
+            cmds.len() - 1,
+            (
+                v(&["compare", &wl, "--only", "rex,ic", "--runs", "1"]),
+                v(&["compare", "/nonexistent"]),
+            ),
+        );
+    }
+    cmds
+}
+
+#[test]
+fn every_json_command_prints_json_on_success_and_on_failure() {
+    let j = Job::new();
+    for (good, bad) in json_commands(&j) {
+        let name = good[0].clone();
+        // --json right after the subcommand (before capture's `--`).
+        let with_json = |a: &[String]| {
+            let mut v = vec![a[0].clone(), "--json".to_string()];
+            v.extend(a[1..].iter().cloned());
+            v
+        };
+        let out = j.cmd(&[]).args(with_json(&good)).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{good:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{good:?}: not JSON ({e}): {}", stdout(&out)));
+        assert!(v.get("error").is_none(), "{good:?}: {v}");
+        let out = j.cmd(&[]).args(with_json(&bad)).output().unwrap();
+        assert!(!out.status.success(), "{bad:?} succeeded");
+        let code = out.status.code().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{bad:?}: {err}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{bad:?}: not JSON ({e}): {}", stdout(&out)));
+        // A failure is an error object, or (inspect, verify, status) the
+        // report with what was wrong in it.
+        if let Some(e) = v.get("error").filter(|e| e.is_object()) {
+            assert_eq!(e["exit_code"], code, "{bad:?}: {v}");
+            assert!(e["message"].as_str().is_some_and(|m| !m.is_empty()), "{v}");
+            assert!(e["class"].is_string(), "{v}");
+        } else {
+            assert!(
+                ["inspect", "verify", "status"].contains(&name.as_str()),
+                "{bad:?}: no error object: {v}"
+            );
+        }
+    }
+    // A command line that does not parse.
+    let out = j.run(&["status", "--json", "--bogus"]);
+    assert_eq!(out.status.code(), Some(2));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["error"]["class"], "usage", "{v}");
+}
+
+/// Runs `sh -c SCRIPT` and returns its output.
+fn sh(j: &Job, script: &str) -> Output {
+    clean(Command::new("sh"))
+        .current_dir(j.dir.path())
+        .env("REX_L1", j.l1())
+        .env("REX_L2", j.l2())
+        .env("B", env!("CARGO_BIN_EXE_rexctl"))
+        .args(["-c", script])
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_closed_pipe_or_a_full_disk_is_never_a_panic() {
+    let j = Job::new();
+    let out = j.run(&["gen", "g", "--pages", "16", "--count", "2"]);
+    assert!(out.status.success());
+    let ic = names_in(&j.l1())
+        .into_iter()
+        .find(|n| n.ends_with(".rexic"))
+        .unwrap();
+    let commands = [
+        "status".to_string(),
+        "status --json".into(),
+        "verify".into(),
+        "plan".into(),
+        format!("inspect --index l1/{ic}"),
+        "coalesce --json g".into(),
+        "gen --list-profiles".into(),
+        "completions bash".into(),
+        "flush -n -v".into(),
+        "demo".into(),
+    ];
+    for c in &commands {
+        // A reader that goes away: quiet, status 0 or SIGPIPE's 141.
+        let out = sh(
+            &j,
+            &format!("\"$B\" {c} | head -1 >/dev/null; echo \"${{PIPESTATUS:-x}}\""),
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.trim().is_empty(), "{c} | head -1: {err}");
+        // A full disk: a message and exit 1.
+        let out = sh(&j, &format!("\"$B\" {c} >/dev/full"));
+        assert_clean_failure(&out, 1, &["standard output", "No space left on device"]);
+    }
+}
+
+#[test]
+fn quiet_verbose_and_color() {
+    let j = Job::new();
+    let out = j.run(&["status", "-q"]);
+    assert!(
+        out.status.success() && out.stdout.is_empty(),
+        "{}",
+        stdout(&out)
+    );
+    let out = j.run(&["verify", "--quiet"]);
+    assert!(out.status.success() && out.stdout.is_empty());
+    // -q keeps --json output.
+    let out = j.run(&["status", "-q", "--json"]);
+    serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap();
+    // Colour only when asked for (or on a terminal); never with NO_COLOR.
+    let esc = |o: &Output| o.stdout.contains(&0x1b);
+    assert!(!esc(&j.run(&["verify"])), "piped: no colour");
+    assert!(esc(&j.run(&["verify", "--color", "always"])));
+    assert!(esc(&j.run(&["--color=always", "verify"])));
+    assert!(!esc(&j.run(&["verify", "--color", "never"])));
+    let out = j.run(&["-q", "-v", "status"]);
+    assert_clean_failure(&out, 2, &["--quiet"]);
+    let out = j.run(&["status", "--no-progress"]);
+    assert!(out.status.success());
+}
+
+#[test]
+fn flush_logs_one_timestamped_line_and_details_with_verbose() {
+    let j = Job::new();
+    let out = j.cmd(&["flush", "--job", "job42"]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 1, "{text}");
+    let l = lines[0];
+    // RFC 3339 time, then the fields in a fixed order.
+    let (time, rest) = l.split_once(' ').unwrap();
+    assert!(
+        time.len() == 20 && time.ends_with('Z') && &time[10..11] == "T",
+        "{time}"
+    );
+    humantime::parse_rfc3339(time).unwrap();
+    assert!(rest.starts_with("flush job=job42 rank=0 decision="), "{l}");
+    for key in [" bytes=", " seconds=", " reason="] {
+        assert!(l.contains(key), "{key} in {l}");
+    }
+    let out = j.run(&["flush", "-v", "--dry-run"]);
+    let text = stdout(&out);
+    assert!(text.lines().count() >= 2, "{text}");
+    assert!(text.lines().next().unwrap().contains("decision="), "{text}");
+    assert!(text.contains("IC "), "details: {text}");
+}
+
+#[test]
+fn bash_completion_completes_subcommands() {
+    let j = Job::new();
+    let script = j.dir.path().join("rexctl.bash");
+    let out = j.run(&["completions", "bash"]);
+    assert!(out.status.success());
+    std::fs::write(&script, &out.stdout).unwrap();
+    let probe = |words: &str| {
+        let out = Command::new("bash")
+            .args([
+                "--norc",
+                "-c",
+                &format!(
+                    "source {}; COMP_WORDS=({words}); COMP_CWORD=$((${{#COMP_WORDS[@]}} - 1)); COMP_LINE=\"{words}\"; COMP_POINT=${{#COMP_LINE}}; _rexctl rexctl \"${{COMP_WORDS[-1]}}\" \"${{COMP_WORDS[-2]}}\"; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+                    s(&script)
+                ),
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout(&out)
+    };
+    let got = probe("rexctl pu");
+    assert_eq!(got.trim(), "push-l2", "{got}");
+    let got = probe("rexctl re");
+    assert!(got.lines().any(|l| l == "restore"), "{got}");
+    let got = probe("rexctl restore --l2-");
+    assert!(got.lines().any(|l| l == "--l2-only"), "{got}");
+    for sh in ["zsh", "fish"] {
+        let out = j.run(&["completions", sh]);
+        assert!(out.status.success() && !out.stdout.is_empty(), "{sh}");
+    }
+}
+
+#[test]
+fn shipped_systemd_units_and_crontab_run_flush() {
+    let j = Job::new();
+    let root = j.dir.path().join("root");
+    let out = Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/install"))
+        .env("DESTDIR", &root)
+        .env("PREFIX", "/usr")
+        .env("REXCTL", env!("CARGO_BIN_EXE_rexctl"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for f in [
+        "usr/bin/rexctl",
+        "usr/lib/systemd/system/rex-flush@.service",
+        "usr/lib/systemd/system/rex-flush@.timer",
+        "usr/share/doc/rexctl/crontab.example",
+        "usr/share/man/man1/rexctl-flush.1",
+        "usr/share/man/man5/rex.toml.5",
+        "usr/share/bash-completion/completions/rexctl",
+    ] {
+        assert!(root.join(f).is_file(), "{f} installed");
+    }
+    let unit =
+        std::fs::read_to_string(root.join("usr/lib/systemd/system/rex-flush@.service")).unwrap();
+    let timer =
+        std::fs::read_to_string(root.join("usr/lib/systemd/system/rex-flush@.timer")).unwrap();
+    assert!(timer.contains("OnUnitInactiveSec=") && timer.contains("WantedBy=timers.target"));
+    // The unit's command, for instance "job42", run with the real binary
+    // and a configuration where /etc/rex/job42.toml would be.
+    let cfg = j.dir.path().join("job42.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "l1 = {:?}\nl2 = {:?}\njob = \"job42\"\n",
+            s(&j.l1()),
+            s(&j.l2())
+        ),
+    )
+    .unwrap();
+    let exec = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("ExecStart="))
+        .expect("ExecStart")
+        .replace("/etc/rex/%i.toml", s(&cfg))
+        .replace("/usr/bin/rexctl", env!("CARGO_BIN_EXE_rexctl"));
+    assert!(!exec.contains('%') && !exec.contains('@'), "{exec}");
+    let out = clean(Command::new("sh"))
+        .args(["-c", &exec])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{exec}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout(&out).contains("flush job=job42 rank=0 decision="),
+        "{}",
+        stdout(&out)
+    );
+    // The crontab line's command (after the five time fields and the user).
+    let cron = std::fs::read_to_string(root.join("usr/share/doc/rexctl/crontab.example")).unwrap();
+    let line = cron
+        .lines()
+        .find(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .expect("a crontab line");
+    let command = line
+        .split_whitespace()
+        .skip(6)
+        .collect::<Vec<_>>()
+        .join(" ");
+    let log = j.dir.path().join("rex.log");
+    let command = command
+        .replace("/etc/rex/job42.toml", s(&cfg))
+        .replace("/var/log/rex-job42.log", s(&log))
+        .replace("/usr/bin/rexctl", env!("CARGO_BIN_EXE_rexctl"));
+    let out = clean(Command::new("sh"))
+        .args(["-c", &command])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{command}");
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(logged.contains("flush job=job42"), "{logged}");
+}
