@@ -98,7 +98,7 @@ fn coalesce_json_carries_the_clist() {
     assert_eq!(v["first_seq"], 2);
     assert_eq!(v["full"], false);
     let out = run(&["coalesce", s(&l1), "--from", "9"]);
-    assert_clean_failure(&out, 1, &["no checkpoint to coalesce"]);
+    assert_clean_failure(&out, 5, &["no checkpoint to coalesce"]);
 }
 
 #[test]

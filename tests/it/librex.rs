@@ -242,12 +242,13 @@ fn killed_runs_match(name: &str, args: &[&str], kills: usize, seed: u64) {
             "{name}: no end after {attempts} attempts"
         );
         let restarting = attempts > 1;
-        // Lose the node twice: L1 gone, L2 alone must do.
-        if killed > 0 && (killed == kills / 3 || killed == 2 * kills / 3) && l1_deleted < 2 {
-            assert!(
-                manifests_in(&run.l2) > 0,
-                "L2 has no generation to restart from"
-            );
+        // Lose the node twice: L1 gone, L2 alone must do. At the first
+        // kill from a third (and two thirds) on at which L2 holds a
+        // generation: on a loaded machine the first runs may all die before
+        // their first push.
+        let due = (killed >= kills / 3 && l1_deleted == 0)
+            || (killed >= 2 * kills / 3 && l1_deleted == 1);
+        if killed > 0 && due && manifests_in(&run.l2) > 0 {
             std::fs::remove_dir_all(&run.l1).unwrap();
             l1_deleted += 1;
         }

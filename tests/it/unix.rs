@@ -251,10 +251,16 @@ fn reading_commands_create_nothing() {
     assert!(out.status.success(), "L1 alone restores");
     std::fs::remove_file(dir.path().join("x.rexic")).unwrap();
     assert_eq!(tree(dir.path()), before, "nothing created");
+    // From L2 alone, the error names the place searched.
+    let out = base(&["restore", "--l2-only", "-o", "x.rexic"]);
+    assert_clean_failure(&out, 3, &["no valid generation", "directory ./l2"]);
     // An empty L2 directory: nothing to verify either.
     std::fs::create_dir(dir.path().join("l2")).unwrap();
     let out = base(&["verify", "--l2-only"]);
-    assert_clean_failure(&out, 3, &["nothing to verify"]);
+    assert_clean_failure(&out, 3, &["nothing to verify", "directory ./l2"]);
+    let out = base(&["restore", "--l2-only", "-o", "x.rexic"]);
+    assert_clean_failure(&out, 3, &["no valid generation", "directory ./l2"]);
+    assert!(!dir.path().join("x.rexic").exists());
 }
 
 #[test]
@@ -697,4 +703,98 @@ fn shipped_systemd_units_and_crontab_run_flush() {
     assert!(out.status.success(), "{command}");
     let logged = std::fs::read_to_string(&log).unwrap();
     assert!(logged.contains("flush job=job42"), "{logged}");
+}
+
+#[test]
+fn restore_replaces_only_a_regular_file() {
+    let j = Job::new();
+    let fifo = j.dir.path().join("fifo");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let dir = j.dir.path().join("adir");
+    std::fs::create_dir(&dir).unwrap();
+    let link = j.dir.path().join("link");
+    std::os::unix::fs::symlink(j.dir.path().join("target"), &link).unwrap();
+    for out in [&fifo, &dir, &link] {
+        let o = j.run(&["restore", "-f", "-o", s(out)]);
+        assert_clean_failure(&o, 5, &["not a regular file"]);
+    }
+    use std::os::unix::fs::FileTypeExt;
+    assert!(
+        std::fs::symlink_metadata(&fifo)
+            .unwrap()
+            .file_type()
+            .is_fifo()
+    );
+    assert!(
+        std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert!(!j.dir.path().join("target").exists());
+}
+
+#[test]
+fn refused_settings_act_on_nothing() {
+    let j = Job::new();
+    let before = tree(j.dir.path());
+    // Bad settings, a missing L1: no L2 directory is made.
+    for args in [
+        &["push-l2", "--l2", "./new-a", "--pattern-size", "24"][..],
+        &["push-l2", "--l1", "./no-l1", "--l2", "./new-b"],
+        &["flush", "--l1", "./no-l1", "--l2", "./new-c"],
+    ] {
+        let o = j.run(args);
+        assert_clean_failure(&o, 5, &[]);
+    }
+    // A dry run decides and changes nothing.
+    let o = j.run(&["flush", "-n", "--l2", "./new-d"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = j.run(&["flush", "--dry-run"]);
+    assert!(o.status.success());
+    assert_eq!(tree(j.dir.path()), before);
+    // A flag beats a variable that would not parse.
+    let o = j
+        .cmd(&["plan", "--mtbf", "6"])
+        .env("REX_MTBF", "abc")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // Any command checks a configuration file named with -c.
+    let o = j.run(&["gen", "--list-profiles", "-c", "nope.toml"]);
+    assert_clean_failure(&o, 5, &["nope.toml"]);
+    // Help written to a full disk is an error too.
+    let o = sh(&j, "\"$B\" --help >/dev/full");
+    assert_clean_failure(&o, 1, &["No space left on device"]);
+}
+
+#[test]
+fn every_range_of_pages_must_select_a_page() {
+    let j = Job::new();
+    let o = j.run(&["restore", "-o", "img.rexic"]);
+    assert!(o.status.success());
+    let v: serde_json::Value =
+        serde_json::from_slice(&j.run(&["inspect", "--index", "--json", "img.rexic"]).stdout)
+            .unwrap();
+    let pages: Vec<u64> = v[0]["pages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_u64().unwrap())
+        .collect();
+    let first = pages[0];
+    let hole = (first..).find(|p| !pages.contains(p)).unwrap();
+    let list = format!("{first:#x},{hole:#x}");
+    let o = j.run(&["restore", "-f", "-o", "part.rexic", "--pages", &list]);
+    assert_clean_failure(&o, 5, &["selects no page", &format!("{hole:#x}")]);
+    let o = j.run(&[
+        "restore",
+        "-f",
+        "-o",
+        "part.rexic",
+        "--pages",
+        &format!("{first:#x}"),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }

@@ -125,6 +125,15 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
+    // An empty REX_* variable counts as unset (`REX_L2= rexctl ...`), as
+    // for every setting read from the environment.
+    for (k, v) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("REX_") && v.is_empty() {
+            // SAFETY: no other thread exists yet, so nothing reads the
+            // environment concurrently.
+            unsafe { std::env::remove_var(k) };
+        }
+    }
     let argv: Vec<OsString> = std::env::args_os().collect();
     // Before the `--` that starts a captured program's arguments.
     let own = argv.iter().take_while(|a| *a != "--");
@@ -159,13 +168,25 @@ fn main() -> ExitCode {
             );
             if json && usage {
                 let text = e.render().to_string();
-                let first = text.lines().next().unwrap_or_default();
+                let message = text
+                    .lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty() && !l.starts_with("For more information"))
+                    .collect::<Vec<_>>()
+                    .join(" ");
                 print_json_error(
-                    first.trim_start_matches("error: "),
+                    message.trim_start_matches("error: "),
                     rexctl::error::exit::USAGE,
                 );
             }
-            e.exit();
+            // clap prints help on standard output and errors on standard
+            // error; a failing write (`--help >/dev/full`) is an error too.
+            use std::io::Write;
+            if let Err(w) = e.print().and_then(|()| std::io::stdout().flush()) {
+                ui::error(&format!("standard output: {w}"));
+                return ExitCode::from(rexctl::error::exit::FAILURE as u8);
+            }
+            return ExitCode::from(e.exit_code() as u8);
         }
     };
     ui::init(
@@ -180,6 +201,17 @@ fn main() -> ExitCode {
             Color::Never => anstream::ColorChoice::Never,
         },
     );
+    // A configuration file named for any command must be there and parse,
+    // even for a command that reads no setting (`-c` is global).
+    if let Some(c) = &cli.global.config
+        && let Err(e) = rexctl::control::config::ConfigLayer::from_file(c)
+    {
+        ui::error(&e.to_string());
+        if json {
+            print_json_error(&e.to_string(), e.exit_code());
+        }
+        return ExitCode::from(e.exit_code() as u8);
+    }
     let _ = cmd::config_args::CONFIG_FILE.set(cli.global.config.clone());
     let result = run(cli.command).and_then(|code| {
         ui::flush()?;

@@ -302,22 +302,45 @@ impl ConfigLayer {
     }
 
     /// Reads the `REX_*` variables of the process (through the same clap
-    /// definitions as the command line's flags), then the variables of the
-    /// keys that have no flag, then the `AWS_*` variables of the S3 keys.
+    /// definitions as the command line's flags; an empty variable counts as
+    /// unset), then the variables of the keys that have no flag, then the
+    /// `AWS_*` variables of the S3 keys. A value that does not parse is an
+    /// error naming the variable.
     pub fn from_env() -> Result<ConfigLayer> {
         use clap::{Args, FromArgMatches};
+        use std::ffi::OsString;
         let cmd = ConfigLayer::augment_args(clap::Command::new("rex").no_binary_name(true));
-        let parsed = cmd
-            .try_get_matches_from(std::iter::empty::<String>())
-            .and_then(|m| ConfigLayer::from_arg_matches(&m))
-            .map_err(|e| {
+        let vars: Vec<(String, OsString)> = cmd
+            .get_arguments()
+            .filter_map(|a| Some((a.get_long()?.to_string(), a.get_env()?.to_os_string())))
+            .collect();
+        // The variables become flags, each checked alone so that an error
+        // names it; clap reads no variable itself here.
+        let plain = cmd.mut_args(|a| a.env(None::<&str>));
+        let mut argv: Vec<OsString> = Vec::new();
+        for (long, var) in vars {
+            let Some(value) = std::env::var_os(&var).filter(|v| !v.is_empty()) else {
+                continue;
+            };
+            // `--flag=value`, so that a value starting with '-' is a value.
+            let mut arg = OsString::from(format!("--{long}="));
+            arg.push(&value);
+            if let Err(e) = plain.clone().try_get_matches_from([arg.clone()]) {
                 let text = e.to_string();
                 let first = text.lines().next().unwrap_or_default();
-                Error::Invalid(format!(
-                    "a REX_* variable: {}",
+                return Err(Error::Invalid(format!(
+                    "{}={:?}: {}",
+                    var.to_string_lossy(),
+                    value.to_string_lossy(),
                     first.trim_start_matches("error: ")
-                ))
-            })?;
+                )));
+            }
+            argv.push(arg);
+        }
+        let parsed = plain
+            .try_get_matches_from(argv)
+            .and_then(|m| ConfigLayer::from_arg_matches(&m))
+            .map_err(|e| Error::Invalid(format!("REX_* variables: {e}")))?;
         Ok(parsed.or(ConfigLayer::env_without_flags(|k| std::env::var(k).ok())?))
     }
 
@@ -594,7 +617,19 @@ impl ConfigLayer {
     /// `$XDG_CONFIG_HOME/rex/rex.toml` (`~/.config/rex/rex.toml`), and
     /// `/etc/rex/rex.toml`.
     pub fn load(flags: ConfigLayer, config: Option<&Path>) -> Result<(ConfigLayer, Vec<PathBuf>)> {
-        let env = ConfigLayer::from_env()?;
+        Self::load_over(flags.or(ConfigLayer::from_env()?), config)
+    }
+
+    /// As [`ConfigLayer::load`], for a layer that already holds the flags
+    /// and the `REX_*` variables of the flags (what clap parsed for the
+    /// command line): reads only the variables without a flag and the
+    /// files, so a flag overrides a variable that would not parse.
+    pub fn load_over(
+        args: ConfigLayer,
+        config: Option<&Path>,
+    ) -> Result<(ConfigLayer, Vec<PathBuf>)> {
+        let flags = args;
+        let env = ConfigLayer::env_without_flags(|k| std::env::var(k).ok())?;
         let explicit = config.map(Path::to_path_buf).or_else(|| {
             std::env::var("REX_CONFIG")
                 .ok()

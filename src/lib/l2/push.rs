@@ -114,18 +114,28 @@ pub struct JobIdentity {
     pub rank: String,
 }
 
+/// Checks that the L1 directory exists: a setting that names no
+/// directory is a configuration error (exit 5), named.
+pub fn check_l1(l1: &Path) -> Result<()> {
+    match std::fs::metadata(l1) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(Error::Invalid(format!(
+            "L1 directory {}: not a directory",
+            l1.display()
+        ))),
+        Err(e) => Err(Error::Invalid(format!(
+            "L1 directory {}: {e}",
+            l1.display()
+        ))),
+    }
+}
+
 impl Job {
     /// Opens a job: the L1 directory must exist; its chain directory is
     /// created if missing.
     pub fn open(l1: impl AsRef<Path>, l2: Box<dyn Store>) -> Result<Job> {
         let l1 = l1.as_ref().to_path_buf();
-        if !l1.is_dir() {
-            return Err(Error::io(
-                &l1,
-                "open L1 directory",
-                std::io::Error::new(std::io::ErrorKind::NotFound, "no such directory"),
-            ));
-        }
+        check_l1(&l1)?;
         let l1_chain = DirStore::create(l1.join(L1_CHAIN_DIR))?;
         Ok(Job {
             l1,
@@ -141,13 +151,7 @@ impl Job {
     /// nothing is created. Only for reading: a push needs [`Job::open`].
     pub fn open_read(l1: impl AsRef<Path>, l2: Box<dyn Store>) -> Result<Job> {
         let l1 = l1.as_ref().to_path_buf();
-        if !l1.is_dir() {
-            return Err(Error::io(
-                &l1,
-                "open L1 directory",
-                std::io::Error::new(std::io::ErrorKind::NotFound, "no such directory"),
-            ));
-        }
+        check_l1(&l1)?;
         let l1_chain = DirStore::open_or_empty(l1.join(L1_CHAIN_DIR));
         Ok(Job {
             l1,

@@ -458,12 +458,13 @@ fn seq_of(chain: Option<&OpenChain>, pending: &[IcMeta]) -> u64 {
 }
 
 /// Refuses a `--pages` selection with a range wholly outside the image's
-/// pages (`span`, first and last), or that selects no page at all (a range
-/// may cover holes of a sparse image, as long as it selects something).
+/// pages (`span`, first and last), or a range that selects none of the
+/// image's pages (`selected`, sorted): a range may cover holes of a sparse
+/// image, as long as it selects something.
 fn check_ranges(
     ranges: &[(u64, u64)],
     span: Option<(u64, u64)>,
-    nothing: bool,
+    selected: &[u64],
     seq: u64,
 ) -> Result<()> {
     let show = |(a, b): (u64, u64)| {
@@ -484,15 +485,14 @@ fn check_ranges(
             show(r)
         )));
     }
-    if nothing {
-        return Err(Error::Invalid(format!(
-            "--pages: no page of the image of seq {seq} (pages {first:#x}..={last:#x}) in {}",
-            ranges
-                .iter()
-                .map(|&r| show(r))
-                .collect::<Vec<_>>()
-                .join(",")
-        )));
+    for &(a, b) in ranges {
+        let i = selected.partition_point(|&p| p < a);
+        if selected.get(i).is_none_or(|&p| p > b) {
+            return Err(Error::Invalid(format!(
+                "--pages: {} selects no page of the image of seq {seq} (pages {first:#x}..={last:#x}, with holes)",
+                show((a, b))
+            )));
+        }
     }
     Ok(())
 }
@@ -564,9 +564,11 @@ fn write_image(
         (Some(r), _) => {
             entries.retain(|e| in_ranges(r, e.page));
             // Asked for pages the image does not have: an error, never an
-            // empty "restored 0 pages". (A region's range is the region's.)
+            // empty "restored 0 pages" or a page silently left out. (A
+            // region's range is the region's.)
             if opts.region.is_none() {
-                check_ranges(r, span, entries.is_empty(), seq_of(chain, pending))?;
+                let pages: Vec<u64> = entries.iter().map(|e| e.page).collect();
+                check_ranges(r, span, &pages, seq_of(chain, pending))?;
             }
             None
         }

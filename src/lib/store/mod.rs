@@ -319,11 +319,17 @@ impl DirStore {
     pub fn open(root: impl AsRef<Path>) -> Result<DirStore> {
         let root = root.as_ref().to_path_buf();
         if !root.is_dir() {
-            return Err(Error::io(
-                &root,
-                "open store",
-                std::io::Error::new(std::io::ErrorKind::NotFound, "no such directory"),
-            ));
+            // A location that names no directory: the settings are wrong
+            // (exit 5), not the data.
+            return Err(Error::Invalid(format!(
+                "L2 directory {}: {}",
+                root.display(),
+                if root.exists() {
+                    "not a directory"
+                } else {
+                    "no such directory"
+                }
+            )));
         }
         Ok(DirStore {
             root,

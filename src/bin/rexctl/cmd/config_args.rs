@@ -28,7 +28,7 @@ impl Settings {
     /// Merges the command's flags (and `REX_*` variables) over the rest.
     pub fn load(flags: &ConfigLayer) -> rexctl::Result<Settings> {
         let file = CONFIG_FILE.get().cloned().flatten();
-        let (layer, sources) = ConfigLayer::load(flags.clone(), file.as_deref())?;
+        let (layer, sources) = ConfigLayer::load_over(flags.clone(), file.as_deref())?;
         Ok(Settings { layer, sources })
     }
 

@@ -40,9 +40,15 @@ pub struct Args {
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
     let cfg = Settings::load(&a.settings)?.config()?;
-    let l2 = rexctl::store::open_l2(&cfg.l2, &cfg.store, true)?;
+    rexctl::l2::push::check_l1(&cfg.l1)?;
+    // A dry run acts on nothing: it reads, as `plan` does.
+    let job = if a.dry_run {
+        Job::open_read(&cfg.l1, rexctl::store::open_l2_read(&cfg.l2, &cfg.store)?)?
+    } else {
+        Job::open(&cfg.l1, rexctl::store::open_l2(&cfg.l2, &cfg.store, true)?)?
+    };
     let pb = ui::spinner("flush");
-    let job = Job::open(&cfg.l1, l2)?
+    let job = job
         .with_identity(JobIdentity {
             job: cfg.store.job.clone(),
             rank: cfg.store.rank.clone(),

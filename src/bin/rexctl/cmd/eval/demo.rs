@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use rexctl::eval::image::{ImageDiff, compare_ic_files};
 use rexctl::eval::workload::{self, Workload};
 use rexctl::l2::push::{Job, PushOptions, push_l2};
@@ -97,7 +97,11 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         ),
     };
     if dir.exists() && std::fs::read_dir(&dir)?.next().is_some() {
-        bail!("{}: work directory is not empty", dir.display());
+        return Err(rexctl::Error::Invalid(format!(
+            "{}: work directory is not empty",
+            dir.display()
+        ))
+        .into());
     }
     std::fs::create_dir_all(&dir)
         .with_context(|| format!("{}: create directory", dir.display()))?;

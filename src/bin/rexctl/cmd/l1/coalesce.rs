@@ -72,7 +72,11 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let l1 = L1Dir::scan(&l1dir)?;
     let batch = l1.since(a.from.unwrap_or(0));
     if batch.is_empty() {
-        anyhow::bail!("{}: no checkpoint to coalesce", l1dir.display());
+        return Err(rexctl::Error::Invalid(format!(
+            "{}: no checkpoint to coalesce",
+            l1dir.display()
+        ))
+        .into());
     }
     if let Some(from) = a.from
         && batch[0].seq() != from

@@ -38,9 +38,12 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
+    // Every setting and the L1 directory are checked before L2 is created.
     let s = Settings::load(&a.settings)?;
-    let l2 = s.open_l2(true)?;
+    let store = s.store()?;
     let cfg = s.config()?;
+    rexctl::l2::push::check_l1(&cfg.l1)?;
+    let l2 = rexctl::store::open_l2(&cfg.l2, &store, true)?;
     let pb = ui::spinner("coalescing, deduplicating and pushing");
     let job = Job::open(&cfg.l1, l2)?
         .with_identity(JobIdentity {

@@ -93,12 +93,23 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     };
     let s = Settings::load(&a.settings)?;
     let l1 = if a.l2_only { None } else { s.layer.l1.clone() };
-    if !a.force && std::fs::symlink_metadata(&a.out).is_ok() {
-        return Err(rexctl::Error::Invalid(format!(
-            "{}: exists; give --force (-f) to replace it",
-            a.out.display()
-        ))
-        .into());
+    // The output is renamed into place: only a regular file may be
+    // replaced (never a device, a FIFO, a directory or a symlink's link).
+    if let Ok(m) = std::fs::symlink_metadata(&a.out) {
+        if !m.file_type().is_file() {
+            return Err(rexctl::Error::Invalid(format!(
+                "{}: exists and is not a regular file: the image is written under a temporary name and renamed into place, which would replace it",
+                a.out.display()
+            ))
+            .into());
+        }
+        if !a.force {
+            return Err(rexctl::Error::Invalid(format!(
+                "{}: exists; give --force (-f) to replace it",
+                a.out.display()
+            ))
+            .into());
+        }
     }
     // An L2 directory no push has made yet reads as empty: with L1, its
     // checkpoints alone restore; without, "no valid generation under ...".

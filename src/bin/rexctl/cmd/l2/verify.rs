@@ -51,6 +51,9 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     // Nothing to verify is not "ok": a job whose checkpoints are not where
     // the command looked must not pass a check.
     let nothing = r.generations.is_empty() && r.invalid_manifests.is_empty();
+    if nothing {
+        return Err(rexctl::Error::chain(&place, "nothing to verify: no generation here").into());
+    }
     if a.json {
         ui::print_json(&r)?;
     } else {
@@ -73,7 +76,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         for e in r.invalid_manifests.iter().chain(&r.l1_errors) {
             outln!("{}: {e}", ui::bad("BAD"));
         }
-        if !nothing {
+        {
             outln!(
                 "{}: {} generations checked, {} pages rebuilt and checked",
                 if r.ok() {
@@ -85,10 +88,6 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 r.pages_checked
             );
         }
-    }
-    if nothing {
-        ui::error(&format!("nothing to verify: no generation under {place}"));
-        return Ok(rexctl::error::exit::DATA);
     }
     if !r.ok() {
         for g in r.generations.iter().filter_map(|g| g.error.as_ref()) {
