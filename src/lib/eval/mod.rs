@@ -10,7 +10,7 @@
 
 pub mod analyze;
 pub mod capture;
-/// Built with the default cargo feature `counterparts` (their crates).
+// Built with the default cargo feature `counterparts` (their crates).
 #[cfg(feature = "counterparts")]
 pub mod compare;
 pub mod image;
