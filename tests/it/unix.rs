@@ -27,11 +27,7 @@ impl Job {
         }
         let j = Job { dir };
         let out = j.cmd(&["push-l2"]).output().unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert_ok(&out);
         w.checkpoint(&l1).unwrap();
         j
     }
@@ -81,6 +77,11 @@ fn clean(mut c: Command) -> Command {
     c
 }
 
+/// Asserts that a run succeeded, showing its standard error if not.
+fn assert_ok(o: &Output) {
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
@@ -126,18 +127,10 @@ fn a_relative_l2_directory_is_created_only_with_dot_slash() {
     assert!(!j.dir.path().join("fresh-l2").exists());
     // Explicit ./ creates it; an existing relative directory is accepted.
     let out = j.run(&["push-l2", "--l2", "./fresh-l2"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
     assert!(j.dir.path().join("fresh-l2").is_dir());
     let out = j.run(&["status", "--l2", "l2"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
 }
 
 #[test]
@@ -185,18 +178,10 @@ fn restore_never_replaces_a_file_without_force() {
     assert_clean_failure(&out, 5, &["image.rexic", "exists", "--force"]);
     assert_eq!(std::fs::read(&out_file).unwrap(), b"precious");
     let out = j.run(&["restore", "-o", s(&out_file), "--force"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
     assert_ne!(std::fs::read(&out_file).unwrap(), b"precious");
     let out = j.run(&["restore", "-f", "-o", s(&out_file), "--l2-only"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
 }
 
 #[test]
@@ -232,19 +217,11 @@ fn reading_commands_create_nothing() {
     };
     // No L2 yet: status and plan show it empty; verify has nothing.
     let out = base(&["status"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
     assert!(stdout(&out).contains("not made yet"), "{}", stdout(&out));
     assert!(stdout(&out).contains("1 pending"), "{}", stdout(&out));
     let out = base(&["plan"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
     let out = base(&["verify"]);
     assert_clean_failure(&out, 3, &["nothing to verify", "./l2"]);
     let out = base(&["restore", "-o", "x.rexic"]);
@@ -290,11 +267,7 @@ fn every_command_reads_flags_variables_and_files_alike() {
     let j = Job::new();
     let status = |c: &mut Command| {
         let out = c.output().unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert_ok(&out);
         stdout(&out)
     };
     // REX_L1/REX_L2 (Job::cmd sets them) for every job command.
@@ -350,7 +323,7 @@ fn every_command_reads_flags_variables_and_files_alike() {
             .output()
             .unwrap(),
     ] {
-        assert!(c.status.success(), "{}", String::from_utf8_lossy(&c.stderr));
+        assert_ok(&c);
     }
 }
 
@@ -550,11 +523,7 @@ fn quiet_verbose_and_color() {
 fn flush_logs_one_timestamped_line_and_details_with_verbose() {
     let j = Job::new();
     let out = j.cmd(&["flush", "--job", "job42"]).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
     let text = stdout(&out);
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 1, "{text}");
@@ -596,11 +565,7 @@ fn bash_completion_completes_subcommands() {
             ])
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert_ok(&out);
         stdout(&out)
     };
     let got = probe("rexctl pu");
@@ -626,11 +591,7 @@ fn shipped_systemd_units_and_crontab_run_flush() {
         .stdin(Stdio::null())
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
     for f in [
         "usr/bin/rexctl",
         "usr/lib/systemd/system/rex-flush@.service",
@@ -750,7 +711,7 @@ fn refused_settings_act_on_nothing() {
     }
     // A dry run decides and changes nothing.
     let o = j.run(&["flush", "-n", "--l2", "./new-d"]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_ok(&o);
     let o = j.run(&["flush", "--dry-run"]);
     assert!(o.status.success());
     assert_eq!(tree(j.dir.path()), before);
@@ -760,7 +721,7 @@ fn refused_settings_act_on_nothing() {
         .env("REX_MTBF", "abc")
         .output()
         .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_ok(&o);
     // Any command checks a configuration file named with -c.
     let o = j.run(&["gen", "--list-profiles", "-c", "nope.toml"]);
     assert_clean_failure(&o, 5, &["nope.toml"]);
@@ -796,5 +757,5 @@ fn every_range_of_pages_must_select_a_page() {
         "--pages",
         &format!("{first:#x}"),
     ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_ok(&o);
 }

@@ -137,13 +137,17 @@ impl Job {
         let l1 = l1.as_ref().to_path_buf();
         check_l1(&l1)?;
         let l1_chain = DirStore::create(l1.join(L1_CHAIN_DIR))?;
-        Ok(Job {
+        Ok(Job::with_chain(l1, l1_chain, l2))
+    }
+
+    fn with_chain(l1: PathBuf, l1_chain: DirStore, l2: Box<dyn Store>) -> Job {
+        Job {
             l1,
             l1_chain,
             l2,
             progress: None,
             identity: None,
-        })
+        }
     }
 
     /// Opens a job for reading (`status`, `restore`, `verify`, `plan`):
@@ -153,13 +157,7 @@ impl Job {
         let l1 = l1.as_ref().to_path_buf();
         check_l1(&l1)?;
         let l1_chain = DirStore::open_or_empty(l1.join(L1_CHAIN_DIR));
-        Ok(Job {
-            l1,
-            l1_chain,
-            l2,
-            progress: None,
-            identity: None,
-        })
+        Ok(Job::with_chain(l1, l1_chain, l2))
     }
 
     /// Records `identity` in the manifests this job pushes, and refuses to

@@ -8,7 +8,7 @@ use anyhow::Context;
 use rexctl::eval::image::{ImageDiff, compare_ic_files};
 use rexctl::eval::workload::{self, Workload};
 use rexctl::l2::push::{Job, PushOptions, push_l2};
-use rexctl::l2::restore::{RestoreOptions, restore_l1_l2, restore_l2, verify};
+use rexctl::l2::restore::{RestoreOptions, RestoreReport, restore_l1_l2, restore_l2, verify};
 use rexctl::store::DirStore;
 
 use serde::Serialize;
@@ -86,6 +86,20 @@ struct Restore {
     pages_from_l1_ics: u64,
     seconds: f64,
     equals_truth: bool,
+}
+
+impl Restore {
+    fn of(from: &'static str, r: &RestoreReport, t: Instant, diff: &ImageDiff) -> Restore {
+        Restore {
+            from,
+            seq: r.seq,
+            generation: r.generation,
+            pages: r.pages,
+            pages_from_l1_ics: r.pages_from_l1_ics,
+            seconds: t.elapsed().as_secs_f64(),
+            equals_truth: diff.is_equal(),
+        }
+    }
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
@@ -219,15 +233,7 @@ fn demo(a: &Args, dir: &Path, rep: &mut Report) -> anyhow::Result<i32> {
         t.elapsed(),
         verdict(&diff)
     );
-    rep.restores.push(Restore {
-        from: "l2",
-        seq: r.seq,
-        generation: r.generation,
-        pages: r.pages,
-        pages_from_l1_ics: r.pages_from_l1_ics,
-        seconds: t.elapsed().as_secs_f64(),
-        equals_truth: diff.is_equal(),
-    });
+    rep.restores.push(Restore::of("l2", &r, t, &diff));
     step += 1;
     let restored = dir.join("restored-l1l2.rexic");
     let t = Instant::now();
@@ -242,15 +248,7 @@ fn demo(a: &Args, dir: &Path, rep: &mut Report) -> anyhow::Result<i32> {
         t.elapsed(),
         verdict(&diff)
     );
-    rep.restores.push(Restore {
-        from: "l1+l2",
-        seq: r.seq,
-        generation: r.generation,
-        pages: r.pages,
-        pages_from_l1_ics: r.pages_from_l1_ics,
-        seconds: t.elapsed().as_secs_f64(),
-        equals_truth: diff.is_equal(),
-    });
+    rep.restores.push(Restore::of("l1+l2", &r, t, &diff));
     step += 1;
     let v = verify(job.l2.as_ref(), Some(&job))?;
     ok &= v.ok();
