@@ -178,6 +178,7 @@ fn dedup_group(c: &mut Criterion, name: &str, fx: &Fixture) {
             chain: chain.as_ref(),
             full: !delta,
             dir: &fx.out,
+            format: Default::default(),
         };
         if xxh3 {
             deduplicate(&job, Xxh3Hasher).unwrap()

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::error::{IoContext, Result};
+use crate::error::{Error, IoContext, Result};
 
 static OP_COUNT: AtomicU64 = AtomicU64::new(0);
 static TEMP_COUNT: AtomicU64 = AtomicU64::new(0);
@@ -113,6 +113,15 @@ impl AtomicFile {
     /// The temporary file's path.
     pub fn temp_path(&self) -> &Path {
         &self.temp
+    }
+
+    /// The temporary file, with every buffered byte written to it: for
+    /// positioned writes (`FileExt::write_all_at`) from several threads
+    /// ([`write_pages_parallel`]).
+    pub fn file(&mut self) -> Result<&File> {
+        let w = self.writer.as_mut().expect("writer present until commit");
+        w.flush().ctx(&self.temp, "write")?;
+        Ok(w.get_ref())
     }
 
     /// Writes all of `buf`.
@@ -287,4 +296,101 @@ mod tests {
         assert_eq!(remove_stale_temps(dir.path()).unwrap(), 1);
         assert!(dir.path().join("keep.rexic").exists());
     }
+}
+
+/// The default of the `threads` setting: the cores this process may run
+/// on.
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Pages per block of [`write_pages_parallel`]: 64 pages of 4 KiB are
+/// 256 KiB, large enough for one `pwrite` to run at memory speed, small
+/// enough that the blocks spread evenly over the threads.
+const BLOCK_PAGES: usize = 64;
+
+/// Writes `n` pages of `page_size` bytes into `file` (at `path`, for
+/// messages) on `threads` threads: page `k` is made by `fill(k, buf)`,
+/// which returns its CRC-32, and written at `offset(k)`. Threads take
+/// blocks of consecutive pages from a shared counter, make them into one
+/// buffer each and write each run of adjacent pages with one positioned
+/// write, so the output is written by every core at once with no ordering
+/// between them. Returns the CRCs in page order, or the error of the lowest
+/// failing block (the first a sequential writer would have met).
+pub fn write_pages_parallel(
+    file: &File,
+    path: &Path,
+    n: usize,
+    page_size: usize,
+    threads: usize,
+    offset: &(dyn Fn(usize) -> u64 + Sync),
+    fill: &(dyn Fn(usize, &mut [u8]) -> Result<u32> + Sync),
+) -> Result<Vec<u32>> {
+    use std::os::unix::fs::FileExt;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let blocks = n.div_ceil(BLOCK_PAGES);
+    let threads = threads.clamp(1, blocks.max(1));
+    let next = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    let work = || -> (Vec<(usize, Vec<u32>)>, Option<(usize, Error)>) {
+        let mut buf = vec![0u8; BLOCK_PAGES * page_size];
+        let mut done = Vec::new();
+        loop {
+            let b = next.fetch_add(1, Ordering::Relaxed);
+            if b >= blocks || failed.load(Ordering::Relaxed) {
+                return (done, None);
+            }
+            let (first, end) = (b * BLOCK_PAGES, ((b + 1) * BLOCK_PAGES).min(n));
+            let mut crcs = Vec::with_capacity(end - first);
+            let r = (|| -> Result<()> {
+                let mut run = first;
+                for k in first..end {
+                    let at = (k - first) * page_size;
+                    crcs.push(fill(k, &mut buf[at..at + page_size])?);
+                    let adjacent = k + 1 < end && offset(k + 1) == offset(k) + page_size as u64;
+                    if !adjacent {
+                        let from = (run - first) * page_size;
+                        file.write_all_at(&buf[from..at + page_size], offset(run))
+                            .ctx(path, "write")?;
+                        run = k + 1;
+                    }
+                }
+                Ok(())
+            })();
+            match r {
+                Ok(()) => done.push((b, crcs)),
+                Err(e) => {
+                    failed.store(true, Ordering::Relaxed);
+                    return (done, Some((b, e)));
+                }
+            }
+        }
+    };
+    let results = std::thread::scope(|s| {
+        let handles: Vec<_> = (1..threads).map(|_| s.spawn(work)).collect();
+        let mut all = vec![work()];
+        for h in handles {
+            all.push(h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+        }
+        all
+    });
+    let mut per_block: Vec<Option<Vec<u32>>> = (0..blocks).map(|_| None).collect();
+    let mut first_error: Option<(usize, Error)> = None;
+    for (done, err) in results {
+        for (b, c) in done {
+            per_block[b] = Some(c);
+        }
+        if let Some((b, e)) = err
+            && first_error.as_ref().is_none_or(|(fb, _)| b < *fb)
+        {
+            first_error = Some((b, e));
+        }
+    }
+    if let Some((_, e)) = first_error {
+        return Err(e);
+    }
+    Ok(per_block
+        .into_iter()
+        .flat_map(|c| c.expect("every block done when none failed"))
+        .collect())
 }

@@ -897,6 +897,7 @@ fn lib_push<H: PatternHasher>(l1: &Path, l2: &DirStore, hasher: H) -> Manifest {
         chain: chain.as_ref(),
         full,
         dir: l2.root(),
+        format: Default::default(),
     };
     let out = deduplicate(&job, hasher).unwrap();
     let (parent, chain_base) = match (&chain, full) {

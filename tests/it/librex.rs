@@ -255,7 +255,7 @@ fn killed_runs_match(name: &str, args: &[&str], kills: usize, seed: u64) {
         let mut cmd = run.command(&exe, args);
         let by_failpoint = killed < kills && killed % 3 != 0;
         if by_failpoint {
-            cmd.env("REX_FAILPOINT", rng.random_range(6..40u32).to_string());
+            cmd.env("REX_FAILPOINT", rng.random_range(6..100u32).to_string());
         }
         let mut child = cmd.spawn().unwrap();
         if killed < kills && !by_failpoint {

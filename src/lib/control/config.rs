@@ -28,6 +28,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::control::controller::IntervalTable;
 use crate::error::{Error, Result};
+use crate::format::chunked::{Encoding, WriteFormat};
 use crate::l2::dedup::HashChoice;
 use crate::store::settings::{MIN_S3_PART_SIZE, S3Settings, Secret, StoreSettings};
 
@@ -119,6 +120,30 @@ pub struct ConfigLayer {
     /// DeD-Table hash functions (default crc32).
     #[arg(long, env = "REX_HASH", value_enum, hide_short_help = true)]
     pub hash: Option<HashChoice>,
+    /// zstd level of the L2 entropy stage, -7..=22; 0 stores chunks raw
+    /// (default 3).
+    #[arg(
+        long,
+        env = "REX_ZSTD_LEVEL",
+        value_name = "LEVEL",
+        allow_negative_numbers = true,
+        hide_short_help = true
+    )]
+    pub zstd_level: Option<i32>,
+    /// Threads for the work spread over cores: compressing chunks in a
+    /// push, decoding chunks and rebuilding pages in a restore, reading
+    /// pages in capture (default: the cores; capture: up to 4).
+    #[arg(long, env = "REX_THREADS", value_name = "N", hide_short_help = true)]
+    pub threads: Option<usize>,
+    /// L2 container version written: 2, or 1 for readers older than the
+    /// entropy stage (default 2).
+    #[arg(
+        long,
+        env = "REX_L2_VERSION",
+        value_name = "VERSION",
+        hide_short_help = true
+    )]
+    pub l2_version: Option<u32>,
     /// L2 read rate for restore-cost estimates, MB/s (default: the measured
     /// upload rate of past pushes, else 200).
     #[arg(
@@ -273,6 +298,9 @@ impl ConfigLayer {
             keep_chains_l1: self.keep_chains_l1.or(lower.keep_chains_l1),
             max_chain_length: self.max_chain_length.or(lower.max_chain_length),
             hash: self.hash.or(lower.hash),
+            zstd_level: self.zstd_level.or(lower.zstd_level),
+            threads: self.threads.or(lower.threads),
+            l2_version: self.l2_version.or(lower.l2_version),
             read_rate: self.read_rate.or(lower.read_rate),
             cache_dir: self.cache_dir.or(lower.cache_dir),
             s3_endpoint: self.s3_endpoint.or(lower.s3_endpoint),
@@ -411,6 +439,10 @@ pub struct Config {
     pub max_chain_length: u64,
     /// DeD-Table hash.
     pub hash: HashChoice,
+    /// What a push writes (container version, zstd level, threads).
+    pub write_format: WriteFormat,
+    /// Threads for a push and a restore.
+    pub threads: usize,
     /// Configured L2 read rate, MB/s.
     pub read_rate_mbps: Option<f64>,
     /// How to reach the L2 store.
@@ -422,6 +454,8 @@ pub struct Config {
     /// The files that were read, highest precedence first.
     pub sources: Vec<PathBuf>,
 }
+
+pub use crate::durable::default_threads;
 
 fn parse_bool(v: &str) -> Option<bool> {
     match v.trim().to_ascii_lowercase().as_str() {
@@ -691,6 +725,30 @@ impl Config {
         if max_chain_length == 0 {
             return Err(Error::Invalid("max_chain_length must be at least 1".into()));
         }
+        let threads = match l.threads {
+            Some(0) => return Err(Error::Invalid("threads must be at least 1".into())),
+            Some(n) => n,
+            None => default_threads(),
+        };
+        let level = l
+            .zstd_level
+            .unwrap_or(crate::format::chunked::DEFAULT_LEVEL);
+        if !(-7..=22).contains(&level) {
+            return Err(Error::Invalid(format!(
+                "zstd_level {level} is outside -7..=22"
+            )));
+        }
+        let version = l.l2_version.unwrap_or(crate::format::chunked::VERSION);
+        if !crate::format::chunked::VERSIONS.contains(&version) {
+            return Err(Error::Invalid(format!(
+                "l2_version {version}: this rexctl writes version 1 or 2"
+            )));
+        }
+        let write_format = WriteFormat {
+            version,
+            encoding: Encoding { level, threads },
+            ..WriteFormat::default()
+        };
         Ok(Config {
             l1,
             l2,
@@ -703,6 +761,8 @@ impl Config {
             keep_chains_l1: l.keep_chains_l1.unwrap_or(1).max(1),
             max_chain_length,
             hash: l.hash.unwrap_or_default(),
+            write_format,
+            threads,
             read_rate_mbps: l.read_rate,
             store,
             l2_thread: l.l2_thread.unwrap_or(true),

@@ -283,6 +283,7 @@ pub fn flush(job: &Job, cfg: &Config, dry_run: bool) -> Result<FlushReport> {
         keep_chains_l2: cfg.keep_chains_l2,
         keep_chains_l1: cfg.keep_chains_l1,
         hash: cfg.hash,
+        format: cfg.write_format,
     };
     if dry_run {
         let decision = decide(job, cfg, crate::format::ic::now_ns())?;

@@ -2,30 +2,61 @@
 //! (docs/FORMAT.md §3.2).
 //!
 //! Both hold one array of fixed-size records (32-byte patterns, or 4-byte
-//! pointers). The payload is covered by one CRC-32 per chunk (1 MiB by
-//! default) rather than one per file, so that a page-aware restore of a few
-//! pages verifies only the chunks it touches, while a full restore verifies
-//! everything at memory speed. Chunks are verified lazily and remembered,
-//! so no byte is trusted before its chunk's CRC has been checked.
+//! pointers), the *payload*, cut into chunks (256 KiB by default). Each
+//! chunk is checked and, in version 2, stored on its own: a page-aware
+//! restore of a few pages reads, checks and decodes only the chunks it
+//! touches, while a full restore decodes all of them on every core.
 //!
-//! The writer streams records to a temporary file with bounded memory and
-//! fills the header in last; the reader maps the file read-only after
-//! checking header, length and the chunk table.
+//! * **Version 1** stores the payload as it is, with one CRC-32 per chunk.
+//!   `rexctl` still reads it: chains written before version 2 restore, and
+//!   a chain may mix both (a Δ of version 2 on a version 1 base).
+//! * **Version 2** (the entropy stage) stores each chunk raw or as a zstd
+//!   frame, whichever is smaller, after a transform for Pointer Files
+//!   (pointer coding, [`super::pointer_coding`]). Its chunk table gives each
+//!   chunk's stored length and codec, the CRC-32 of its stored bytes and the
+//!   CRC-32 of its decoded bytes, so a flipped bit is caught before the
+//!   decoder runs, and a decoder defect after it.
+//!
+//! Chunks are checked (and decoded) lazily and remembered, so no byte is
+//! handed out before its chunk's CRCs have been checked. A version 1
+//! payload is read in place from the read-only mapping of the file; a
+//! version 2 payload is decoded into an anonymous mapping of the payload's
+//! size, whose pages the kernel provides only as chunks are decoded.
+//!
+//! The writer streams records with bounded memory: full chunks go to a
+//! pool of encoder threads through a bounded queue and are written back in
+//! order, so deduplication and compression run at once (the pipeline of
+//! Liu et al.: the push takes as long as its slowest stage, not their sum).
 
+use std::collections::BTreeMap;
 use std::io::{Seek, SeekFrom};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, Sender, SyncSender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 
+use super::pointer_coding::{self, State};
 use crate::durable::AtomicFile;
 use crate::error::{Error, IoContext, Result};
 
 /// Header length.
 pub const HEADER_LEN: u64 = 64;
-/// Version of the container layout.
-pub const VERSION: u32 = 1;
-/// Default chunk size.
-pub const DEFAULT_CHUNK: u32 = 1 << 20;
+/// The container version rexctl writes.
+pub const VERSION: u32 = 2;
+/// The container versions rexctl reads.
+pub const VERSIONS: [u32; 2] = [1, 2];
+/// Default chunk size (bytes of payload per chunk).
+pub const DEFAULT_CHUNK: u32 = 1 << 18;
+/// The largest chunk of version 2: it bounds what decoding one chunk
+/// needs besides the chunk itself.
+pub const MAX_CHUNK_V2: u32 = 1 << 24;
+/// Default zstd level of the entropy stage (docs/PERFORMANCE.md, "Entropy
+/// stage": the smallest L2 at a decode speed that keeps restore fast).
+pub const DEFAULT_LEVEL: i32 = 3;
+/// Bytes per chunk table entry, by version.
+const ENTRY_V1: u64 = 4;
+const ENTRY_V2: u64 = 16;
 
 /// Supplies the bytes of a chunked file opened before all of them were
 /// there: a remote object materialized on demand, whose header and chunk
@@ -40,8 +71,9 @@ pub trait ChunkFill: Send + Sync {
 
 /// Where the chunk table of a chunked file starts, from its first
 /// [`HEADER_LEN`] bytes: what a reader that fetches parts of a file needs
-/// to fetch besides the header. `None` when the header is too short or
-/// its counts overflow (the reader then reports the problem).
+/// to fetch besides the header. `None` when the header is too short, of an
+/// unknown version, or its counts overflow (the reader then reports the
+/// problem).
 pub fn table_offset(header: &[u8]) -> Option<u64> {
     let le32 = |o: usize| {
         header
@@ -53,8 +85,11 @@ pub fn table_offset(header: &[u8]) -> Option<u64> {
             .get(o..o + 8)
             .map(|b| u64::from_le_bytes(b.try_into().expect("8")))
     };
-    let payload = le64(32)?.checked_mul(u64::from(le32(12)?))?;
-    HEADER_LEN.checked_add(payload)
+    match le32(8)? {
+        1 => HEADER_LEN.checked_add(le64(32)?.checked_mul(u64::from(le32(12)?))?),
+        2 => HEADER_LEN.checked_add(le64(48)?),
+        _ => None,
+    }
 }
 
 /// Which kind of chunked file: its magic and what its records are.
@@ -83,11 +118,32 @@ impl Kind {
     }
 }
 
+/// The transform applied to each chunk before its codec (version 2).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Coding {
+    /// The records as they are.
+    #[default]
+    Records,
+    /// Pointer coding (Pointer Files only).
+    Pointers,
+}
+
+/// How a chunk's stored bytes hold its (transformed) bytes (version 2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Codec {
+    /// As they are.
+    Raw,
+    /// One or more zstd frames.
+    Zstd,
+}
+
 /// The decoded header of a chunked file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ChunkedHeader {
     /// What the file is.
     pub kind: Kind,
+    /// The container version (1 or 2).
+    pub version: u32,
     /// Bytes per record (pattern size for RPS, 4 for PF).
     pub record_size: u32,
     /// The L2 generation that wrote the file.
@@ -97,46 +153,119 @@ pub struct ChunkedHeader {
     pub first_record: u64,
     /// Number of records.
     pub record_count: u64,
-    /// Bytes per CRC chunk (a power of two, multiple of `record_size`).
+    /// Bytes of payload per chunk (a power of two, multiple of
+    /// `record_size`).
     pub chunk_size: u32,
     /// Kind-specific: PF: pointers per page (alpha); RPS: 0.
     pub aux: u32,
+    /// Version 2: the chunk transform (always [`Coding::Records`] in
+    /// version 1).
+    pub coding: Coding,
 }
 
 impl ChunkedHeader {
-    fn encode(&self) -> [u8; HEADER_LEN as usize] {
+    /// A version 2 header with no record yet, for [`ChunkedWriter`]:
+    /// Pointer Files use pointer coding.
+    pub fn new(
+        kind: Kind,
+        record_size: u32,
+        generation: u64,
+        first_record: u64,
+        aux: u32,
+    ) -> ChunkedHeader {
+        ChunkedHeader {
+            kind,
+            version: VERSION,
+            record_size,
+            generation,
+            first_record,
+            record_count: 0,
+            chunk_size: DEFAULT_CHUNK,
+            aux,
+            coding: match kind {
+                Kind::Rps => Coding::Records,
+                Kind::Pf => Coding::Pointers,
+            },
+        }
+    }
+
+    /// The 64 header bytes; `stored_len` is version 2's length of the
+    /// stored chunks.
+    fn encode(&self, stored_len: u64) -> [u8; HEADER_LEN as usize] {
         let mut b = [0u8; HEADER_LEN as usize];
         b[0..8].copy_from_slice(&self.kind.magic());
-        b[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        b[8..12].copy_from_slice(&self.version.to_le_bytes());
         b[12..16].copy_from_slice(&self.record_size.to_le_bytes());
         b[16..24].copy_from_slice(&self.generation.to_le_bytes());
         b[24..32].copy_from_slice(&self.first_record.to_le_bytes());
         b[32..40].copy_from_slice(&self.record_count.to_le_bytes());
         b[40..44].copy_from_slice(&self.chunk_size.to_le_bytes());
         b[44..48].copy_from_slice(&self.aux.to_le_bytes());
-        let crc = crc32fast::hash(&b[0..56]);
-        b[56..60].copy_from_slice(&crc.to_le_bytes());
+        if self.version == 1 {
+            let crc = crc32fast::hash(&b[0..56]);
+            b[56..60].copy_from_slice(&crc.to_le_bytes());
+        } else {
+            b[48..56].copy_from_slice(&stored_len.to_le_bytes());
+            let coding: u32 = match self.coding {
+                Coding::Records => 0,
+                Coding::Pointers => 1,
+            };
+            b[56..60].copy_from_slice(&coding.to_le_bytes());
+            let crc = crc32fast::hash(&b[0..60]);
+            b[60..64].copy_from_slice(&crc.to_le_bytes());
+        }
         b
     }
 
-    fn decode(path: &Path, kind: Kind, b: &[u8; HEADER_LEN as usize]) -> Result<Self> {
+    /// Checks steps 1 to 6 of the read procedure; returns the header and
+    /// the length of the stored chunks.
+    fn decode(path: &Path, kind: Kind, b: &[u8; HEADER_LEN as usize]) -> Result<(Self, u64)> {
         let le32 = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4"));
         let le64 = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8"));
-        super::check_prefix(path, b, &kind.magic(), kind.name(), VERSION)?;
-        for (off, name) in [(48usize, "reserved"), (52, "reserved"), (60, "reserved")] {
-            if le32(off) != 0 {
-                return Err(Error::corrupt(path, off as u64, name, "must be 0"));
-            }
-        }
-        let h = ChunkedHeader {
+        let version = super::check_magic_version(path, b, &kind.magic(), kind.name(), &VERSIONS)?;
+        let mut h = ChunkedHeader {
             kind,
+            version,
             record_size: le32(12),
             generation: le64(16),
             first_record: le64(24),
             record_count: le64(32),
             chunk_size: le32(40),
             aux: le32(44),
+            coding: Coding::Records,
         };
+        let mut stored_len = 0;
+        if version == 1 {
+            super::check_header_crc(path, b, 56)?;
+            for (off, name) in [(48usize, "reserved"), (52, "reserved"), (60, "reserved")] {
+                if le32(off) != 0 {
+                    return Err(Error::corrupt(path, off as u64, name, "must be 0"));
+                }
+            }
+        } else {
+            super::check_header_crc(path, b, 60)?;
+            stored_len = le64(48);
+            h.coding = match (le32(56), kind) {
+                (0, _) => Coding::Records,
+                (1, Kind::Pf) => Coding::Pointers,
+                (c, _) => {
+                    return Err(Error::corrupt(
+                        path,
+                        56,
+                        "coding",
+                        format!(
+                            "{c} is not a coding of {} (0: records{})",
+                            kind.name(),
+                            if kind == Kind::Pf {
+                                ", 1: pointer coding"
+                            } else {
+                                ""
+                            }
+                        ),
+                    ));
+                }
+            };
+        }
         if h.record_size == 0 || !h.record_size.is_power_of_two() || h.record_size > 1 << 20 {
             return Err(Error::corrupt(
                 path,
@@ -145,35 +274,80 @@ impl ChunkedHeader {
                 format!("{} is not a power of two in 1..=1048576", h.record_size),
             ));
         }
-        if !h.chunk_size.is_power_of_two() || h.chunk_size < h.record_size || h.chunk_size > 1 << 30
+        let max_chunk = if version == 1 { 1 << 30 } else { MAX_CHUNK_V2 };
+        if !h.chunk_size.is_power_of_two()
+            || h.chunk_size < h.record_size
+            || h.chunk_size > max_chunk
         {
             return Err(Error::corrupt(
                 path,
                 40,
                 "chunk_size",
                 format!(
-                    "{} is not a power of two between the record size {} and 1 GiB",
-                    h.chunk_size, h.record_size
+                    "{} is not a power of two between the record size {} and {} MiB",
+                    h.chunk_size,
+                    h.record_size,
+                    max_chunk >> 20
                 ),
             ));
         }
-        Ok(h)
+        if version == 1 {
+            stored_len = h.record_count.saturating_mul(u64::from(h.record_size));
+        }
+        Ok((h, stored_len))
     }
 
-    /// (payload length, chunk count, file length), or `None` on overflow.
-    fn layout(&self) -> Option<(u64, u64, u64)> {
+    /// (payload length, chunk count, chunk table offset, file length), or
+    /// `None` on overflow.
+    fn layout(&self, stored_len: u64) -> Option<(u64, u64, u64, u64)> {
         let payload = self.record_count.checked_mul(u64::from(self.record_size))?;
         let chunks = payload.div_ceil(u64::from(self.chunk_size));
-        let len = HEADER_LEN
-            .checked_add(payload)?
-            .checked_add(chunks.checked_mul(4)?)?
+        let entry = if self.version == 1 {
+            ENTRY_V1
+        } else {
+            ENTRY_V2
+        };
+        let table_off = HEADER_LEN.checked_add(stored_len)?;
+        let len = table_off
+            .checked_add(chunks.checked_mul(entry)?)?
             .checked_add(4)?;
-        Some((payload, chunks, len))
+        Some((payload, chunks, table_off, len))
     }
 }
 
+/// One chunk: where its stored bytes are and what they must check to.
+#[derive(Clone, Copy, Debug)]
+struct Chunk {
+    /// File offset of the stored bytes.
+    off: u64,
+    /// Stored length.
+    len: u32,
+    codec: Codec,
+    stored_crc: u32,
+    decoded_crc: u32,
+}
+
+/// The decoded payload of a version 2 file: an anonymous mapping written
+/// chunk by chunk, each chunk once, under its lock and before it is marked
+/// verified.
+struct Decoded {
+    _map: memmap2::MmapMut,
+    base: *mut u8,
+}
+
+// SAFETY: `base` points into `_map`, which lives as long as the `Decoded`
+// and never moves (a mapping's address is fixed). Bytes are written through
+// it only by `ChunkedFile::verify_chunk_slow`, holding the chunk's lock,
+// into a chunk not yet marked verified, of which no reference has been
+// handed out; they are read only through shared slices of chunks marked
+// verified (Release after the write, Acquire before the read). So no byte
+// is ever written while a reference to it exists, from any thread.
+unsafe impl Send for Decoded {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for Decoded {}
+
 /// A chunked file opened for reading: mapped, header and chunk table
-/// checked, chunks verified on first use.
+/// checked, chunks verified (and decoded) on first use.
 pub struct ChunkedFile {
     path: PathBuf,
     header: ChunkedHeader,
@@ -183,11 +357,17 @@ pub struct ChunkedFile {
     chunk_shift: u32,
     /// `log2(record_size)` (likewise).
     record_shift: u32,
-    chunk_crcs: Vec<u32>,
+    chunks: Vec<Chunk>,
     verified: Vec<AtomicBool>,
+    /// Version 2: the decoded payload (`None` for version 1, read in place,
+    /// and for an empty payload).
+    decoded: Option<Decoded>,
+    /// One lock per chunk, for files whose chunks are written before they
+    /// are verified (version 2, or a lazily filled file); empty otherwise.
+    locks: Vec<Mutex<()>>,
     /// For a file opened with [`ChunkedFile::open_lazy`]: what fills its
-    /// chunks, and a lock that makes each chunk filled once.
-    fill: Option<(Box<dyn ChunkFill>, Mutex<()>)>,
+    /// chunks.
+    fill: Option<Box<dyn ChunkFill>>,
 }
 
 impl std::fmt::Debug for ChunkedFile {
@@ -199,34 +379,70 @@ impl std::fmt::Debug for ChunkedFile {
     }
 }
 
+thread_local! {
+    /// One zstd decompression context per thread, reused across chunks.
+    static DCTX: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+        const { std::cell::RefCell::new(None) };
+    /// Scratch for a pointer-coded chunk's coded bytes.
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Decompresses the zstd frames `src` into exactly `dst`.
+fn unzstd(src: &[u8], dst: &mut [u8]) -> std::result::Result<(), String> {
+    DCTX.with(|d| {
+        let mut d = d.borrow_mut();
+        if d.is_none() {
+            *d = Some(zstd::bulk::Decompressor::new().map_err(|e| e.to_string())?);
+        }
+        let n = d
+            .as_mut()
+            .expect("made above")
+            .decompress_to_buffer(src, dst)
+            .map_err(|e| format!("zstd: {e}"))?;
+        if n != dst.len() {
+            return Err(format!(
+                "zstd: decodes to {n} bytes, the chunk holds {}",
+                dst.len()
+            ));
+        }
+        Ok(())
+    })
+}
+
 impl ChunkedFile {
     /// Opens `path`, expecting a file of `kind`.
     pub fn open(path: impl AsRef<Path>, kind: Kind) -> Result<ChunkedFile> {
         let path = path.as_ref();
         let file = super::open_regular(path)?;
         let (actual, hb) = super::read_header(path, &file)?;
-        let header = ChunkedHeader::decode(path, kind, &hb)?;
-        let (payload_len, chunks, file_len) = header.layout().ok_or_else(|| {
-            Error::corrupt(
-                path,
-                32,
-                "record_count",
-                format!(
-                    "{} records overflow a 64-bit file size",
-                    header.record_count
-                ),
-            )
-        })?;
+        let (header, stored_len) = ChunkedHeader::decode(path, kind, &hb)?;
+        let (payload_len, chunks, table_off, file_len) =
+            header.layout(stored_len).ok_or_else(|| {
+                Error::corrupt(
+                    path,
+                    32,
+                    "record_count",
+                    format!(
+                        "{} records overflow a 64-bit file size",
+                        header.record_count
+                    ),
+                )
+            })?;
         if actual != file_len {
             return Err(Error::corrupt(
                 path,
                 actual.min(file_len),
                 "file length",
                 format!(
-                    "file is {actual} bytes, the header ({} records of {} bytes, chunks of {}) says {file_len}{}",
+                    "file is {actual} bytes, the header ({} records of {} bytes, chunks of {}{}) says {file_len}{}",
                     header.record_count,
                     header.record_size,
                     header.chunk_size,
+                    if header.version == 1 {
+                        String::new()
+                    } else {
+                        format!(", {stored_len} bytes stored")
+                    },
                     if actual < file_len {
                         " (truncated)"
                     } else {
@@ -235,12 +451,16 @@ impl ChunkedFile {
                 ),
             ));
         }
-        let table_off = HEADER_LEN + payload_len;
         // The chunk count comes from the header and the length check does
         // not bound memory (a sparse file may claim any length): the table
         // is read in bounded pieces, refusing holes, so memory grows only
         // with the bytes actually read, and checked before use.
-        let n = chunks as usize * 4;
+        let entry = if header.version == 1 {
+            ENTRY_V1
+        } else {
+            ENTRY_V2
+        };
+        let n = (chunks * entry) as usize;
         let mut table = Vec::new();
         super::stream_region(path, &file, table_off, n as u64 + 4, "chunk table", |b| {
             table.extend_from_slice(b)
@@ -254,20 +474,43 @@ impl ChunkedFile {
                 path,
                 table_off + n as u64,
                 "table_crc",
-                format!("stored {stored:#010x}, computed {actual_crc:#010x} over the chunk CRCs"),
+                format!("stored {stored:#010x}, computed {actual_crc:#010x} over the chunk table"),
             ));
         }
-        let chunk_crcs = table[..n]
-            .chunks_exact(4)
-            .map(|c| u32::from_le_bytes(c.try_into().expect("4")))
-            .collect::<Vec<_>>();
+        let cs = u64::from(header.chunk_size);
+        let decoded_len = |i: u64| (payload_len - i * cs).min(cs);
+        let chunk_list = if header.version == 1 {
+            table[..n]
+                .chunks_exact(4)
+                .enumerate()
+                .map(|(i, c)| {
+                    let crc = u32::from_le_bytes(c.try_into().expect("4"));
+                    Chunk {
+                        off: HEADER_LEN + i as u64 * cs,
+                        len: decoded_len(i as u64) as u32,
+                        codec: Codec::Raw,
+                        stored_crc: crc,
+                        decoded_crc: crc,
+                    }
+                })
+                .collect::<Vec<_>>()
+        } else {
+            Self::table_v2(
+                path,
+                &header,
+                &table[..n],
+                table_off,
+                stored_len,
+                decoded_len,
+            )?
+        };
         // SAFETY: the file is never modified in place once published: rexctl
         // writes every L2 file under a temporary name and renames it, and
         // deletes (unlinks) rather than rewrites, which keeps a mapped inode
         // intact. The one exception, a file opened with `open_lazy`, is a
         // private cache file whose chunks are written (by `fill`, under the
-        // fill lock) only before they are verified, hence before any byte of
-        // them is handed out; its length never changes. The map is
+        // chunk's lock) only before they are verified, hence before any byte
+        // of them is handed out; its length never changes. The map is
         // read-only; its length is checked against the validated layout
         // before any byte is used, and every byte handed out lies in a chunk
         // whose CRC was checked first.
@@ -280,7 +523,30 @@ impl ChunkedFile {
                 "file changed while being opened",
             ));
         }
-        let verified = (0..chunk_crcs.len())
+        let decoded = if header.version == 1 || payload_len == 0 {
+            None
+        } else {
+            let len = usize::try_from(payload_len).map_err(|_| {
+                Error::corrupt(
+                    path,
+                    32,
+                    "record_count",
+                    "the payload exceeds the address space",
+                )
+            })?;
+            let mut m = memmap2::MmapOptions::new()
+                .len(len)
+                .map_anon()
+                .ctx(path, "map memory for the decoded payload")?;
+            let base = m.as_mut_ptr();
+            Some(Decoded { _map: m, base })
+        };
+        let locks = if decoded.is_some() {
+            (0..chunk_list.len()).map(|_| Mutex::new(())).collect()
+        } else {
+            Vec::new()
+        };
+        let verified = (0..chunk_list.len())
             .map(|_| AtomicBool::new(false))
             .collect();
         Ok(ChunkedFile {
@@ -290,25 +556,101 @@ impl ChunkedFile {
             payload_len,
             chunk_shift: header.chunk_size.trailing_zeros(),
             record_shift: header.record_size.trailing_zeros(),
-            chunk_crcs,
+            chunks: chunk_list,
             verified,
+            decoded,
+            locks,
             fill: None,
         })
     }
 
+    /// Parses and checks a version 2 chunk table (step 10 of §3.2.2).
+    fn table_v2(
+        path: &Path,
+        header: &ChunkedHeader,
+        table: &[u8],
+        table_off: u64,
+        stored_len: u64,
+        decoded_len: impl Fn(u64) -> u64,
+    ) -> Result<Vec<Chunk>> {
+        let mut out = Vec::with_capacity(table.len() / ENTRY_V2 as usize);
+        let mut off = HEADER_LEN;
+        for (i, e) in table.chunks_exact(ENTRY_V2 as usize).enumerate() {
+            let le = |o: usize| u32::from_le_bytes(e[o..o + 4].try_into().expect("4"));
+            let at = table_off + i as u64 * ENTRY_V2;
+            let (len, codec) = (le(0), le(4));
+            let dlen = decoded_len(i as u64);
+            let codec = match codec {
+                0 => Codec::Raw,
+                1 => Codec::Zstd,
+                c => {
+                    return Err(Error::corrupt(
+                        path,
+                        at + 4,
+                        "chunk table",
+                        format!("chunk {i}: codec {c} is not 0 (raw) or 1 (zstd)"),
+                    ));
+                }
+            };
+            // Raw records are stored exactly; anything else is bounded by
+            // what the writer can produce (pointer coding: at most 6 bytes
+            // per pointer, plus its state).
+            let max = match (codec, header.coding) {
+                (Codec::Raw, Coding::Records) => dlen..=dlen,
+                (_, Coding::Pointers) => 1..=dlen / 4 * 6 + pointer_coding::STATE_LEN as u64,
+                (Codec::Zstd, Coding::Records) => 1..=dlen + 1024,
+            };
+            if !max.contains(&u64::from(len)) {
+                return Err(Error::corrupt(
+                    path,
+                    at,
+                    "chunk table",
+                    format!(
+                        "chunk {i}: stored length {len} is outside {}..={} for {dlen} bytes of payload",
+                        max.start(),
+                        max.end()
+                    ),
+                ));
+            }
+            out.push(Chunk {
+                off,
+                len,
+                codec,
+                stored_crc: le(8),
+                decoded_crc: le(12),
+            });
+            off += u64::from(len);
+        }
+        if off - HEADER_LEN != stored_len {
+            return Err(Error::corrupt(
+                path,
+                48,
+                "stored_len",
+                format!(
+                    "{stored_len} bytes of stored chunks, the chunk table adds up to {}",
+                    off - HEADER_LEN
+                ),
+            ));
+        }
+        Ok(out)
+    }
+
     /// Opens `path`, expecting a file of `kind`, whose header and chunk
     /// table are in place but whose chunks may not be (a sparse file of the
-    /// object's length): `fill` writes each chunk's bytes into the file the
-    /// first time a reader needs them, then the chunk's CRC is checked as
-    /// for any file. A `--pages` restore from an object store reads this
-    /// way, fetching only the chunks it touches.
+    /// object's length): `fill` writes each chunk's stored bytes into the
+    /// file the first time a reader needs them, then the chunk is checked
+    /// (and decoded) as for any file. A `--pages` restore from an object
+    /// store reads this way, fetching only the chunks it touches.
     pub fn open_lazy(
         path: impl AsRef<Path>,
         kind: Kind,
         fill: Box<dyn ChunkFill>,
     ) -> Result<ChunkedFile> {
         let mut f = Self::open(path, kind)?;
-        f.fill = Some((fill, Mutex::new(())));
+        if f.locks.is_empty() {
+            f.locks = (0..f.chunks.len()).map(|_| Mutex::new(())).collect();
+        }
+        f.fill = Some(fill);
         Ok(f)
     }
 
@@ -337,6 +679,33 @@ impl ChunkedFile {
         self.map.len() as u64
     }
 
+    /// Number of chunks.
+    pub fn chunk_count(&self) -> usize {
+        self.chunks.len()
+    }
+
+    /// Chunks verified (and decoded) so far: what a `--pages` restore had
+    /// to read.
+    pub fn chunks_verified(&self) -> usize {
+        self.verified
+            .iter()
+            .filter(|v| v.load(Ordering::Relaxed))
+            .count()
+    }
+
+    /// Payload bytes `a..b`, all in verified chunks (callers check).
+    #[inline]
+    fn payload_slice(&self, a: usize, b: usize) -> &[u8] {
+        assert!(a <= b && b as u64 <= self.payload_len);
+        match &self.decoded {
+            None => &self.map[HEADER_LEN as usize + a..HEADER_LEN as usize + b],
+            // SAFETY: `a..b` lies within the decoded mapping (asserted
+            // above against its length) and within chunks marked verified,
+            // which are never written again (see `Decoded`).
+            Some(d) => unsafe { std::slice::from_raw_parts(d.base.add(a), b - a) },
+        }
+    }
+
     #[inline]
     fn verify_chunk(&self, i: usize) -> Result<()> {
         if self.verified[i].load(Ordering::Acquire) {
@@ -348,45 +717,134 @@ impl ChunkedFile {
     #[cold]
     #[inline(never)]
     fn verify_chunk_slow(&self, i: usize) -> Result<()> {
-        let cs = u64::from(self.header.chunk_size);
-        let start = i as u64 * cs;
-        let end = (start + cs).min(self.payload_len);
-        // A lazily filled file: bring the chunk in first, once, under the
-        // lock (no byte of an unverified chunk has been handed out, so
-        // writing it cannot change bytes a reader holds).
-        let _filling = match &self.fill {
-            Some((fill, lock)) => {
+        // Chunks written before they are verified (decoded, or filled
+        // lazily): once, under the chunk's lock. No byte of an unverified
+        // chunk has been handed out, so writing it cannot change bytes a
+        // reader holds.
+        let _guard = match self.locks.get(i) {
+            Some(lock) => {
                 let guard = lock.lock().unwrap_or_else(|e| e.into_inner());
                 if self.verified[i].load(Ordering::Acquire) {
                     return Ok(());
                 }
-                fill.fill(HEADER_LEN + start, end - start)?;
                 Some(guard)
             }
             None => None,
         };
-        let data = &self.map[(HEADER_LEN + start) as usize..(HEADER_LEN + end) as usize];
-        let actual = crc32fast::hash(data);
-        if actual != self.chunk_crcs[i] {
+        let c = self.chunks[i];
+        if let Some(fill) = &self.fill {
+            fill.fill(c.off, u64::from(c.len))?;
+        }
+        let stored = &self.map[c.off as usize..(c.off + u64::from(c.len)) as usize];
+        let actual = crc32fast::hash(stored);
+        if actual != c.stored_crc {
             return Err(Error::corrupt(
                 &self.path,
-                HEADER_LEN + start,
+                c.off,
                 "chunk data",
                 format!(
-                    "chunk {i} (bytes {}..{}) has CRC {actual:#010x}, the chunk table says {:#010x}",
-                    HEADER_LEN + start,
-                    HEADER_LEN + end,
-                    self.chunk_crcs[i]
+                    "chunk {i} (bytes {}..{}{}) has CRC {actual:#010x}, the chunk table says {:#010x}",
+                    c.off,
+                    c.off + u64::from(c.len),
+                    match (self.header.version, c.codec) {
+                        (1, _) => "",
+                        (_, Codec::Raw) => ", stored raw",
+                        (_, Codec::Zstd) => ", stored by zstd",
+                    },
+                    c.stored_crc
                 ),
             ));
+        }
+        if let Some(d) = &self.decoded {
+            let cs = u64::from(self.header.chunk_size);
+            let start = i as u64 * cs;
+            let end = (start + cs).min(self.payload_len);
+            // SAFETY: `start..end` is chunk `i` of the decoded mapping
+            // (within its `payload_len` bytes); the chunk is not verified
+            // and its lock is held, so no other thread writes it and no
+            // reference to it exists (see `Decoded`).
+            let dst = unsafe {
+                std::slice::from_raw_parts_mut(d.base.add(start as usize), (end - start) as usize)
+            };
+            self.decode_chunk(stored, c.codec, dst).map_err(|why| {
+                Error::corrupt(
+                    &self.path,
+                    c.off,
+                    "chunk data",
+                    format!(
+                        "chunk {i} (bytes {}..{}) does not decode: {why}",
+                        c.off,
+                        c.off + u64::from(c.len)
+                    ),
+                )
+            })?;
+            let got = crc32fast::hash(dst);
+            if got != c.decoded_crc {
+                return Err(Error::corrupt(
+                    &self.path,
+                    c.off,
+                    "chunk data",
+                    format!(
+                        "chunk {i} (bytes {}..{}) decodes to payload bytes {start}..{end} with CRC {got:#010x}, the chunk table says {:#010x}",
+                        c.off,
+                        c.off + u64::from(c.len),
+                        c.decoded_crc
+                    ),
+                ));
+            }
         }
         self.verified[i].store(true, Ordering::Release);
         Ok(())
     }
 
-    /// Verifies every chunk.
+    /// Decodes one chunk's stored bytes into `dst` (exactly).
+    fn decode_chunk(
+        &self,
+        stored: &[u8],
+        codec: Codec,
+        dst: &mut [u8],
+    ) -> std::result::Result<(), String> {
+        match (self.header.coding, codec) {
+            (Coding::Records, Codec::Raw) => {
+                dst.copy_from_slice(stored);
+                Ok(())
+            }
+            (Coding::Records, Codec::Zstd) => unzstd(stored, dst),
+            (Coding::Pointers, Codec::Raw) => pointer_coding::decode(stored, dst),
+            (Coding::Pointers, Codec::Zstd) => SCRATCH.with(|s| {
+                let mut s = s.borrow_mut();
+                // The coded bytes are at most 6 per pointer plus the state
+                // (what the chunk table allows a raw coded chunk).
+                let max = dst.len() / 4 * 6 + pointer_coding::STATE_LEN;
+                s.resize(max, 0);
+                let n = DCTX.with(|d| -> std::result::Result<usize, String> {
+                    let mut d = d.borrow_mut();
+                    if d.is_none() {
+                        *d = Some(zstd::bulk::Decompressor::new().map_err(|e| e.to_string())?);
+                    }
+                    d.as_mut()
+                        .expect("made above")
+                        .decompress_to_buffer(stored, &mut s[..])
+                        .map_err(|e| format!("zstd: {e}"))
+                })?;
+                pointer_coding::decode(&s[..n], dst).map_err(|e| format!("pointer coding: {e}"))
+            }),
+        }
+    }
+
+    /// Verifies (and decodes) every chunk.
     pub fn verify_all(&self) -> Result<()> {
-        (0..self.chunk_crcs.len()).try_for_each(|i| self.verify_chunk(i))
+        (0..self.chunks.len()).try_for_each(|i| self.verify_chunk(i))
+    }
+
+    /// Verifies (and decodes) chunk `i`; `false` when there is no such
+    /// chunk. For spreading a whole file's decoding over threads
+    /// ([`verify_all_parallel`]).
+    pub fn verify_chunk_at(&self, i: usize) -> Result<bool> {
+        if i >= self.chunks.len() {
+            return Ok(false);
+        }
+        self.verify_chunk(i).map(|()| true)
     }
 
     /// The payload bytes of records `first .. first + count` (file-local
@@ -414,7 +872,7 @@ impl ChunkedFile {
                 self.verify_chunk(i as usize)?;
             }
         }
-        Ok(&self.map[(HEADER_LEN + a) as usize..(HEADER_LEN + b) as usize])
+        Ok(self.payload_slice(a as usize, b as usize))
     }
 
     /// The payload bytes of record `i` (file-local index), CRC-checked:
@@ -428,8 +886,8 @@ impl ChunkedFile {
         }
         let a = i << self.record_shift;
         self.verify_chunk((a >> self.chunk_shift) as usize)?;
-        let start = (HEADER_LEN + a) as usize;
-        Ok(&self.map[start..start + (1usize << self.record_shift)])
+        let start = a as usize;
+        Ok(self.payload_slice(start, start + (1usize << self.record_shift)))
     }
 
     /// Record `i` if it exists and its chunk has already been verified;
@@ -449,8 +907,8 @@ impl ChunkedFile {
         {
             return None;
         }
-        let start = (HEADER_LEN + a) as usize;
-        self.map.get(start..start + (1usize << self.record_shift))
+        let start = a as usize;
+        Some(self.payload_slice(start, start + (1usize << self.record_shift)))
     }
 
     /// The whole payload, fully verified.
@@ -459,50 +917,390 @@ impl ChunkedFile {
     }
 }
 
+/// Verifies (and decodes) every chunk of `files` on `threads` threads,
+/// which take chunks from a shared counter (large files and small ones
+/// spread evenly). The first error found is returned.
+pub fn verify_all_parallel(files: &[&ChunkedFile], threads: usize) -> Result<()> {
+    let total: usize = files.iter().map(|f| f.chunk_count()).sum();
+    let threads = threads.clamp(1, total.max(1));
+    if threads == 1 {
+        return files.iter().try_for_each(|f| f.verify_all());
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    let work = || -> Result<()> {
+        loop {
+            let mut k = next.fetch_add(1, Ordering::Relaxed);
+            if k >= total || failed.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            for f in files {
+                if k < f.chunk_count() {
+                    if let Err(e) = f.verify_chunk_at(k) {
+                        failed.store(true, Ordering::Relaxed);
+                        return Err(e);
+                    }
+                    break;
+                }
+                k -= f.chunk_count();
+            }
+        }
+    };
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (1..threads).map(|_| s.spawn(work)).collect();
+        let mut result = work();
+        for h in handles {
+            let r = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+            if result.is_ok() {
+                result = r;
+            }
+        }
+        result
+    })
+}
+
+/// How a version 2 writer encodes chunks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Encoding {
+    /// zstd level; 0 stores every chunk raw (no entropy stage).
+    pub level: i32,
+    /// Encoder threads (1: encode on the writing thread).
+    pub threads: usize,
+}
+
+impl Default for Encoding {
+    fn default() -> Self {
+        Encoding {
+            level: DEFAULT_LEVEL,
+            threads: 1,
+        }
+    }
+}
+
+/// What a push writes its RPS and Pointer File as: the container version,
+/// the chunk size and, for version 2, the encoding (`level`, `threads` in
+/// rex.toml(5)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct WriteFormat {
+    /// Container version: 2, or 1 for readers older than the entropy stage.
+    pub version: u32,
+    /// Bytes of payload per chunk.
+    pub chunk_size: u32,
+    /// Version 2: how chunks are encoded.
+    pub encoding: Encoding,
+}
+
+impl Default for WriteFormat {
+    fn default() -> Self {
+        WriteFormat {
+            version: VERSION,
+            chunk_size: DEFAULT_CHUNK,
+            encoding: Encoding::default(),
+        }
+    }
+}
+
+impl WriteFormat {
+    /// The header a writer of `kind` starts with in this format.
+    pub fn header(
+        &self,
+        kind: Kind,
+        record_size: u32,
+        generation: u64,
+        first_record: u64,
+        aux: u32,
+    ) -> ChunkedHeader {
+        let h = ChunkedHeader::new(kind, record_size, generation, first_record, aux);
+        ChunkedHeader {
+            version: self.version,
+            chunk_size: self.chunk_size,
+            coding: if self.version == 1 {
+                Coding::Records
+            } else {
+                h.coding
+            },
+            ..h
+        }
+    }
+}
+
+/// A chunk encoded for storage.
+struct Encoded {
+    stored: Vec<u8>,
+    codec: Codec,
+    stored_crc: u32,
+    decoded_crc: u32,
+}
+
+/// Encodes one chunk: the transform, then zstd when it makes the chunk
+/// smaller.
+fn encode_chunk(
+    data: &[u8],
+    coding: Coding,
+    state: State,
+    level: i32,
+    cctx: &mut Option<zstd::bulk::Compressor<'static>>,
+) -> Result<Encoded> {
+    let decoded_crc = crc32fast::hash(data);
+    let coded = match coding {
+        Coding::Records => None,
+        Coding::Pointers => {
+            let mut v = Vec::with_capacity(data.len() / 8 + 64);
+            pointer_coding::encode(data, state, &mut v);
+            Some(v)
+        }
+    };
+    let plain: &[u8] = coded.as_deref().unwrap_or(data);
+    let mut best = None;
+    if level != 0 {
+        if cctx.is_none() {
+            *cctx = Some(
+                zstd::bulk::Compressor::new(level)
+                    .map_err(|e| Error::Invalid(format!("zstd level {level}: {e}")))?,
+            );
+        }
+        let z = cctx
+            .as_mut()
+            .expect("made above")
+            .compress(plain)
+            .map_err(|e| Error::Invalid(format!("zstd: {e}")))?;
+        if z.len() < plain.len() {
+            best = Some((z, Codec::Zstd));
+        }
+    }
+    let (stored, codec) = match best {
+        Some(b) => b,
+        None => (coded.unwrap_or_else(|| data.to_vec()), Codec::Raw),
+    };
+    Ok(Encoded {
+        stored_crc: crc32fast::hash(&stored),
+        stored,
+        codec,
+        decoded_crc,
+    })
+}
+
+/// A job for the encoder threads.
+struct Job {
+    idx: u64,
+    data: Vec<u8>,
+    state: State,
+    reply: Sender<(u64, Result<Encoded>)>,
+}
+
+/// Encoder threads shared by a writer's chunks: a bounded queue in, a
+/// channel back; the writer puts results back in order.
+struct Pool {
+    jobs: Option<SyncSender<Job>>,
+    workers: Vec<JoinHandle<()>>,
+}
+
+impl Pool {
+    fn new(threads: usize, coding: Coding, level: i32) -> Result<Pool> {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Job>(threads);
+        let rx = Arc::new(Mutex::new(rx));
+        let mut workers = Vec::new();
+        for n in 0..threads {
+            let rx = Arc::clone(&rx);
+            let w = std::thread::Builder::new()
+                .name(format!("rex-encode-{n}"))
+                .spawn(move || {
+                    let mut cctx = None;
+                    loop {
+                        let job = {
+                            let rx = rx.lock().unwrap_or_else(|e| e.into_inner());
+                            rx.recv()
+                        };
+                        let Ok(job) = job else { return };
+                        let r = encode_chunk(&job.data, coding, job.state, level, &mut cctx);
+                        // The writer may have gone (an error): nothing to do.
+                        let _ = job.reply.send((job.idx, r));
+                    }
+                })
+                .map_err(|e| Error::Invalid(format!("cannot start an encoder thread: {e}")))?;
+            workers.push(w);
+        }
+        Ok(Pool {
+            jobs: Some(tx),
+            workers,
+        })
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        self.jobs.take();
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+    }
+}
+
+/// Version 2 writer state.
+struct V2 {
+    level: i32,
+    /// The chunk being filled.
+    cur: Vec<u8>,
+    /// Chunk table entries written so far.
+    table: Vec<u8>,
+    stored: u64,
+    /// Pointer coding state at the start of the next chunk.
+    state: State,
+    pool: Option<Pool>,
+    replies: Option<(
+        Sender<(u64, Result<Encoded>)>,
+        Receiver<(u64, Result<Encoded>)>,
+    )>,
+    sent: u64,
+    written: u64,
+    ready: BTreeMap<u64, Encoded>,
+    cctx: Option<zstd::bulk::Compressor<'static>>,
+}
+
 /// Streams records into a new chunked file.
 pub struct ChunkedWriter {
     out: AtomicFile,
     header: ChunkedHeader,
+    /// Version 1: chunk CRCs and the running chunk's hasher.
     crcs: Vec<u32>,
     hasher: crc32fast::Hasher,
-    file_hasher: crc32fast::Hasher,
     in_chunk: u64,
+    /// CRC of every byte after the header, as written.
+    file_hasher: crc32fast::Hasher,
+    /// Payload bytes written.
     bytes: u64,
+    v2: Option<V2>,
 }
 
 impl ChunkedWriter {
-    /// Starts writing `path`. `record_count` in `header` is ignored (it is
-    /// counted).
+    /// Starts writing `path` in the header's version, encoding version 2
+    /// chunks with the default [`Encoding`]. `record_count` in `header` is
+    /// ignored (it is counted).
     pub fn create(path: impl AsRef<Path>, header: ChunkedHeader) -> Result<ChunkedWriter> {
-        if !header.chunk_size.is_power_of_two() || header.chunk_size < header.record_size {
+        Self::create_with(path, header, Encoding::default())
+    }
+
+    /// As [`create`](Self::create), with `enc` for version 2 chunks.
+    pub fn create_with(
+        path: impl AsRef<Path>,
+        header: ChunkedHeader,
+        enc: Encoding,
+    ) -> Result<ChunkedWriter> {
+        let max_chunk = if header.version == 1 {
+            1 << 30
+        } else {
+            MAX_CHUNK_V2
+        };
+        if !header.chunk_size.is_power_of_two()
+            || header.chunk_size < header.record_size
+            || header.chunk_size > max_chunk
+        {
             return Err(Error::Invalid(format!(
-                "chunk size {} must be a power of two no smaller than the record size {}",
-                header.chunk_size, header.record_size
+                "chunk size {} must be a power of two no smaller than the record size {} and at most {} MiB",
+                header.chunk_size,
+                header.record_size,
+                max_chunk >> 20
+            )));
+        }
+        if !VERSIONS.contains(&header.version)
+            || (header.version == 1 && header.coding != Coding::Records)
+            || (header.kind == Kind::Rps && header.coding != Coding::Records)
+            || (header.coding == Coding::Pointers && header.record_size != 4)
+        {
+            return Err(Error::Invalid(format!(
+                "cannot write a {} of version {} with {:?}",
+                header.kind.name(),
+                header.version,
+                header.coding
+            )));
+        }
+        if !(-7..=22).contains(&enc.level) {
+            return Err(Error::Invalid(format!(
+                "zstd level {} is outside -7..=22",
+                enc.level
             )));
         }
         let mut out = AtomicFile::create(path)?;
         out.write_all(&[0u8; HEADER_LEN as usize])?;
+        let v2 = if header.version == 2 {
+            let threads = enc.threads.max(1);
+            let (pool, replies) = if threads > 1 {
+                (
+                    Some(Pool::new(threads, header.coding, enc.level)?),
+                    Some(std::sync::mpsc::channel()),
+                )
+            } else {
+                (None, None)
+            };
+            Some(V2 {
+                level: enc.level,
+                cur: Vec::with_capacity(header.chunk_size as usize),
+                table: Vec::new(),
+                stored: 0,
+                state: State::default(),
+                pool,
+                replies,
+                sent: 0,
+                written: 0,
+                ready: BTreeMap::new(),
+                cctx: None,
+            })
+        } else {
+            None
+        };
         Ok(ChunkedWriter {
             out,
             header,
             crcs: Vec::new(),
             hasher: crc32fast::Hasher::new(),
-            file_hasher: crc32fast::Hasher::new(),
             in_chunk: 0,
+            file_hasher: crc32fast::Hasher::new(),
             bytes: 0,
+            v2,
         })
+    }
+
+    /// Pointer coding: the pattern space's first new pointer of this
+    /// generation (its `pattern_base`), from which new pointers count.
+    pub fn set_next_new(&mut self, p: u32) {
+        if let Some(v) = &mut self.v2 {
+            v.state.next_new = p;
+        }
+    }
+
+    /// Pointer coding: the zero pattern's pointer, once known (a hint:
+    /// any value decodes correctly, this one makes zero patterns cheap).
+    pub fn set_zero_hint(&mut self, p: u32) {
+        if let Some(v) = &mut self.v2 {
+            v.state.zero = p;
+        }
     }
 
     /// Appends whole records.
     ///
-    /// Each byte is CRC'd once: the chunk CRC, and the whole-file CRC is
-    /// obtained by combining the chunk CRCs (`crc32fast::Hasher::combine`,
-    /// O(log n) per chunk) rather than by a second pass over the data.
+    /// Version 1: each byte is CRC'd once: the chunk CRC, and the
+    /// whole-file CRC is obtained by combining the chunk CRCs
+    /// (`crc32fast::Hasher::combine`, O(log n) per chunk) rather than by a
+    /// second pass over the data. Version 2: full chunks go to the
+    /// encoders.
     pub fn write(&mut self, mut data: &[u8]) -> Result<()> {
         debug_assert_eq!(data.len() % self.header.record_size as usize, 0);
-        self.out.write_all(data)?;
         self.bytes += data.len() as u64;
-        let cs = u64::from(self.header.chunk_size);
+        let cs = self.header.chunk_size as usize;
+        if self.v2.is_some() {
+            while !data.is_empty() {
+                let v = self.v2.as_mut().expect("checked");
+                let n = (cs - v.cur.len()).min(data.len());
+                v.cur.extend_from_slice(&data[..n]);
+                data = &data[n..];
+                if v.cur.len() == cs {
+                    self.send_chunk()?;
+                }
+            }
+            return Ok(());
+        }
+        self.out.write_all(data)?;
+        let cs = cs as u64;
         while !data.is_empty() {
             let n = ((cs - self.in_chunk) as usize).min(data.len());
             self.hasher.update(&data[..n]);
@@ -513,6 +1311,81 @@ impl ChunkedWriter {
             }
         }
         Ok(())
+    }
+
+    /// Version 2: hands the current chunk to an encoder (or encodes it
+    /// here), then writes whatever is ready, in order.
+    fn send_chunk(&mut self) -> Result<()> {
+        let coding = self.header.coding;
+        let cs = self.header.chunk_size as usize;
+        let v = self.v2.as_mut().expect("version 2");
+        let data = std::mem::replace(&mut v.cur, Vec::with_capacity(cs));
+        let state = v.state;
+        if coding == Coding::Pointers {
+            v.state = state.advance(&data);
+        }
+        let idx = v.sent;
+        v.sent += 1;
+        match (&v.pool, &v.replies) {
+            (Some(pool), Some((tx, _))) => {
+                let job = Job {
+                    idx,
+                    data,
+                    state,
+                    reply: tx.clone(),
+                };
+                pool.jobs
+                    .as_ref()
+                    .expect("open until drop")
+                    .send(job)
+                    .map_err(|_| Error::Invalid("the encoder threads stopped".into()))?;
+            }
+            _ => {
+                let e = encode_chunk(&data, coding, state, v.level, &mut v.cctx)?;
+                v.ready.insert(idx, e);
+            }
+        }
+        self.drain(false)
+    }
+
+    /// Writes the encoded chunks that are next in order; with `all`, waits
+    /// for every chunk sent. Otherwise waits only while more chunks are in
+    /// flight than the queue bound (twice the encoders), which bounds the
+    /// writer's memory.
+    fn drain(&mut self, all: bool) -> Result<()> {
+        loop {
+            let v = self.v2.as_mut().expect("version 2");
+            while let Some(e) = v.ready.remove(&v.written) {
+                v.written += 1;
+                let len = e.stored.len() as u32;
+                v.table.extend_from_slice(&len.to_le_bytes());
+                let codec: u32 = match e.codec {
+                    Codec::Raw => 0,
+                    Codec::Zstd => 1,
+                };
+                v.table.extend_from_slice(&codec.to_le_bytes());
+                v.table.extend_from_slice(&e.stored_crc.to_le_bytes());
+                v.table.extend_from_slice(&e.decoded_crc.to_le_bytes());
+                v.stored += u64::from(len);
+                self.file_hasher
+                    .combine(&crc32fast::Hasher::new_with_initial_len(
+                        e.stored_crc,
+                        u64::from(len),
+                    ));
+                self.out.write_all(&e.stored)?;
+            }
+            let v = self.v2.as_mut().expect("version 2");
+            let in_flight = v.sent - v.written;
+            let bound = v.pool.as_ref().map_or(0, |p| 2 * p.workers.len() as u64);
+            if in_flight == 0 || (!all && in_flight <= bound) {
+                return Ok(());
+            }
+            let (_, rx) = v.replies.as_ref().expect("a pool has replies");
+            let (idx, r) = rx
+                .recv()
+                .map_err(|_| Error::Invalid("the encoder threads stopped".into()))?;
+            v.ready.insert(idx, r?);
+        }
     }
 
     /// Closes the current chunk: records its CRC and folds it into the
@@ -532,16 +1405,31 @@ impl ChunkedWriter {
     /// Writes the chunk table and header and publishes the file; returns its
     /// length and the CRC-32 of the whole file (for the manifest).
     pub fn finish(mut self) -> Result<(u64, u32)> {
-        if self.in_chunk > 0 {
-            self.end_chunk();
-        }
-        let mut table: Vec<u8> = self.crcs.iter().flat_map(|c| c.to_le_bytes()).collect();
+        let (mut table, stored) = if self.v2.is_some() {
+            if !self.v2.as_ref().expect("checked").cur.is_empty() {
+                self.send_chunk()?;
+            }
+            self.drain(true)?;
+            let v = self.v2.as_mut().expect("checked");
+            (std::mem::take(&mut v.table), v.stored)
+        } else {
+            if self.in_chunk > 0 {
+                self.end_chunk();
+            }
+            (
+                self.crcs
+                    .iter()
+                    .flat_map(|c| c.to_le_bytes())
+                    .collect::<Vec<u8>>(),
+                self.bytes,
+            )
+        };
         let tcrc = crc32fast::hash(&table);
         table.extend_from_slice(&tcrc.to_le_bytes());
         self.out.write_all(&table)?;
         self.file_hasher.update(&table);
         self.header.record_count = self.records();
-        let hb = self.header.encode();
+        let hb = self.header.encode(stored);
         let mut whole = crc32fast::Hasher::new();
         whole.update(&hb);
         whole.combine(&self.file_hasher);
@@ -549,7 +1437,7 @@ impl ChunkedWriter {
         self.out.seek(SeekFrom::Start(0)).ctx(&temp, "seek")?;
         self.out.write_all(&hb)?;
         self.out.seek(SeekFrom::End(0)).ctx(&temp, "seek")?;
-        let len = HEADER_LEN + self.bytes + table.len() as u64;
+        let len = HEADER_LEN + stored + table.len() as u64;
         self.out.commit()?;
         Ok((len, whole.finalize()))
     }
@@ -587,13 +1475,9 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let full = d.path().join("g1.rps");
         let header = ChunkedHeader {
-            kind: Kind::Rps,
-            record_size: 32,
-            generation: 1,
-            first_record: 0,
-            record_count: 0,
+            version: 1,
             chunk_size: 1024,
-            aux: 0,
+            ..ChunkedHeader::new(Kind::Rps, 32, 1, 0, 0)
         };
         let mut w = ChunkedWriter::create(&full, header).unwrap();
         let data: Vec<u8> = (0..32 * 1000u32).map(|i| (i * 7 % 251) as u8).collect();
@@ -644,5 +1528,168 @@ mod tests {
             }
             other => panic!("expected a chunk CRC error, got {other:?}"),
         }
+    }
+
+    /// Writes `data` as one file of `kind` in `fmt`, returns its path.
+    fn write_v(d: &Path, name: &str, kind: Kind, fmt: WriteFormat, data: &[u8]) -> PathBuf {
+        let p = d.join(name);
+        let rs = if kind == Kind::Rps { 32 } else { 4 };
+        let mut w =
+            ChunkedWriter::create_with(&p, fmt.header(kind, rs, 1, 0, 128), fmt.encoding).unwrap();
+        w.set_next_new(0);
+        // In uneven pieces, as the Deduplication Unit flushes.
+        for piece in data.chunks(rs as usize * 37) {
+            w.write(piece).unwrap();
+        }
+        w.finish().unwrap();
+        p
+    }
+
+    /// Pointers as the Deduplication Unit writes them: pages of new
+    /// patterns, pages that keep their previous version's pointers with a
+    /// few new ones, zero patterns.
+    fn pointers(pages: u32) -> Vec<u8> {
+        let mut next = 0u32;
+        let mut out = Vec::new();
+        for pg in 0..pages {
+            for j in 0..128u32 {
+                let p = match (pg % 3, j % 17) {
+                    (0, _) | (1, 0) => {
+                        next += 1;
+                        next - 1
+                    }
+                    (2, 5) => 3,
+                    _ => (pg * 128 + j) / 2,
+                };
+                out.extend_from_slice(&p.to_le_bytes());
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn every_version_coding_and_thread_count_round_trips() {
+        let d = tempfile::tempdir().unwrap();
+        let text: Vec<u8> = (0..32 * 20000u32)
+            .map(|i| {
+                if i % 97 < 60 {
+                    b'a' + (i % 7) as u8
+                } else {
+                    (i.wrapping_mul(2654435761u32) >> 24) as u8
+                }
+            })
+            .collect();
+        let ptrs = pointers(3000);
+        for (version, level, threads) in [(1, 0, 1), (2, 0, 1), (2, 3, 1), (2, 3, 3), (2, 19, 2)] {
+            let fmt = WriteFormat {
+                version,
+                chunk_size: 1 << 14,
+                encoding: Encoding { level, threads },
+            };
+            for (kind, data) in [(Kind::Rps, &text), (Kind::Pf, &ptrs)] {
+                let p = write_v(
+                    d.path(),
+                    &format!("f{version}{level}{threads}{kind:?}"),
+                    kind,
+                    fmt,
+                    data,
+                );
+                let f = ChunkedFile::open(&p, kind).unwrap();
+                assert_eq!(f.header().version, version);
+                assert_eq!(
+                    f.payload().unwrap(),
+                    &data[..],
+                    "{version} {level} {threads} {kind:?}"
+                );
+                if version == 2 && level > 0 {
+                    assert!(
+                        f.file_len() < data.len() as u64 / 2,
+                        "{kind:?} at level {level}: {} bytes for {}",
+                        f.file_len(),
+                        data.len()
+                    );
+                }
+            }
+        }
+        // Incompressible chunks are stored raw: within the table's bytes of
+        // the payload.
+        let noise: Vec<u8> = (0..32 * 4096u64)
+            .map(|i| (i.wrapping_mul(0x9E3779B97F4A7C15) >> 56) as u8)
+            .collect();
+        let p = write_v(d.path(), "noise", Kind::Rps, WriteFormat::default(), &noise);
+        let f = ChunkedFile::open(&p, Kind::Rps).unwrap();
+        assert_eq!(f.payload().unwrap(), &noise[..]);
+        assert!(f.file_len() <= noise.len() as u64 + 64 + 4 + 16 * f.chunk_count() as u64);
+    }
+
+    #[test]
+    fn a_flipped_bit_in_a_compressed_chunk_names_the_file_and_chunk() {
+        let d = tempfile::tempdir().unwrap();
+        let ptrs = pointers(2000);
+        let fmt = WriteFormat {
+            chunk_size: 1 << 14,
+            ..WriteFormat::default()
+        };
+        let p = write_v(d.path(), "g.pf", Kind::Pf, fmt, &ptrs);
+        let good = std::fs::read(&p).unwrap();
+        let f = ChunkedFile::open(&p, Kind::Pf).unwrap();
+        let n = f.chunk_count();
+        assert!(n > 4);
+        // The stored bytes of chunk 3.
+        let (off, len) = (f.chunks[3].off as usize, f.chunks[3].len as usize);
+        drop(f);
+        for bit in [0, len * 4, len * 8 - 1] {
+            let mut bad = good.clone();
+            bad[off + bit / 8] ^= 1 << (bit % 8);
+            std::fs::write(&p, &bad).unwrap();
+            let f = ChunkedFile::open(&p, Kind::Pf).unwrap();
+            // Chunks before it read; chunk 3 never hands out a byte.
+            assert_eq!(f.records(0, 10).unwrap(), &ptrs[..40]);
+            let first = (3 << 14) / 4;
+            match f.records(first, 1) {
+                Err(Error::Corrupt {
+                    path,
+                    offset,
+                    field,
+                    reason,
+                }) => {
+                    assert_eq!(
+                        (path.as_path(), offset, field),
+                        (p.as_path(), off as u64, "chunk data")
+                    );
+                    assert!(reason.contains("chunk 3"), "{reason}");
+                }
+                other => panic!("expected a chunk error, got {other:?}"),
+            }
+            assert!(f.payload().is_err());
+        }
+    }
+
+    #[test]
+    fn a_chunk_that_decodes_to_other_bytes_is_caught_by_its_decoded_crc() {
+        // A writer defect (or a forged table) whose stored CRC matches but
+        // whose decoded bytes differ: the second CRC catches it.
+        let d = tempfile::tempdir().unwrap();
+        let data = vec![7u8; 32 * 1024];
+        let fmt = WriteFormat {
+            chunk_size: 1 << 12,
+            ..WriteFormat::default()
+        };
+        let p = write_v(d.path(), "g.rps", Kind::Rps, fmt, &data);
+        let mut b = std::fs::read(&p).unwrap();
+        let table = table_offset(&b[..64]).unwrap() as usize;
+        // Chunk 2's decoded CRC, then the table CRC over the new table.
+        b[table + 2 * 16 + 12] ^= 0x40;
+        let n = b.len() - 4 - table;
+        let crc = crc32fast::hash(&b[table..table + n]);
+        let end = b.len();
+        b[end - 4..].copy_from_slice(&crc.to_le_bytes());
+        std::fs::write(&p, &b).unwrap();
+        let f = ChunkedFile::open(&p, Kind::Rps).unwrap();
+        let err = f.payload().unwrap_err().to_string();
+        assert!(
+            err.contains("chunk 2") && err.contains("decodes to payload bytes 8192..12288"),
+            "{err}"
+        );
     }
 }

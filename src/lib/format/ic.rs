@@ -1022,6 +1022,35 @@ impl IcWriter {
         self.out.write_all(data)
     }
 
+    /// Writes every page at once on `threads` threads: page `k` of the
+    /// index is made by `fill(k, buf)`, which returns its CRC-32 (see
+    /// [`crate::durable::write_pages_parallel`]). No page may have been
+    /// pushed before.
+    pub fn write_pages_parallel(
+        &mut self,
+        threads: usize,
+        fill: &(dyn Fn(usize, &mut [u8]) -> Result<u32> + Sync),
+    ) -> Result<()> {
+        if !self.crcs.is_empty() {
+            return Err(Error::Invalid(
+                "pages were pushed before the parallel write".into(),
+            ));
+        }
+        let (ps, data_off) = (self.header.page_size as usize, self.layout.data_off);
+        let temp = self.out.temp_path().to_path_buf();
+        let file = self.out.file()?;
+        self.crcs = crate::durable::write_pages_parallel(
+            file,
+            &temp,
+            self.pages.len(),
+            ps,
+            threads,
+            &|k| data_off + (k * ps) as u64,
+            fill,
+        )?;
+        Ok(())
+    }
+
     /// Writes header and metadata, then publishes the file durably.
     pub fn finish(mut self) -> Result<()> {
         if self.crcs.len() != self.pages.len() {

@@ -11,6 +11,7 @@
 pub mod chunked;
 pub mod ic;
 pub mod manifest;
+pub mod pointer_coding;
 pub mod ptable;
 pub mod region;
 
@@ -142,6 +143,21 @@ pub(crate) fn check_prefix_versions(
     what: &str,
     versions: &[u32],
 ) -> Result<u32> {
+    let found = check_magic_version(path, b, magic, what, versions)?;
+    check_header_crc(path, b, 56)?;
+    Ok(found)
+}
+
+/// The first two steps of every read procedure: the magic (`what` names
+/// the format), then the version, which must be one of `versions` (checked
+/// before the CRC, so a later version may move it). Returns the version.
+pub(crate) fn check_magic_version(
+    path: &Path,
+    b: &[u8; HEADER_LEN],
+    magic: &[u8; 8],
+    what: &str,
+    versions: &[u32],
+) -> Result<u32> {
     if &b[0..8] != magic {
         return Err(Error::corrupt(
             path,
@@ -171,15 +187,20 @@ pub(crate) fn check_prefix_versions(
             ),
         ));
     }
-    let stored = u32::from_le_bytes(b[56..60].try_into().expect("4 bytes"));
-    let actual = crc32fast::hash(&b[0..56]);
+    Ok(found)
+}
+
+/// Checks the `header_crc` stored at `at`: the CRC-32 of bytes `0..at`.
+pub(crate) fn check_header_crc(path: &Path, b: &[u8; HEADER_LEN], at: usize) -> Result<()> {
+    let stored = u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"));
+    let actual = crc32fast::hash(&b[0..at]);
     if stored != actual {
         return Err(Error::corrupt(
             path,
-            56,
+            at as u64,
             "header_crc",
-            format!("stored {stored:#010x}, computed {actual:#010x} over bytes 0..56"),
+            format!("stored {stored:#010x}, computed {actual:#010x} over bytes 0..{at}"),
         ));
     }
-    Ok(found)
+    Ok(())
 }

@@ -405,6 +405,13 @@ impl OpenChain {
         Ok(())
     }
 
+    /// [`verify_all`](Self::verify_all) on `threads` threads: every chunk
+    /// of every file decoded and checked, the files' chunks spread evenly.
+    pub fn verify_all_parallel(&self, threads: usize) -> Result<()> {
+        let files: Vec<&ChunkedFile> = self.gens.iter().flat_map(|g| [&g.rps, &g.pf]).collect();
+        crate::format::chunked::verify_all_parallel(&files, threads)
+    }
+
     /// The `alpha` pointers of a live page, CRC-checked.
     pub fn pointers(&self, lp: LivePage) -> Result<&[u8]> {
         let alpha = self.alpha() as u64;
@@ -502,11 +509,13 @@ pub struct PageDecoder<'a> {
 }
 
 impl OpenChain {
-    /// Verifies every chunk of every RPS and PF (as [`verify_all`]) and
-    /// returns a decoder over the verified payloads.
+    /// Verifies (and decodes) every chunk of every RPS and PF on `threads`
+    /// threads (as [`verify_all`]) and returns a decoder over the verified
+    /// payloads.
     ///
     /// [`verify_all`]: OpenChain::verify_all
-    pub fn decoder(&self) -> Result<PageDecoder<'_>> {
+    pub fn decoder(&self, threads: usize) -> Result<PageDecoder<'_>> {
+        self.verify_all_parallel(threads)?;
         let mut segs = Vec::with_capacity(self.bases.len());
         for &(base, i) in &self.bases {
             let g = &self.gens[i];

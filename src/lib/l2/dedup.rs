@@ -31,7 +31,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::format::chunked::{ChunkedHeader, ChunkedWriter, DEFAULT_CHUNK, Kind};
+use crate::format::chunked::{ChunkedWriter, Kind, WriteFormat};
 use crate::format::ic::{DropRange, IcMeta};
 use crate::format::manifest::{FileEntry, Role, object_name};
 use crate::format::ptable::{PTableDelta, check_sizes};
@@ -374,6 +374,7 @@ impl<'a, H: PatternHasher> Unit<'a, H> {
                         .unwrap_or(ptr);
                     if self.zero_ptr.is_none() && is_zero(pat) {
                         self.zero_ptr = Some(res);
+                        self.pf.set_zero_hint(res);
                     }
                     res
                 }
@@ -404,7 +405,9 @@ impl<'a, H: PatternHasher> Unit<'a, H> {
                             resolve(q, base, ps, locs, ic, chain, shared)
                         });
                     if self.zero_ptr.is_none() && is_zero(pat) {
-                        self.zero_ptr = Some(hit.unwrap_or(self.next as u32));
+                        let z = hit.unwrap_or(self.next as u32);
+                        self.zero_ptr = Some(z);
+                        self.pf.set_zero_hint(z);
                     }
                     hit
                 }
@@ -487,6 +490,8 @@ pub struct DedupJob<'a> {
     pub full: bool,
     /// Directory to write the generation's files into.
     pub dir: &'a Path,
+    /// What to write the RPS and Pointer File as.
+    pub format: WriteFormat,
 }
 
 /// Runs the Deduplication Unit with the hasher `hasher`, writing the
@@ -581,30 +586,20 @@ pub fn deduplicate<H: PatternHasher>(job: &DedupJob<'_>, hasher: H) -> Result<De
         object_name(job.generation, "pf"),
         object_name(job.generation, "ptab"),
     ];
-    let rps = ChunkedWriter::create(
+    let fmt = &job.format;
+    let rps = ChunkedWriter::create_with(
         job.dir.join(&names[0]),
-        ChunkedHeader {
-            kind: Kind::Rps,
-            record_size: job.pattern_size,
-            generation: job.generation,
-            first_record: base,
-            record_count: 0,
-            chunk_size: DEFAULT_CHUNK,
-            aux: 0,
-        },
+        fmt.header(Kind::Rps, job.pattern_size, job.generation, base, 0),
+        fmt.encoding,
     )?;
-    let pf = ChunkedWriter::create(
+    let mut pf = ChunkedWriter::create_with(
         job.dir.join(&names[1]),
-        ChunkedHeader {
-            kind: Kind::Pf,
-            record_size: 4,
-            generation: job.generation,
-            first_record: 0,
-            record_count: 0,
-            chunk_size: DEFAULT_CHUNK,
-            aux: alpha,
-        },
+        fmt.header(Kind::Pf, 4, job.generation, 0, alpha),
+        fmt.encoding,
     )?;
+    // New pointers count from the pattern base (`base` < 2^32: the
+    // manifest of the chain checked its pattern end).
+    pf.set_next_new(base as u32);
     let mut unit = Unit {
         table,
         pattern_size: ps,

@@ -49,6 +49,7 @@ use serde::Serialize;
 
 use crate::durable;
 use crate::error::{Error, IoContext, Result};
+use crate::format::chunked::WriteFormat;
 use crate::format::manifest::{GenKind, Manifest, Timings, manifest_name};
 use crate::l1::coalesce::{CList, CoalesceStats};
 use crate::l1::lock::JobLock;
@@ -75,6 +76,9 @@ pub struct PushOptions {
     pub keep_chains_l1: usize,
     /// DeD-Table hash functions.
     pub hash: HashChoice,
+    /// What the RPS and Pointer File are written as (version, zstd level,
+    /// encoder threads).
+    pub format: WriteFormat,
 }
 
 impl Default for PushOptions {
@@ -85,6 +89,7 @@ impl Default for PushOptions {
             keep_chains_l2: 2,
             keep_chains_l1: 1,
             hash: HashChoice::default(),
+            format: WriteFormat::default(),
         }
     }
 }
@@ -373,6 +378,7 @@ pub fn push_locked(
             chain,
             full,
             dir: job.l1_chain.root(),
+            format: opts.format,
         };
         match opts.hash {
             HashChoice::Crc32 => deduplicate(&dj, Crc32Hasher),

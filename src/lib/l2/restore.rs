@@ -93,6 +93,18 @@ pub struct RestoreOptions {
     /// checkpoints itself through librex; docs/FORMAT.md §2.12). With `raw`,
     /// the output is exactly the region's bytes.
     pub region: Option<u32>,
+    /// Threads decoding chunks and rebuilding pages (0: the cores).
+    pub threads: usize,
+}
+
+impl RestoreOptions {
+    /// The threads to use.
+    pub fn threads(&self) -> usize {
+        match self.threads {
+            0 => crate::durable::default_threads(),
+            n => n,
+        }
+    }
 }
 
 /// What a restore did.
@@ -572,7 +584,7 @@ fn write_image(
             }
             None
         }
-        (None, Some(c)) => Some(c.decoder()?),
+        (None, Some(c)) => Some(c.decoder(opts.threads())?),
         (None, None) => None,
     };
     let ng = gens.len() as u32;
@@ -635,8 +647,9 @@ fn write_image(
     report.chain_id = chain_id;
     report.regions = regions.clone();
 
-    let mut buf = vec![0u8; page_size as usize];
-    let mut fetch = |e: &crate::l1::coalesce::CListEntry, buf: &mut Vec<u8>| -> Result<u32> {
+    // Every page is rebuilt (chain) or copied (pending IC file) and
+    // checked against its recorded CRC by `fetch`, on every thread at once.
+    let fetch = |e: &crate::l1::coalesce::CListEntry, buf: &mut [u8]| -> Result<u32> {
         if e.chk < ng {
             let c = chain.expect("generation layers come from the chain");
             let lp = LivePage {
@@ -652,10 +665,11 @@ fn write_image(
         } else {
             let f = ics[(e.chk - ng) as usize].as_ref().expect("opened above");
             buf.copy_from_slice(f.page(e.pp as usize)?);
-            report.pages_from_l1_ics += 1;
             Ok(f.meta().page_crcs[e.pp as usize])
         }
     };
+    report.pages_from_l1_ics = entries.iter().filter(|e| e.chk >= ng).count() as u64;
+    let threads = opts.threads();
     if opts.raw {
         let (Some(first), Some(last)) = (entries.first(), entries.last()) else {
             return Err(Error::Invalid(
@@ -675,18 +689,17 @@ fn write_image(
             )));
         };
         let mut f = AtomicFile::create(out)?;
-        let mut at = 0u64;
-        for e in &entries {
-            fetch(e, &mut buf)?;
-            let off = (e.page - first_page) * u64::from(page_size);
-            if off != at {
-                use std::io::{Seek, SeekFrom};
-                f.seek(SeekFrom::Start(off))
-                    .map_err(|e| Error::io(out, "seek", e))?;
-            }
-            f.write_all(&buf)?;
-            at = off + u64::from(page_size);
-        }
+        let temp = f.temp_path().to_path_buf();
+        let ps = u64::from(page_size);
+        crate::durable::write_pages_parallel(
+            f.file()?,
+            &temp,
+            entries.len(),
+            page_size as usize,
+            threads,
+            &|k| (entries[k].page - first_page) * ps,
+            &|k, buf| fetch(&entries[k], buf),
+        )?;
         // One region: exactly its bytes (the last page may be partly used).
         f.set_len(region_size.unwrap_or(span))?;
         f.commit()?;
@@ -707,10 +720,7 @@ fn write_image(
             entries.iter().map(|e| e.page).collect(),
             Vec::new(),
         )?;
-        for e in &entries {
-            let crc = fetch(e, &mut buf)?;
-            w.push_page_with_crc(&buf, crc)?;
-        }
+        w.write_pages_parallel(threads, &|k, buf| fetch(&entries[k], buf))?;
         w.finish()?;
     }
     report.pages = entries.len() as u64;
@@ -799,7 +809,7 @@ fn verify_generation(
         }
     }
     let chain = OpenChain::open(store, index, m.generation)?;
-    chain.verify_all()?;
+    chain.verify_all_parallel(crate::durable::default_threads())?;
     let mut buf = vec![0u8; m.page_size as usize];
     for lp in chain.live_pages() {
         chain.read_page(lp, &mut buf)?;

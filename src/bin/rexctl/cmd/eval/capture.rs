@@ -104,10 +104,6 @@ pub struct Args {
     /// Give up a checkpoint when the process has not stopped after SECS.
     #[arg(long, value_name = "SECS", default_value_t = 10.0)]
     stop_timeout: f64,
-    /// Threads that read and hash pages while the process is stopped
-    /// (default: up to 4, as the machine allows; one for small processes).
-    #[arg(long, value_name = "N", default_value_t = 0, hide_default_value = true)]
-    threads: usize,
     /// Print one JSON object at the end instead of a line per checkpoint.
     #[arg(long)]
     json: bool,
@@ -211,7 +207,10 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         stop: a.stop,
         full: a.full,
         stop_timeout,
-        threads: a.threads,
+        // The `threads` setting: threads that read and hash pages while the
+        // process is stopped (unset: up to 4, as the machine allows; one
+        // for small processes).
+        threads: a.settings.threads.unwrap_or(0),
     };
     let ropts = RunOptions {
         interval,

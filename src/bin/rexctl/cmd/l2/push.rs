@@ -57,6 +57,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         keep_chains_l2: cfg.keep_chains_l2,
         keep_chains_l1: cfg.keep_chains_l1,
         hash: cfg.hash,
+        format: cfg.write_format,
     };
     let report = push_l2(&job, &opts);
     pb.finish_and_clear();

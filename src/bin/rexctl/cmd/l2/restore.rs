@@ -84,14 +84,21 @@ fn pages_arg(text: &str) -> Result<Pages, String> {
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
+    let s = Settings::load(&a.settings)?;
     let opts = RestoreOptions {
         generation: a.generation,
         fallback: a.fallback,
         pages: a.pages.clone().map(|p| p.0),
         raw: a.raw,
         region: a.region,
+        threads: match s.layer.threads {
+            Some(0) => {
+                return Err(rexctl::Error::Invalid("threads must be at least 1".into()).into());
+            }
+            Some(n) => n,
+            None => 0,
+        },
     };
-    let s = Settings::load(&a.settings)?;
     let l1 = if a.l2_only { None } else { s.layer.l1.clone() };
     // The output is renamed into place: only a regular file may be
     // replaced (never a device, a FIFO, a directory or a symlink's link).

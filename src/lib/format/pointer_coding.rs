@@ -1,0 +1,334 @@
+//! Pointer coding: the Pointer File chunk transform of container version 2
+//! (docs/FORMAT.md §3.2.6).
+//!
+//! A Pointer File is `alpha` 4-byte pointers per dirty page, yet most of
+//! them carry almost no information: a pattern met for the first time gets
+//! the next pointer of the pattern space (new patterns are appended in
+//! order), a pattern that survived from the page's previous version keeps
+//! that version's pointer, which continues the run of consecutive pointers
+//! the previous version was written as, and zero patterns all share one
+//! pointer. Stored as plain `u32`s, a page costs `alpha * 4` bytes whatever
+//! it holds, which caps the compression ratio of a changed page at 8.
+//!
+//! The coder predicts each pointer three ways and writes which prediction
+//! held, as runs, falling back to a literal (a signed distance from the run
+//! prediction) when none did:
+//!
+//! * **RUN**: `run`, the pointer after the previous position's (a previous
+//!   version written in order, or any run of consecutive pointers); a NEW or
+//!   ZERO position keeps its place in the run, so the pointers after a
+//!   changed pattern continue the previous version's;
+//! * **NEW**: `next_new`, the pattern space's next new pointer;
+//! * **ZERO**: `zero`, the chunk's zero-pattern pointer (the writer's hint).
+//!
+//! A page whose contents are unchanged, new, or zero thus costs one or two
+//! token bytes before the entropy stage (zstd), which squeezes the repeats
+//! between pages further. The stream carries its starting state, so every
+//! chunk decodes on its own (a `--pages` restore decodes only the chunks it
+//! touches). Decoding is total: any byte string either decodes to exactly
+//! the requested number of pointers or is an error, never a panic, and
+//! allocates nothing.
+
+/// Token kinds, in the top two bits of a token byte.
+const RUN: u8 = 0;
+const NEW: u8 = 1;
+const ZERO: u8 = 2;
+const LIT: u8 = 3;
+/// Low six bits of a run token: `count - 1` when below this; this value
+/// means a LEB128 `count - 64` follows.
+const LONG: u8 = 63;
+/// Bytes of the stream header: `next_new`, `zero` and `run`, each a u32.
+pub const STATE_LEN: usize = 12;
+
+/// The coder's state: what each prediction would give next.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct State {
+    /// The pattern space's next new pointer.
+    pub next_new: u32,
+    /// The zero-pattern pointer (a hint: any value is correct).
+    pub zero: u32,
+    /// The run prediction: the pointer after the previous position's.
+    pub run: u32,
+}
+
+impl State {
+    /// The state after `ptrs` (little-endian u32s), as the coder leaves it:
+    /// the writer computes a chunk's starting state from the chunk before
+    /// with this cheap scan, so chunks can be coded in parallel.
+    pub fn advance(mut self, ptrs: &[u8]) -> State {
+        for p in ptrs.chunks_exact(4) {
+            let p = u32::from_le_bytes(p.try_into().expect("4 bytes"));
+            // As the coder: a NEW, RUN or ZERO position advances the run
+            // prediction by one, a literal restarts it after itself.
+            if p == self.next_new {
+                self.next_new = self.next_new.wrapping_add(1);
+                self.run = self.run.wrapping_add(1);
+            } else if p == self.run || p == self.zero {
+                self.run = self.run.wrapping_add(1);
+            } else {
+                self.run = p.wrapping_add(1);
+            }
+        }
+        self
+    }
+}
+
+fn push_leb(out: &mut Vec<u8>, mut v: u64) {
+    loop {
+        let b = (v & 0x7f) as u8;
+        v >>= 7;
+        if v == 0 {
+            out.push(b);
+            return;
+        }
+        out.push(b | 0x80);
+    }
+}
+
+fn push_run(out: &mut Vec<u8>, kind: u8, n: u64) {
+    if n == 0 {
+        return;
+    }
+    if n <= u64::from(LONG) {
+        out.push(kind << 6 | (n - 1) as u8);
+    } else {
+        out.push(kind << 6 | LONG);
+        push_leb(out, n - 64);
+    }
+}
+
+/// Codes `ptrs` (little-endian u32s) from `state`, appending to `out`.
+pub fn encode(ptrs: &[u8], state: State, out: &mut Vec<u8>) {
+    out.extend_from_slice(&state.next_new.to_le_bytes());
+    out.extend_from_slice(&state.zero.to_le_bytes());
+    out.extend_from_slice(&state.run.to_le_bytes());
+    let State {
+        mut next_new,
+        zero,
+        mut run,
+    } = state;
+    let (mut kind, mut n) = (RUN, 0u64);
+    for p in ptrs.chunks_exact(4) {
+        let p = u32::from_le_bytes(p.try_into().expect("4 bytes"));
+        // NEW first: a new pointer must advance `next_new`, whatever else
+        // it also equals.
+        let k = if p == next_new {
+            next_new = next_new.wrapping_add(1);
+            NEW
+        } else if p == run {
+            RUN
+        } else if p == zero {
+            ZERO
+        } else {
+            LIT
+        };
+        if k != kind || k == LIT {
+            push_run(out, kind, n);
+            (kind, n) = (k, 0);
+        }
+        if k == LIT {
+            out.push(LIT << 6);
+            let d = i64::from(p) - i64::from(run);
+            push_leb(out, ((d << 1) ^ (d >> 63)) as u64);
+            run = p.wrapping_add(1);
+        } else {
+            // A new or zero pattern takes its position in the run: the
+            // pointers after it continue the previous version's.
+            n += 1;
+            run = run.wrapping_add(1);
+        }
+    }
+    if kind != LIT {
+        push_run(out, kind, n);
+    }
+}
+
+/// Reads a LEB128 value of at most 64 bits at `*at`.
+fn read_leb(b: &[u8], at: &mut usize) -> Result<u64, String> {
+    let mut v = 0u64;
+    for shift in (0..64).step_by(7) {
+        let Some(&byte) = b.get(*at) else {
+            return Err(format!("the stream ends inside a number at byte {}", *at));
+        };
+        *at += 1;
+        let bits = u64::from(byte & 0x7f);
+        if shift == 63 && bits > 1 {
+            return Err(format!("a number overflows 64 bits at byte {}", *at - 1));
+        }
+        v |= bits << shift;
+        if byte & 0x80 == 0 {
+            return Ok(v);
+        }
+    }
+    Err(format!("a number overflows 64 bits at byte {}", *at - 1))
+}
+
+/// Decodes a coded stream into `out`, which it must fill exactly (a
+/// multiple of 4 bytes). The error says what is wrong and at which byte of
+/// the stream.
+pub fn decode(coded: &[u8], out: &mut [u8]) -> Result<(), String> {
+    if coded.len() < STATE_LEN {
+        return Err(format!(
+            "the stream is {} bytes, shorter than its {STATE_LEN}-byte state",
+            coded.len()
+        ));
+    }
+    let le = |o: usize| u32::from_le_bytes(coded[o..o + 4].try_into().expect("4 bytes"));
+    let (mut next_new, zero, mut run) = (le(0), le(4), le(8));
+    let total = out.len() / 4;
+    let mut dst = out.chunks_exact_mut(4);
+    let mut done = 0usize;
+    let mut at = STATE_LEN;
+    while at < coded.len() {
+        let tok = coded[at];
+        let tok_at = at;
+        at += 1;
+        let kind = tok >> 6;
+        if kind == LIT {
+            if tok & 0x3f != 0 {
+                return Err(format!(
+                    "literal token {tok:#04x} at byte {tok_at} has low bits set"
+                ));
+            }
+            let z = read_leb(coded, &mut at)?;
+            let d = ((z >> 1) as i64) ^ -((z & 1) as i64);
+            let p = i64::from(run) + d;
+            let Ok(p) = u32::try_from(p) else {
+                return Err(format!(
+                    "literal at byte {tok_at} gives pointer {p}, outside 0..2^32"
+                ));
+            };
+            let Some(slot) = dst.next() else {
+                return Err(format!(
+                    "the stream holds more than the chunk's {total} pointers (byte {tok_at})"
+                ));
+            };
+            slot.copy_from_slice(&p.to_le_bytes());
+            run = p.wrapping_add(1);
+            done += 1;
+            continue;
+        }
+        let n = match tok & 0x3f {
+            LONG => read_leb(coded, &mut at)?.checked_add(64),
+            low => Some(u64::from(low) + 1),
+        };
+        let Some(n) = n.filter(|&n| n <= (total - done) as u64) else {
+            return Err(format!(
+                "a run at byte {tok_at} passes the chunk's {total} pointers ({done} decoded)"
+            ));
+        };
+        for _ in 0..n {
+            let p = match kind {
+                RUN => run,
+                NEW => {
+                    let p = next_new;
+                    next_new = next_new.checked_add(1).ok_or_else(|| {
+                        format!("new pointers at byte {tok_at} pass the 2^32 pointer space")
+                    })?;
+                    p
+                }
+                _ => zero,
+            };
+            dst.next()
+                .expect("bounded by the check above")
+                .copy_from_slice(&p.to_le_bytes());
+            run = run.wrapping_add(1);
+        }
+        done += n as usize;
+    }
+    if done != total {
+        return Err(format!(
+            "the stream decodes to {done} pointers, the chunk holds {total}"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn bytes(p: &[u32]) -> Vec<u8> {
+        p.iter().flat_map(|p| p.to_le_bytes()).collect()
+    }
+
+    fn round_trip(p: &[u32], state: State) -> Vec<u8> {
+        let src = bytes(p);
+        let mut coded = Vec::new();
+        encode(&src, state, &mut coded);
+        let mut back = vec![0u8; src.len()];
+        decode(&coded, &mut back).unwrap();
+        assert_eq!(back, src);
+        coded
+    }
+
+    #[test]
+    fn typical_pages_cost_a_few_bytes() {
+        // Page 1 new (pointers 1000..1128), page 2 its previous version in
+        // order with two patterns changed (new 1128, 1129) and a zero
+        // pattern, page 3 all zero.
+        let mut p: Vec<u32> = (1000..1128).collect();
+        let mut q: Vec<u32> = (200..328).collect();
+        q[5] = 1128;
+        q[77] = 1129;
+        q[90] = 7;
+        p.extend(&q);
+        p.extend(std::iter::repeat_n(7, 128));
+        let state = State {
+            next_new: 1000,
+            zero: 7,
+            run: 0,
+        };
+        let coded = round_trip(&p, state);
+        assert!(coded.len() < STATE_LEN + 24, "{} bytes", coded.len());
+        assert_eq!(state.advance(&bytes(&p)).next_new, 1130);
+    }
+
+    #[test]
+    fn hostile_streams_are_errors() {
+        let mut out = vec![0u8; 16];
+        assert!(decode(&[0; 11], &mut out).is_err());
+        // Too few pointers, too many, a run past the end.
+        assert!(decode(&[0; 12], &mut out).is_err());
+        let mut s = vec![0u8; 12];
+        s.push(RUN << 6 | 4);
+        assert!(decode(&s, &mut out).unwrap_err().contains("passes"));
+        // A literal below 0 and one past 2^32.
+        let mut s = vec![0u8; 12];
+        s.extend([LIT << 6, 1]);
+        assert!(decode(&s, &mut out).unwrap_err().contains("outside"));
+        // New pointers past 2^32.
+        let mut s = u32::MAX.to_le_bytes().to_vec();
+        s.extend([0; 8]);
+        s.push(NEW << 6 | 1);
+        assert!(decode(&s, &mut out).unwrap_err().contains("2^32"));
+        // A number that never ends, one over 64 bits.
+        let mut s = vec![0u8; 12];
+        s.extend([LIT << 6, 0xff, 0xff]);
+        assert!(decode(&s, &mut out).is_err());
+        let mut s = vec![0u8; 12];
+        s.push(LIT << 6);
+        s.extend([0xff; 9]);
+        s.push(0x7f);
+        assert!(decode(&s, &mut out).unwrap_err().contains("overflows"));
+    }
+
+    proptest! {
+        #[test]
+        fn any_pointers_round_trip(
+            p in proptest::collection::vec(prop_oneof![0u32..64, any::<u32>()], 0..600),
+            next_new in 0u32..64, zero in 0u32..64, run in any::<u32>()
+        ) {
+            round_trip(&p, State { next_new, zero, run });
+        }
+
+        #[test]
+        fn any_stream_decodes_or_errs(
+            s in proptest::collection::vec(any::<u8>(), 0..200), n in 0usize..100
+        ) {
+            let mut out = vec![0u8; n * 4];
+            let _ = decode(&s, &mut out);
+        }
+    }
+}
