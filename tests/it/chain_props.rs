@@ -9,7 +9,9 @@ use std::path::Path;
 
 use proptest::prelude::*;
 use rexctl::eval::workload::{Profile, Workload, profile};
+use rexctl::format::chunked::{ChunkedFile, Encoding, Kind, WriteFormat};
 use rexctl::format::ic::IcFile;
+use rexctl::format::manifest::object_name;
 use rexctl::l2::dedup::HashChoice;
 use rexctl::l2::push::{Job, PushOptions, push_l2};
 use rexctl::l2::restore::{RestoreOptions, restore_l1_l2, restore_l2};
@@ -44,6 +46,9 @@ struct Scenario {
     complete_at: Vec<usize>,
     pending_after: usize,
     hash: HashChoice,
+    /// What batch `i` is written as: `formats[i % len]` (empty: the
+    /// default, container version 2).
+    formats: Vec<WriteFormat>,
 }
 
 fn run(s: &Scenario) {
@@ -74,10 +79,20 @@ fn run(s: &Scenario) {
             full: s.complete_at.contains(&i),
             keep_chains_l2: 100,
             hash: s.hash,
+            format: s
+                .formats
+                .get(i % s.formats.len().max(1))
+                .copied()
+                .unwrap_or_default(),
             ..PushOptions::default()
         };
         let r = push_l2(&job, &opts).unwrap();
         let m = r.manifest.expect("a batch was pending");
+        // Written in the version asked for.
+        for (name, kind) in [("rps", Kind::Rps), ("pf", Kind::Pf)] {
+            let f = ChunkedFile::open(l2.join(object_name(m.generation, name)), kind).unwrap();
+            assert_eq!(f.header().version, opts.format.version);
+        }
         generations.push((m.generation, m.last_seq));
     }
     for _ in 0..s.pending_after {
@@ -140,6 +155,7 @@ fn every_profile_restores_every_generation_of_a_ten_generation_chain() {
             complete_at: vec![],
             pending_after: 2,
             hash: HashChoice::Crc32,
+            formats: vec![],
         });
     }
 }
@@ -163,8 +179,48 @@ fn sixty_four_kib_pages_and_every_pattern_size() {
             complete_at: vec![2],
             pending_after: 1,
             hash: HashChoice::Xxh3,
+            formats: vec![],
         });
     }
+}
+
+/// A `--pages` restore of 1 % of the pages (a contiguous range, as a job
+/// restoring one array would ask) reads at most 2 % of the chain's chunks.
+#[test]
+fn a_pages_restore_of_one_percent_reads_at_most_two_percent_of_the_chunks() {
+    let d = tempfile::tempdir().unwrap();
+    let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
+    std::fs::create_dir_all(&l1).unwrap();
+    let job = Job::open(&l1, Box::new(DirStore::create(&l2).unwrap())).unwrap();
+    let mut w = Workload::new(small("balanced", 4096, 32768), 5).unwrap();
+    for batch in [2, 2] {
+        for _ in 0..batch {
+            let c = w.step();
+            w.write(&c, &l1, c.seq).unwrap();
+        }
+        push_l2(&job, &PushOptions::default()).unwrap();
+    }
+    let pages: Vec<u64> = w.image().keys().copied().collect();
+    let (a, b) = (
+        pages[pages.len() / 2],
+        pages[pages.len() / 2 + pages.len() / 100],
+    );
+    let out = d.path().join("slice.rexic");
+    let opts = RestoreOptions {
+        pages: Some(vec![(a, b)]),
+        ..Default::default()
+    };
+    let r = restore_l2(job.l2.as_ref(), &opts, &out).unwrap();
+    assert!(r.pages >= pages.len() as u64 / 100, "{} pages", r.pages);
+    assert!(r.chunks_total >= 100, "{} chunks in all", r.chunks_total);
+    assert!(
+        r.chunks_read * 50 <= r.chunks_total,
+        "{} of {} chunks read for {} of {} pages",
+        r.chunks_read,
+        r.chunks_total,
+        r.pages,
+        pages.len()
+    );
 }
 
 proptest! {
@@ -192,6 +248,47 @@ proptest! {
             complete_at,
             pending_after,
             hash: if xxh3 { HashChoice::Xxh3 } else { HashChoice::Crc32 },
+            formats: vec![],
+        });
+    }
+
+    /// A chain whose generations are written in container versions 1 and 2
+    /// (a chain begun by an older rexctl and continued by this one, or the
+    /// reverse), with every zstd level from none to high, small chunks (so
+    /// pointer coding crosses chunk boundaries) and several encoder
+    /// threads: every generation restores as the naive model says.
+    #[test]
+    fn a_chain_mixing_versions_restores_every_generation(
+        name in prop::sample::select(vec!["balanced", "small-inc", "churn", "sparse-zero", "incompressible"]),
+        seed in any::<u64>(),
+        batches in prop::collection::vec(1usize..4, 2..9),
+        complete_at in prop::collection::vec(0usize..9, 0..2),
+        formats in prop::collection::vec(
+            (prop::sample::select(vec![1u32, 2]),
+             prop::sample::select(vec![0i32, 1, 3, 9]),
+             prop::sample::select(vec![256u32, 4096, 1 << 18]),
+             1usize..4),
+            1..5),
+        pending_after in 0usize..3,
+    ) {
+        let formats = formats
+            .into_iter()
+            .map(|(version, level, chunk_size, threads)| WriteFormat {
+                version,
+                chunk_size,
+                encoding: Encoding { level, threads },
+            })
+            .collect();
+        run(&Scenario {
+            profile: small(name, 4096, 64),
+            seed,
+            pattern_size: 32,
+            batches,
+            full_at: vec![],
+            complete_at,
+            pending_after,
+            hash: HashChoice::Crc32,
+            formats,
         });
     }
 }

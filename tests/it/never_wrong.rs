@@ -1458,3 +1458,79 @@ fn verify_accepts_a_fresh_restart_before_its_first_push() {
     b.ic(0, true, &[3], 200, Some(0xB));
     rex_ok(&["verify", "--l2", s(&l2), "--l1", s(&y)]);
 }
+
+// ---------------------------------------------------------------------------
+// Compressed chunks (container version 2)
+// ---------------------------------------------------------------------------
+
+/// A flipped bit anywhere in a compressed chunk of an RPS file or a Pointer
+/// File is reported by `restore` with the file and the chunk (the chunk's
+/// stored CRC catches it before zstd or the pointer decoder sees the
+/// bytes), and by `verify` with the file (its whole-file CRC, checked
+/// first); never as a wrong page.
+#[test]
+fn a_flipped_bit_in_a_compressed_chunk_names_the_file_and_chunk() {
+    use rexctl::format::chunked::{ChunkedFile, Codec, Kind};
+    let d = tempfile::tempdir().unwrap();
+    let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
+    // Enough pages for several 256 KiB chunks in both files.
+    let mut w = workload("balanced", 6000, 71);
+    take_until(&mut w, &l1, 3, &d.path().join("truth"));
+    rex_ok(&push_args(&l1, &l2));
+    let mut failures = Vec::new();
+    let mut total = 0;
+    for (ext, kind) in [("rps", Kind::Rps), ("pf", Kind::Pf)] {
+        let path = gen_file(&l2, 1, ext);
+        let f = ChunkedFile::open(&path, kind).unwrap();
+        let n = f.chunk_count();
+        assert!(n >= 2, "{ext}: {n} chunks");
+        let chunks: Vec<_> = (0..n)
+            .filter_map(|i| f.stored_chunk(i).map(|c| (i, c)))
+            .collect();
+        drop(f);
+        assert!(
+            chunks
+                .iter()
+                .any(|(_, (_, _, codec))| *codec == Codec::Zstd),
+            "{ext}: no compressed chunk"
+        );
+        let good = std::fs::read(&path).unwrap();
+        for &(i, (off, len, codec)) in &chunks {
+            if codec != Codec::Zstd {
+                continue;
+            }
+            for at in [off, off + u64::from(len) / 2, off + u64::from(len) - 1] {
+                total += 1;
+                let ctx = format!("{ext} chunk {i} ({codec:?}) byte {at}");
+                let work = tempfile::tempdir().unwrap();
+                let l2c = work.path().join("l2");
+                copy_tree(&l2, &l2c);
+                let p = gen_file(&l2c, 1, ext);
+                let mut b = good.clone();
+                b[at as usize] ^= 1 << (at % 8);
+                std::fs::write(&p, &b).unwrap();
+                let want = format!("chunk {i} (bytes {off}..{}", off + u64::from(len));
+                case(&mut failures, || {
+                    let (out, _) = restore(&l2c, None, &[], &work.path().join("r"));
+                    assert_eq!(
+                        out.status.code(),
+                        Some(3),
+                        "{ctx}: {}",
+                        show(&["restore"], &out)
+                    );
+                    let err = stderr(&out);
+                    assert!(err.contains(s(&p)) && err.contains(&want), "{ctx}: {err}");
+                });
+                // verify checks the whole file against its manifest first:
+                // it names the file.
+                case(&mut failures, || {
+                    let v = rex(&["verify", "--l2", s(&l2c)]);
+                    assert_eq!(v.status.code(), Some(3), "{ctx}: verify");
+                    assert!(all_output(&v).contains(s(&p)), "{ctx}: {}", all_output(&v));
+                });
+            }
+        }
+    }
+    assert!(total >= 6, "{total} cases");
+    assert_no_failures(&failures, total);
+}

@@ -684,6 +684,11 @@ impl ChunkedFile {
         self.chunks.len()
     }
 
+    /// Where chunk `i`'s stored bytes are: (file offset, length, codec).
+    pub fn stored_chunk(&self, i: usize) -> Option<(u64, u32, Codec)> {
+        self.chunks.get(i).map(|c| (c.off, c.len, c.codec))
+    }
+
     /// Chunks verified (and decoded) so far: what a `--pages` restore had
     /// to read.
     pub fn chunks_verified(&self) -> usize {

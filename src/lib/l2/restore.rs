@@ -126,6 +126,12 @@ pub struct RestoreReport {
     pub l2_fallbacks: Vec<String>,
     /// Set when `--fallback` made the restore use an older generation.
     pub fell_back: Option<String>,
+    /// Chunks of the chain's RPS files and Pointer Files read (checked and
+    /// decoded), and how many they hold: a `--pages` restore reads only
+    /// the chunks its pages need.
+    pub chunks_read: u64,
+    /// Chunks of the chain's RPS files and Pointer Files.
+    pub chunks_total: u64,
     /// For `--raw`: the page number of the image's first byte.
     pub raw_first_page: Option<u64>,
     /// The run (chain id) whose state the image is, when its checkpoints
@@ -725,6 +731,12 @@ fn write_image(
     }
     report.pages = entries.len() as u64;
     report.bytes = report.pages * u64::from(page_size);
+    for g in gens {
+        for f in [&g.rps, &g.pf] {
+            report.chunks_read += f.chunks_verified() as u64;
+            report.chunks_total += f.chunk_count() as u64;
+        }
+    }
     report.seconds = started.elapsed().as_secs_f64();
     Ok(())
 }

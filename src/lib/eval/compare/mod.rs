@@ -22,6 +22,8 @@
 //! | AIC | the batch's coalesced pages, each xdelta3 against its previous version; new pages raw | decode every checkpoint in order |
 //! | Libhash | the batch's IC files in 256-byte blocks, MD5 fingerprints, new blocks only | rebuild every file in order |
 //! | zstd | each IC file of the batch, zstd at its default level (3) | decompress and apply every file in order |
+//! | zstd-19 | each IC file of the batch, `zstd -19 --long` | decompress and apply every file in order |
+//! | CDC-zstd | the full image at the batch end in content-defined chunks (FastCDC, restic's sizes), new chunks zstd-3 into a pack | read the newest snapshot's chunks |
 //!
 //! **Batching.** The batch boundaries come from REX's own runtime
 //! controller ([`crate::control::flush::decide`] after each L1 checkpoint, with the
@@ -57,6 +59,7 @@ use crate::format::ic::{self, DropRange, HEADER_LEN, IcFile, IcHeader, IcMeta, I
 use crate::l1::L1Dir;
 
 mod aic;
+mod cdc_zstd;
 mod ic_bzip2;
 mod ic_plain;
 mod ic_xdelta3;
@@ -67,7 +70,7 @@ pub mod report;
 mod rex;
 
 /// The counterparts, in the order the tables show them.
-pub const NAMES: [&str; 7] = [
+pub const NAMES: [&str; 9] = [
     "REX",
     "IC",
     "IC-bzip2",
@@ -75,6 +78,8 @@ pub const NAMES: [&str; 7] = [
     "AIC",
     "Libhash",
     "zstd",
+    "zstd-19",
+    "CDC-zstd",
 ];
 
 /// The name rexctl itself goes by in the comparison.
@@ -199,7 +204,9 @@ pub fn counterpart(name: &str) -> Result<Box<dyn Counterpart>> {
         "IC-Xdelta3" => Box::new(ic_xdelta3::IcXdelta3::default()),
         "AIC" => Box::new(aic::Aic::default()),
         "Libhash" => Box::new(libhash::Libhash::default()),
-        "zstd" => Box::new(ic_zstd::IcZstd),
+        "zstd" => Box::new(ic_zstd::IcZstd::default_level()),
+        "zstd-19" => Box::new(ic_zstd::IcZstd::best()),
+        "CDC-zstd" => Box::new(cdc_zstd::CdcZstd::default()),
         _ => unreachable!("canonical_name returns one of NAMES"),
     })
 }
