@@ -249,7 +249,7 @@ fn restore_group(c: &mut Criterion, name: &str, fx: &Fixture) {
         let chain = OpenChain::open(&store, &index, newest).unwrap();
         // What a full restore does, minus the output file: verify the
         // chain, then rebuild each live page in place.
-        let decoder = chain.decoder().unwrap();
+        let decoder = chain.decoder(rexctl::durable::default_threads()).unwrap();
         let ps = decoder.page_size();
         let mut at = 0;
         for lp in chain.live_pages() {

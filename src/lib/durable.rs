@@ -243,61 +243,6 @@ pub fn remove_stale_temps(dir: &Path) -> Result<usize> {
     Ok(removed)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A commit that fails after the writer is flushed (here the rename,
-    /// onto a non-empty directory; a full disk fails the flush or fsync the
-    /// same way) leaves no temporary file behind.
-    #[test]
-    fn failed_commit_leaves_no_temporary_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let target = dir.path().join("out");
-        fs::create_dir(&target).unwrap();
-        fs::write(target.join("keep"), b"x").unwrap();
-        let mut f = AtomicFile::create(&target).unwrap();
-        f.write_all(&[7u8; 4096]).unwrap();
-        let temp = f.temp_path().to_path_buf();
-        assert!(f.commit().is_err());
-        assert!(!temp.exists(), "{} leaked", temp.display());
-        let names: Vec<_> = fs::read_dir(dir.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
-        assert_eq!(names, vec![std::ffi::OsString::from("out")]);
-    }
-
-    #[test]
-    fn commit_publishes_and_drop_cleans_up() {
-        let dir = tempfile::tempdir().unwrap();
-        let target = dir.path().join("a.bin");
-        let mut f = AtomicFile::create(&target).unwrap();
-        f.write_all(b"hello").unwrap();
-        assert!(!target.exists());
-        let temp = f.temp_path().to_path_buf();
-        f.commit().unwrap();
-        assert_eq!(fs::read(&target).unwrap(), b"hello");
-        assert!(!temp.exists());
-
-        let mut g = AtomicFile::create(&target).unwrap();
-        g.write_all(b"partial").unwrap();
-        let temp = g.temp_path().to_path_buf();
-        drop(g);
-        assert!(!temp.exists());
-        assert_eq!(fs::read(&target).unwrap(), b"hello");
-    }
-
-    #[test]
-    fn stale_temps_are_removed() {
-        let dir = tempfile::tempdir().unwrap();
-        fs::write(dir.path().join(".x.rexic.tmp-1-2"), b"junk").unwrap();
-        fs::write(dir.path().join("keep.rexic"), b"x").unwrap();
-        assert_eq!(remove_stale_temps(dir.path()).unwrap(), 1);
-        assert!(dir.path().join("keep.rexic").exists());
-    }
-}
-
 /// The default of the `threads` setting: the cores this process may run
 /// on.
 pub fn default_threads() -> usize {
@@ -332,7 +277,10 @@ pub fn write_pages_parallel(
     let threads = threads.clamp(1, blocks.max(1));
     let next = AtomicUsize::new(0);
     let failed = AtomicBool::new(false);
-    let work = || -> (Vec<(usize, Vec<u32>)>, Option<(usize, Error)>) {
+    /// What one thread did: the CRCs of its blocks, and the block that
+    /// failed, if one did.
+    type Done = (Vec<(usize, Vec<u32>)>, Option<(usize, Error)>);
+    let work = || -> Done {
         let mut buf = vec![0u8; BLOCK_PAGES * page_size];
         let mut done = Vec::new();
         loop {
@@ -393,4 +341,59 @@ pub fn write_pages_parallel(
         .into_iter()
         .flat_map(|c| c.expect("every block done when none failed"))
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A commit that fails after the writer is flushed (here the rename,
+    /// onto a non-empty directory; a full disk fails the flush or fsync the
+    /// same way) leaves no temporary file behind.
+    #[test]
+    fn failed_commit_leaves_no_temporary_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("out");
+        fs::create_dir(&target).unwrap();
+        fs::write(target.join("keep"), b"x").unwrap();
+        let mut f = AtomicFile::create(&target).unwrap();
+        f.write_all(&[7u8; 4096]).unwrap();
+        let temp = f.temp_path().to_path_buf();
+        assert!(f.commit().is_err());
+        assert!(!temp.exists(), "{} leaked", temp.display());
+        let names: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("out")]);
+    }
+
+    #[test]
+    fn commit_publishes_and_drop_cleans_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("a.bin");
+        let mut f = AtomicFile::create(&target).unwrap();
+        f.write_all(b"hello").unwrap();
+        assert!(!target.exists());
+        let temp = f.temp_path().to_path_buf();
+        f.commit().unwrap();
+        assert_eq!(fs::read(&target).unwrap(), b"hello");
+        assert!(!temp.exists());
+
+        let mut g = AtomicFile::create(&target).unwrap();
+        g.write_all(b"partial").unwrap();
+        let temp = g.temp_path().to_path_buf();
+        drop(g);
+        assert!(!temp.exists());
+        assert_eq!(fs::read(&target).unwrap(), b"hello");
+    }
+
+    #[test]
+    fn stale_temps_are_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join(".x.rexic.tmp-1-2"), b"junk").unwrap();
+        fs::write(dir.path().join("keep.rexic"), b"x").unwrap();
+        assert_eq!(remove_stale_temps(dir.path()).unwrap(), 1);
+        assert!(dir.path().join("keep.rexic").exists());
+    }
 }

@@ -1090,7 +1090,7 @@ struct Job {
     idx: u64,
     data: Vec<u8>,
     state: State,
-    reply: Sender<(u64, Result<Encoded>)>,
+    reply: Sender<Reply>,
 }
 
 /// Encoder threads shared by a writer's chunks: a bounded queue in, a
@@ -1141,6 +1141,9 @@ impl Drop for Pool {
     }
 }
 
+/// A chunk's index and its encoding, from an encoder thread.
+type Reply = (u64, Result<Encoded>);
+
 /// Version 2 writer state.
 struct V2 {
     level: i32,
@@ -1152,10 +1155,7 @@ struct V2 {
     /// Pointer coding state at the start of the next chunk.
     state: State,
     pool: Option<Pool>,
-    replies: Option<(
-        Sender<(u64, Result<Encoded>)>,
-        Receiver<(u64, Result<Encoded>)>,
-    )>,
+    replies: Option<(Sender<Reply>, Receiver<Reply>)>,
     sent: u64,
     written: u64,
     ready: BTreeMap<u64, Encoded>,
