@@ -11,10 +11,18 @@ fuzz_target!(|data: &[u8]| {
     let path = common::scratch(data, "rps");
     for kind in [Kind::Rps, Kind::Pf] {
         if let Ok(f) = ChunkedFile::open(&path, kind) {
-            let verified = f.verify_all().is_ok();
+            // A version 2 file decodes into memory of its payload's size,
+            // which a few bytes of zstd can claim by the gigabyte (a real
+            // reader's payload is bounded by the manifest's pattern count
+            // before it is opened, §3.4.5): past 64 MiB, only a sample of
+            // records is read (four chunks of at most 16 MiB), not every
+            // chunk.
+            let payload = f.len().saturating_mul(u64::from(f.header().record_size));
+            let whole = payload <= 64 << 20;
+            let verified = whole && f.verify_all().is_ok();
             // A sample of records across the file, and past its end.
             let n = f.len();
-            let step = (n / 256).max(1);
+            let step = (n / if whole { 256 } else { 4 }).max(1);
             for i in (0..n.saturating_add(2)).step_by(step as usize) {
                 let r = f.record(i);
                 assert!(
@@ -26,7 +34,9 @@ fuzz_target!(|data: &[u8]| {
                     "record {i} past the end was handed out"
                 );
             }
-            let _ = f.payload();
+            if whole {
+                let _ = f.payload();
+            }
         }
     }
 });
