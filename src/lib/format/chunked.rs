@@ -387,26 +387,31 @@ thread_local! {
     static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Decompresses the zstd frames `src` into exactly `dst`.
-fn unzstd(src: &[u8], dst: &mut [u8]) -> std::result::Result<(), String> {
+/// Decompresses the zstd frames `src` into `dst` (at most its length, with
+/// this thread's reused context); returns the bytes decoded.
+fn unzstd_into(src: &[u8], dst: &mut [u8]) -> std::result::Result<usize, String> {
     DCTX.with(|d| {
         let mut d = d.borrow_mut();
         if d.is_none() {
             *d = Some(zstd::bulk::Decompressor::new().map_err(|e| e.to_string())?);
         }
-        let n = d
-            .as_mut()
+        d.as_mut()
             .expect("made above")
             .decompress_to_buffer(src, dst)
-            .map_err(|e| format!("zstd: {e}"))?;
-        if n != dst.len() {
-            return Err(format!(
-                "zstd: decodes to {n} bytes, the chunk holds {}",
-                dst.len()
-            ));
-        }
-        Ok(())
+            .map_err(|e| format!("zstd: {e}"))
     })
+}
+
+/// Decompresses the zstd frames `src` into exactly `dst`.
+fn unzstd(src: &[u8], dst: &mut [u8]) -> std::result::Result<(), String> {
+    let n = unzstd_into(src, dst)?;
+    if n != dst.len() {
+        return Err(format!(
+            "zstd: decodes to {n} bytes, the chunk holds {}",
+            dst.len()
+        ));
+    }
+    Ok(())
 }
 
 impl ChunkedFile {
@@ -740,25 +745,28 @@ impl ChunkedFile {
         if let Some(fill) = &self.fill {
             fill.fill(c.off, u64::from(c.len))?;
         }
-        let stored = &self.map[c.off as usize..(c.off + u64::from(c.len)) as usize];
-        let actual = crc32fast::hash(stored);
-        if actual != c.stored_crc {
-            return Err(Error::corrupt(
+        let end_off = c.off + u64::from(c.len);
+        // Every chunk error names the file, the chunk and its stored bytes.
+        let bad = |what: String| {
+            Error::corrupt(
                 &self.path,
                 c.off,
                 "chunk data",
-                format!(
-                    "chunk {i} (bytes {}..{}{}) has CRC {actual:#010x}, the chunk table says {:#010x}",
-                    c.off,
-                    c.off + u64::from(c.len),
-                    match (self.header.version, c.codec) {
-                        (1, _) => "",
-                        (_, Codec::Raw) => ", stored raw",
-                        (_, Codec::Zstd) => ", stored by zstd",
-                    },
-                    c.stored_crc
-                ),
-            ));
+                format!("chunk {i} (bytes {}..{end_off}{what}", c.off),
+            )
+        };
+        let stored = &self.map[c.off as usize..end_off as usize];
+        let actual = crc32fast::hash(stored);
+        if actual != c.stored_crc {
+            let how = match (self.header.version, c.codec) {
+                (1, _) => "",
+                (_, Codec::Raw) => ", stored raw",
+                (_, Codec::Zstd) => ", stored by zstd",
+            };
+            return Err(bad(format!(
+                "{how}) has CRC {actual:#010x}, the chunk table says {:#010x}",
+                c.stored_crc
+            )));
         }
         if let Some(d) = &self.decoded {
             let cs = u64::from(self.header.chunk_size);
@@ -771,31 +779,14 @@ impl ChunkedFile {
             let dst = unsafe {
                 std::slice::from_raw_parts_mut(d.base.add(start as usize), (end - start) as usize)
             };
-            self.decode_chunk(stored, c.codec, dst).map_err(|why| {
-                Error::corrupt(
-                    &self.path,
-                    c.off,
-                    "chunk data",
-                    format!(
-                        "chunk {i} (bytes {}..{}) does not decode: {why}",
-                        c.off,
-                        c.off + u64::from(c.len)
-                    ),
-                )
-            })?;
+            self.decode_chunk(stored, c.codec, dst)
+                .map_err(|why| bad(format!(") does not decode: {why}")))?;
             let got = crc32fast::hash(dst);
             if got != c.decoded_crc {
-                return Err(Error::corrupt(
-                    &self.path,
-                    c.off,
-                    "chunk data",
-                    format!(
-                        "chunk {i} (bytes {}..{}) decodes to payload bytes {start}..{end} with CRC {got:#010x}, the chunk table says {:#010x}",
-                        c.off,
-                        c.off + u64::from(c.len),
-                        c.decoded_crc
-                    ),
-                ));
+                return Err(bad(format!(
+                    ") decodes to payload bytes {start}..{end} with CRC {got:#010x}, the chunk table says {:#010x}",
+                    c.decoded_crc
+                )));
             }
         }
         self.verified[i].store(true, Ordering::Release);
@@ -822,16 +813,7 @@ impl ChunkedFile {
                 // (what the chunk table allows a raw coded chunk).
                 let max = dst.len() / 4 * 6 + pointer_coding::STATE_LEN;
                 s.resize(max, 0);
-                let n = DCTX.with(|d| -> std::result::Result<usize, String> {
-                    let mut d = d.borrow_mut();
-                    if d.is_none() {
-                        *d = Some(zstd::bulk::Decompressor::new().map_err(|e| e.to_string())?);
-                    }
-                    d.as_mut()
-                        .expect("made above")
-                        .decompress_to_buffer(stored, &mut s[..])
-                        .map_err(|e| format!("zstd: {e}"))
-                })?;
+                let n = unzstd_into(stored, &mut s[..])?;
                 pointer_coding::decode(&s[..n], dst).map_err(|e| format!("pointer coding: {e}"))
             }),
         }
