@@ -176,7 +176,6 @@ pub fn decode(coded: &[u8], out: &mut [u8]) -> Result<(), String> {
     let le = |o: usize| u32::from_le_bytes(coded[o..o + 4].try_into().expect("4 bytes"));
     let (mut next_new, zero, mut run) = (le(0), le(4), le(8));
     let total = out.len() / 4;
-    let mut dst = out.chunks_exact_mut(4);
     let mut done = 0usize;
     let mut at = STATE_LEN;
     while at < coded.len() {
@@ -198,12 +197,12 @@ pub fn decode(coded: &[u8], out: &mut [u8]) -> Result<(), String> {
                     "literal at byte {tok_at} gives pointer {p}, outside 0..2^32"
                 ));
             };
-            let Some(slot) = dst.next() else {
+            if done == total {
                 return Err(format!(
                     "the stream holds more than the chunk's {total} pointers (byte {tok_at})"
                 ));
-            };
-            slot.copy_from_slice(&p.to_le_bytes());
+            }
+            out[done * 4..done * 4 + 4].copy_from_slice(&p.to_le_bytes());
             run = p.wrapping_add(1);
             done += 1;
             continue;
@@ -217,23 +216,26 @@ pub fn decode(coded: &[u8], out: &mut [u8]) -> Result<(), String> {
                 "a run at byte {tok_at} passes the chunk's {total} pointers ({done} decoded)"
             ));
         };
-        for _ in 0..n {
-            let p = match kind {
-                RUN => run,
-                NEW => {
-                    let p = next_new;
-                    next_new = next_new.checked_add(1).ok_or_else(|| {
-                        format!("new pointers at byte {tok_at} pass the 2^32 pointer space")
-                    })?;
-                    p
-                }
-                _ => zero,
-            };
-            dst.next()
-                .expect("bounded by the check above")
-                .copy_from_slice(&p.to_le_bytes());
-            run = run.wrapping_add(1);
+        // `done + n <= total` (checked above): the run's slots, filled by
+        // a loop the compiler vectorises.
+        let slots = &mut out[done * 4..(done + n as usize) * 4];
+        let first = match kind {
+            RUN => run,
+            NEW => {
+                let p = next_new;
+                next_new = u32::try_from(u64::from(next_new) + n).map_err(|_| {
+                    format!("new pointers at byte {tok_at} pass the 2^32 pointer space")
+                })?;
+                p
+            }
+            _ => zero,
+        };
+        let step = u32::from(kind != ZERO);
+        for (i, slot) in slots.chunks_exact_mut(4).enumerate() {
+            let p = first.wrapping_add(step.wrapping_mul(i as u32));
+            slot.copy_from_slice(&p.to_le_bytes());
         }
+        run = run.wrapping_add(n as u32);
         done += n as usize;
     }
     if done != total {

@@ -491,48 +491,68 @@ impl OpenChain {
     }
 }
 
-/// A whole chain, verified once, for rebuilding many pages at memory speed
-/// (a full restore): every RPS and PF chunk is CRC-checked when the decoder
-/// is made, so a page is rebuilt from plain slices: one bounds check per
-/// pointer against a cached pattern segment, a fixed-size copy per pattern,
-/// and the page CRC. Errors name the same files and offsets as
-/// [`OpenChain::read_page`].
+/// A whole chain, for rebuilding many pages at memory speed (a full
+/// restore). Chunks are verified (CRC-checked and decoded) lazily, the
+/// first time a page needs one, by whichever thread gets there first: a
+/// restore decodes only the chunks live pages reference (patterns that
+/// every later generation overwrote are never decoded) and overlaps the
+/// decoding with rebuilding and writing pages on every core. A page is then
+/// rebuilt from plain slices: one range check per pointer against the
+/// current verified chunk, a fixed-size copy per pattern, and the page CRC.
+/// Errors name the same files and offsets as [`OpenChain::read_page`],
+/// which reports whatever the fast path could not use.
 pub struct PageDecoder<'a> {
     chain: &'a OpenChain,
-    /// `(first pointer, pattern count, payload)` of each generation with
-    /// patterns, ascending.
-    segs: Vec<(u64, u64, &'a [u8])>,
-    /// Each generation's verified Pointer File payload.
-    pfs: Vec<&'a [u8]>,
+    /// Each generation with patterns, ascending by first pointer.
+    segs: Vec<Seg<'a>>,
     ps: usize,
     alpha: usize,
 }
 
+/// The patterns of one generation, for [`PageDecoder`].
+#[derive(Clone, Copy)]
+struct Seg<'a> {
+    /// First pointer.
+    lo: u64,
+    /// Patterns.
+    n: u64,
+    rps: &'a ChunkedFile,
+    /// log2 of the patterns per chunk.
+    shift: u32,
+}
+
+/// The verified chunk a page rebuild is copying from: pointers
+/// `lo .. lo + n`, whose patterns are `data`.
+#[derive(Clone, Copy)]
+struct Window<'a> {
+    lo: u64,
+    n: u64,
+    data: &'a [u8],
+}
+
 impl OpenChain {
-    /// Verifies (and decodes) every chunk of every RPS and PF on `threads`
-    /// threads (as [`verify_all`]) and returns a decoder over the verified
-    /// payloads.
-    ///
-    /// [`verify_all`]: OpenChain::verify_all
-    pub fn decoder(&self, threads: usize) -> Result<PageDecoder<'_>> {
-        self.verify_all_parallel(threads)?;
-        let mut segs = Vec::with_capacity(self.bases.len());
-        for &(base, i) in &self.bases {
-            let g = &self.gens[i];
-            segs.push((base, g.manifest.patterns, g.rps.payload()?));
-        }
-        let pfs = self
-            .gens
+    /// A decoder over the chain's files, which verifies (and decodes) their
+    /// chunks as pages need them.
+    pub fn decoder(&self) -> PageDecoder<'_> {
+        let segs = self
+            .bases
             .iter()
-            .map(|g| g.pf.payload())
-            .collect::<Result<Vec<_>>>()?;
-        Ok(PageDecoder {
+            .map(|&(lo, i)| {
+                let g = &self.gens[i];
+                Seg {
+                    lo,
+                    n: g.manifest.patterns,
+                    rps: &g.rps,
+                    shift: g.rps.records_per_chunk_shift(),
+                }
+            })
+            .collect();
+        PageDecoder {
             chain: self,
             segs,
-            pfs,
             ps: self.manifest().pattern_size as usize,
             alpha: self.alpha(),
-        })
+        }
     }
 }
 
@@ -546,13 +566,13 @@ impl PageDecoder<'_> {
     /// CRC its P-Table delta recorded, and returns that CRC.
     pub fn read_page(&self, lp: LivePage, out: &mut [u8]) -> Result<u32> {
         let g = &self.chain.gens[lp.layer as usize];
-        let span = self.alpha * 4;
-        let ptrs = usize::try_from(lp.pos)
-            .ok()
-            .and_then(|pos| pos.checked_mul(span))
-            .and_then(|a| self.pfs[lp.layer as usize].get(a..a.checked_add(span)?));
+        let alpha = self.alpha as u64;
+        let ptrs = lp
+            .pos
+            .checked_mul(alpha)
+            .and_then(|first| g.pf.records(first, alpha).ok());
         let (Some(ptrs), true) = (ptrs, out.len() == self.page_size()) else {
-            // Out of range: let the checked path report it.
+            // Out of range or a bad chunk: the checked path reports it.
             self.chain.read_page(lp, out)?;
             return Ok(g.ptable.page_crcs[lp.pos as usize]);
         };
@@ -565,39 +585,51 @@ impl PageDecoder<'_> {
         };
         let want = g.ptable.page_crcs[lp.pos as usize];
         if ok.is_err() || crc32fast::hash(out) != want {
-            // A bad pointer or CRC: the checked path names the culprit.
+            // A bad pointer, chunk or CRC: the checked path names the
+            // culprit.
             self.chain.read_page(lp, out)?;
         }
         Ok(want)
     }
 
-    /// The segment holding pointer `p`. A chain has a handful of
-    /// generations, so a linear scan beats a binary search.
-    #[inline]
-    fn seg(&self, p: u64) -> Option<(u64, u64, &[u8])> {
-        self.seg_index(p).map(|i| self.segs[i])
-    }
-
-    #[inline]
-    fn seg_index(&self, p: u64) -> Option<usize> {
-        let i = self.segs.iter().rposition(|s| s.0 <= p)?;
-        (p - self.segs[i].0 < self.segs[i].1).then_some(i)
+    /// The verified chunk holding pointer `p`, `None` when `p` lies outside
+    /// the pattern space or its chunk does not verify (the checked path
+    /// then says why). A chain has a handful of generations, so a linear
+    /// scan beats a binary search.
+    #[cold]
+    fn window(&self, p: u64) -> Option<Window<'_>> {
+        let s = self.segs.iter().rev().find(|s| s.lo <= p)?;
+        let local = p - s.lo;
+        if local >= s.n {
+            return None;
+        }
+        let k = local >> s.shift;
+        let data = s.rps.chunk_payload(k as usize).ok()?;
+        Some(Window {
+            lo: s.lo + (k << s.shift),
+            n: (data.len() / self.ps) as u64,
+            data,
+        })
     }
 
     /// Copies the patterns `ptrs` (little-endian u32s) into `out`, `N`
-    /// bytes each; on a pointer outside the pattern space, returns it.
+    /// bytes each; on a pointer it cannot use, returns it.
     #[inline(always)]
     fn copy<const N: usize>(&self, ptrs: &[u8], out: &mut [u8]) -> std::result::Result<(), u32> {
-        let (mut lo, mut n, mut data) = self.segs.first().copied().unwrap_or((0, 0, &[]));
+        let mut w = Window {
+            lo: 0,
+            n: 0,
+            data: &[],
+        };
         for (dst, p) in out.chunks_exact_mut(N).zip(ptrs.chunks_exact(4)) {
             let ptr = u32::from_le_bytes(p.try_into().expect("4 bytes"));
             let p = u64::from(ptr);
-            if p.wrapping_sub(lo) >= n {
-                (lo, n, data) = self.seg(p).ok_or(ptr)?;
+            if p.wrapping_sub(w.lo) >= w.n {
+                w = self.window(p).ok_or(ptr)?;
             }
-            // `p - lo < n` and the payload holds `n` records of `N` bytes.
-            let at = (p - lo) as usize * N;
-            let src: &[u8; N] = data[at..at + N].try_into().expect("N bytes");
+            // `p - lo < n` and the window holds `n` patterns of `N` bytes.
+            let at = (p - w.lo) as usize * N;
+            let src: &[u8; N] = w.data[at..at + N].try_into().expect("N bytes");
             let dst: &mut [u8; N] = dst.try_into().expect("N bytes");
             *dst = *src;
         }
@@ -608,9 +640,9 @@ impl PageDecoder<'_> {
         let ps = self.ps;
         for (dst, p) in out.chunks_exact_mut(ps).zip(ptrs.chunks_exact(4)) {
             let ptr = u32::from_le_bytes(p.try_into().expect("4 bytes"));
-            let (lo, _, data) = self.seg(u64::from(ptr)).ok_or(ptr)?;
-            let at = (u64::from(ptr) - lo) as usize * ps;
-            dst.copy_from_slice(&data[at..at + ps]);
+            let w = self.window(u64::from(ptr)).ok_or(ptr)?;
+            let at = (u64::from(ptr) - w.lo) as usize * ps;
+            dst.copy_from_slice(&w.data[at..at + ps]);
         }
         Ok(())
     }

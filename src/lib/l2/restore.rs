@@ -572,27 +572,23 @@ fn write_image(
     layers.extend(pending.iter().map(|m| m as &dyn PageLayer));
     let merged = merge_layers(&layers);
     let mut entries = merged.entries;
-    // A full restore reads everything: verify whole files once, up front,
-    // then rebuild pages from the verified payloads. A `--pages` restore
-    // verifies only the chunks it touches.
+    // Chunks are verified (and decoded) as pages need them, a full restore
+    // and a `--pages` one alike: a chunk no restored page references is
+    // never read.
     let span = entries
         .first()
         .map(|f| (f.page, entries.last().expect("first").page));
-    let decoder = match (&opts.pages, chain) {
-        (Some(r), _) => {
-            entries.retain(|e| in_ranges(r, e.page));
-            // Asked for pages the image does not have: an error, never an
-            // empty "restored 0 pages" or a page silently left out. (A
-            // region's range is the region's.)
-            if opts.region.is_none() {
-                let pages: Vec<u64> = entries.iter().map(|e| e.page).collect();
-                check_ranges(r, span, &pages, seq_of(chain, pending))?;
-            }
-            None
+    if let Some(r) = &opts.pages {
+        entries.retain(|e| in_ranges(r, e.page));
+        // Asked for pages the image does not have: an error, never an
+        // empty "restored 0 pages" or a page silently left out. (A
+        // region's range is the region's.)
+        if opts.region.is_none() {
+            let pages: Vec<u64> = entries.iter().map(|e| e.page).collect();
+            check_ranges(r, span, &pages, seq_of(chain, pending))?;
         }
-        (None, Some(c)) => Some(c.decoder(opts.threads())?),
-        (None, None) => None,
-    };
+    }
+    let decoder = chain.map(OpenChain::decoder);
     let ng = gens.len() as u32;
     let ics: Vec<Option<IcFile>> = {
         let mut used = vec![false; pending.len()];
@@ -657,17 +653,15 @@ fn write_image(
     // checked against its recorded CRC by `fetch`, on every thread at once.
     let fetch = |e: &crate::l1::coalesce::CListEntry, buf: &mut [u8]| -> Result<u32> {
         if e.chk < ng {
-            let c = chain.expect("generation layers come from the chain");
             let lp = LivePage {
                 page: e.page,
                 layer: e.chk,
                 pos: e.pp,
             };
-            if let Some(d) = &decoder {
-                return d.read_page(lp, buf);
-            }
-            c.read_page(lp, buf)?;
-            Ok(c.gens[e.chk as usize].ptable.page_crcs[e.pp as usize])
+            let d = decoder
+                .as_ref()
+                .expect("generation layers come from the chain");
+            d.read_page(lp, buf)
         } else {
             let f = ics[(e.chk - ng) as usize].as_ref().expect("opened above");
             buf.copy_from_slice(f.page(e.pp as usize)?);
