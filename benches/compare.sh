@@ -10,7 +10,9 @@
 #
 # Environment: SEED (default 1), RUNS (restore runs, best kept; default 5),
 # PUSH_RUNS (runs of each counterpart's L2 checkpoints, best kept; default 3),
-# PROFILES (space-separated; default all), DOC (default docs/PERFORMANCE.md).
+# PROFILES (space-separated; default all), REAL (real-program workloads
+# captured with `rexctl capture --workload`, space-separated; default
+# "python-array xz sqlite", empty for none), DOC (default docs/PERFORMANCE.md).
 # The work happens on /dev/shm when it exists (fsyncs then cost nothing and
 # the figures are the algorithms'), else in $TMPDIR.
 set -euo pipefail
@@ -53,6 +55,22 @@ for p in $profiles; do
     rm -rf "${scratch:?}/$p"
 done
 
+# Real memory: each real-program workload that is installed, captured while
+# it runs (9 checkpoints 0.4 s apart), compared the same way.
+for w in ${REAL-python-array xz sqlite}; do
+    case "$w" in python-array) exe=python3 ;; sqlite) exe=sqlite3 ;; *) exe="$w" ;; esac
+    if ! command -v "$exe" >/dev/null; then
+        echo "compare.sh: $exe not found: the real-$w capture is left out" >&2
+        continue
+    fi
+    echo "== real-$w" >&2
+    "$bin" capture --l1 "$scratch/real-$w" --interval 0.4 --count 9 --workload "$w" -q
+    TMPDIR="$scratch" "$bin" compare "$scratch/real-$w" --json --label "real-$w" --runs "$runs" --push-runs "$push_runs" \
+        --svg "target/compare/real-$w.svg" >"target/compare/real-$w.json"
+    jsons+=("target/compare/real-$w.json")
+    rm -rf "${scratch:?}/real-$w"
+done
+
 model="$(lscpu 2>/dev/null | sed -n 's/^Model name:[[:space:]]*//p' | head -n 1)"
 machine="${model:-unknown CPU}, $(nproc) CPUs, $(free -g 2>/dev/null | awk '/^Mem:/ {print $2 " GiB"}') RAM; Linux $(uname -r); $(rustc --version)${load:+; load average $load at the start}"
 command="benches/compare.sh"
@@ -60,4 +78,5 @@ command="benches/compare.sh"
 [ "$runs" = 5 ] || command="RUNS=$runs $command"
 [ "$push_runs" = 3 ] || command="PUSH_RUNS=$push_runs $command"
 [ -z "${PROFILES:-}" ] || command="PROFILES='$PROFILES' $command"
+[ "${REAL-unset}" = unset ] || command="REAL='$REAL' $command"
 "$bin" compare --summarize "${jsons[@]}" --update "$doc" --machine "$machine" --command "$command"

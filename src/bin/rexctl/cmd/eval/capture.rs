@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use anyhow::bail;
+use rexctl::eval::capture::programs::Program;
 use rexctl::eval::capture::{
     AfterCapture, Capture, CaptureOptions, CheckpointReport, DirtyMode, Ended, RunOptions,
     RunReport, StopMethod, capture_command, interrupt_flag, run as run_capture,
@@ -87,9 +88,22 @@ pub struct Args {
         long,
         value_name = "PID",
         conflicts_with = "command",
-        required_unless_present = "command"
+        required_unless_present_any = ["command", "workload"]
     )]
     pid: Option<u32>,
+    /// Start one of rexctl's real-program workloads instead of CMD, and
+    /// kill it after the last checkpoint (needs --count): python-array
+    /// (python3 updating a 32 MiB array of doubles), xz (xz -9 compressing
+    /// generated text), sqlite (sqlite3 updating an in-memory table). The
+    /// real captures of `benches/compare.sh`.
+    #[arg(
+        long,
+        value_name = "NAME",
+        value_parser = ["python-array", "xz", "sqlite"],
+        conflicts_with_all = ["pid", "command"],
+        requires = "count"
+    )]
+    workload: Option<String>,
     /// How dirty pages are found: soft-dirty bits when the kernel has them
     /// (auto), page hashes (hash), or soft-dirty bits only (soft-dirty).
     #[arg(long, value_enum, default_value_t = DirtyMode::Auto)]
@@ -228,7 +242,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         // on, and the summary's write reports the error.
         if human {
             let _ = ui::out(format_args!("{}", line(c)));
-            if count == Some(taken) && a.pid.is_none() {
+            if count == Some(taken) && a.pid.is_none() && a.workload.is_none() {
                 let _ = ui::out(format_args!(
                     "capture done; waiting for the program to exit (Ctrl-C to stop waiting)"
                 ));
@@ -244,8 +258,29 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             (run_capture(&mut cap, &ropts, on_checkpoint)?, None)
         }
         None => {
-            let mut cmd = std::process::Command::new(&a.command[0]);
-            cmd.args(&a.command[1..]);
+            // A workload's inputs live in a scratch directory removed at
+            // the end; the program runs well past the last checkpoint and
+            // is killed then.
+            let scratch = tempfile::tempdir()?;
+            let (mut cmd, after) = match &a.workload {
+                Some(name) => {
+                    let program = Program::ALL
+                        .into_iter()
+                        .find(|p| p.name() == name)
+                        .expect("clap checked the name");
+                    let n = count.expect("clap requires --count") as f64;
+                    let seconds = interval.as_secs_f64() * (n + 2.0) + 30.0;
+                    (
+                        program.command(scratch.path(), seconds)?,
+                        AfterCapture::Kill,
+                    )
+                }
+                None => {
+                    let mut cmd = std::process::Command::new(&a.command[0]);
+                    cmd.args(&a.command[1..]);
+                    (cmd, AfterCapture::Wait)
+                }
+            };
             let on_attach = |cap: &Capture| {
                 if human {
                     let _ = header(cap, &a, &l1, interval);
@@ -256,7 +291,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 &l1,
                 copts,
                 &ropts,
-                AfterCapture::Wait,
+                after,
                 on_attach,
                 &mut on_checkpoint,
             )?;
