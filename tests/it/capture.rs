@@ -509,6 +509,72 @@ fn the_cli_captures_a_command_and_analyzes_it() {
     );
 }
 
+/// `capture --workload` runs a built-in real program, takes the checkpoints
+/// asked for, kills the program and leaves nothing of it behind; without
+/// `--count` (the program would run on) it is a usage error.
+#[test]
+fn the_cli_captures_a_named_workload_and_kills_it_after_the_count() {
+    if Program::Sqlite.available().is_none() {
+        eprintln!("note: sqlite3 is not installed; skipping");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let l1 = d.path().join("l1");
+    let l1s = l1.to_str().unwrap();
+    let out = ok(&[
+        "capture",
+        "--l1",
+        l1s,
+        "--interval",
+        "0.2",
+        "--count",
+        "3",
+        "--workload",
+        "sqlite",
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["checkpoints"].as_array().unwrap().len(), 3, "{out}");
+    assert_eq!(v["ended"], "count");
+    assert_eq!(v["exit"], "signal 9", "the program is killed: {out}");
+    let pid = v["process"]["pid"]
+        .as_u64()
+        .expect("the report names the process");
+    assert!(
+        !Path::new(&format!("/proc/{pid}")).exists(),
+        "the workload {pid} is gone"
+    );
+    assert_eq!(L1Dir::scan(&l1).unwrap().files.len(), 3);
+    let out = rexctl()
+        .args([
+            "capture",
+            "--l1",
+            l1s,
+            "--interval",
+            "0.2",
+            "--workload",
+            "xz",
+        ])
+        .output()
+        .unwrap();
+    assert_clean_failure(&out, 2, &["--count"]);
+    let out = rexctl()
+        .args([
+            "capture",
+            "--l1",
+            l1s,
+            "--interval",
+            "0.2",
+            "--count",
+            "1",
+            "--workload",
+            "gzip",
+        ])
+        .output()
+        .unwrap();
+    assert_clean_failure(&out, 2, &["python-array", "xz", "sqlite"]);
+}
+
 /// Captures a real program, pushes the checkpoints to L2 in batches and
 /// restores: the image must equal the FULL copy of the last stop.
 fn real_program_round_trip(p: Program) {
