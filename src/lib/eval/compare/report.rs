@@ -734,13 +734,16 @@ pub fn markdown(reports: &[Report], prov: &Provenance) -> String {
     };
     let (push, restore) = (runs(|r| r.push_runs), runs(|r| r.restore_runs));
     s.push_str(&format!(
-        "- Method: for each workload profile, `rexctl gen` writes a FULL checkpoint and its incrementals; \
+        "- Method: for each workload profile, `rexctl gen` writes a FULL checkpoint and its incrementals \
+         (and for each real program, `rexctl capture --workload` takes 9 checkpoints of it, 0.4 s apart); \
          `rexctl compare --json` replays them through every counterpart at the batch boundaries of REX's \
          runtime controller (the paper's Table 1), pushes the tail as a last batch, restores the newest \
          state from each counterpart's L2 data alone and checks it byte for byte against the truth. \
          CR is the L1 bytes over the L2 bytes; compression MB/s is the L1 bytes over the time spent \
          writing the L2 checkpoints (best of {push}); decompression MB/s is the image bytes over the restore \
-         time (best of {restore}, page cache warm, work directory on tmpfs, one thread). MB = 10^6 bytes.\n",
+         time (best of {restore}, page cache warm, work directory on tmpfs). REX compresses and restores on \
+         every core (its `threads` setting), as a job runs it; the counterparts run as their tools do \
+         (one thread; CDC-zstd and IC-bzip2 too). MB = 10^6 bytes.\n",
     ));
     s.push_str(
         "- Trust the ratios (every counterpart measured in the same run, on the same data), not the \

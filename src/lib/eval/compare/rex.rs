@@ -43,11 +43,13 @@ impl Rex {
             let l1 = batch.work.join("l1");
             std::fs::create_dir_all(&l1).ctx(&l1, "create directory")?;
             let job = Job::open(&l1, Box::new(DirStore::create(batch.l2)?))?;
+            // The defaults, but for the REX_* variables (REX_THREADS=1 for
+            // single-core figures, REX_ZSTD_LEVEL, ...); no rex.toml.
             let cfg = Config::resolve(
                 ConfigLayer {
                     l1: Some(l1),
                     l2: Some(batch.l2.to_path_buf()),
-                    ..Default::default()
+                    ..ConfigLayer::from_env()?
                 },
                 Vec::new(),
             )?;
@@ -86,9 +88,10 @@ impl Counterpart for Rex {
     }
 
     fn push(&mut self, batch: &Batch<'_>) -> Result<Option<String>> {
-        let (job, _) = self.job(batch)?;
+        let (job, cfg) = self.job(batch)?;
         let opts = PushOptions {
             full: batch.force_full,
+            format: cfg.write_format,
             ..PushOptions::default()
         };
         let r = push_l2(job, &opts)?;
@@ -141,7 +144,11 @@ impl Counterpart for Rex {
     }
 
     fn restore(&self, l2: &Path, out: &Path) -> Result<Option<String>> {
-        restore_l2(&DirStore::open(l2)?, &RestoreOptions::default(), out)?;
+        let opts = RestoreOptions {
+            threads: ConfigLayer::from_env()?.threads.unwrap_or(0),
+            ..RestoreOptions::default()
+        };
+        restore_l2(&DirStore::open(l2)?, &opts, out)?;
         Ok(None)
     }
 }

@@ -33,6 +33,11 @@ use crate::ui;
 /// counterpart fails; counterparts not built (IC-Xdelta3 and AIC need the
 /// cargo feature xdelta3) or hitting a documented limitation of their
 /// library are reported, not failed.
+///
+/// REX runs with its default settings and the REX_* variables of the
+/// environment (rex.toml is not read): it compresses chunks and restores on
+/// every core unless REX_THREADS says otherwise (REX_THREADS=1 gives
+/// single-core figures).
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// The L1 directory holding the REX-IC files (read only).
