@@ -257,7 +257,8 @@ const BLOCK_PAGES: usize = 64;
 /// Writes `n` pages of `page_size` bytes into `file` (at `path`, for
 /// messages) on `threads` threads: page `k` is made by `fill(k, buf)`,
 /// which returns its CRC-32, and written at `offset(k)`. Threads take
-/// blocks of consecutive pages from a shared counter, make them into one
+/// stripes of consecutive blocks from a shared counter, make each block of
+/// consecutive pages into one
 /// buffer each and write each run of adjacent pages with one positioned
 /// write, so the output is written by every core at once with no ordering
 /// between them. Returns the CRCs in page order, or the error of the lowest
@@ -280,12 +281,30 @@ pub fn write_pages_parallel(
     /// What one thread did: the CRCs of its blocks, and the block that
     /// failed, if one did.
     type Done = (Vec<(usize, Vec<u32>)>, Option<(usize, Error)>);
+    // Threads claim stripes of consecutive blocks, not single blocks: a
+    // thread then works through one region of the image while another works
+    // through another, and the lazily decoded chunks they need are mostly
+    // not the same ones (interleaved blocks would wait on each other's
+    // chunks). Four stripes per thread keep the load even.
+    let stripes = blocks.min(threads * 4).max(1);
+    let stripe = |s: usize| s * blocks / stripes..(s + 1) * blocks / stripes;
     let work = || -> Done {
         let mut buf = vec![0u8; BLOCK_PAGES * page_size];
         let mut done = Vec::new();
+        let mut mine = 0..0;
         loop {
-            let b = next.fetch_add(1, Ordering::Relaxed);
-            if b >= blocks || failed.load(Ordering::Relaxed) {
+            let b = match mine.next() {
+                Some(b) => b,
+                None => {
+                    let s = next.fetch_add(1, Ordering::Relaxed);
+                    if s >= stripes {
+                        return (done, None);
+                    }
+                    mine = stripe(s);
+                    continue;
+                }
+            };
+            if failed.load(Ordering::Relaxed) {
                 return (done, None);
             }
             let (first, end) = (b * BLOCK_PAGES, ((b + 1) * BLOCK_PAGES).min(n));
