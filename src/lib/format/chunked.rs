@@ -5,14 +5,17 @@
 //! pointers), the *payload*, cut into chunks (256 KiB by default). Each
 //! chunk is checked and, in version 2, stored on its own: a page-aware
 //! restore of a few pages reads, checks and decodes only the chunks it
-//! touches, while a full restore decodes all of them on every core.
+//! touches, and a full restore decodes, on every core, the chunks its live
+//! pages reference.
 //!
 //! * **Version 1** stores the payload as it is, with one CRC-32 per chunk.
 //!   `rexctl` still reads it: chains written before version 2 restore, and
 //!   a chain may mix both (a Δ of version 2 on a version 1 base).
 //! * **Version 2** (the entropy stage) stores each chunk raw or as a zstd
-//!   frame, whichever is smaller, after a transform for Pointer Files
-//!   (pointer coding, [`super::pointer_coding`]). Its chunk table gives each
+//!   frame, whichever is smaller, after a transform: pointer coding for
+//!   Pointer Files ([`super::pointer_coding`]), byte lanes for RPS chunks
+//!   of fixed-width numbers when a sample says they pay ([`lanes`]). Its
+//!   chunk table gives each
 //!   chunk's stored length and codec, the CRC-32 of its stored bytes and the
 //!   CRC-32 of its decoded bytes, so a flipped bit is caught before the
 //!   decoder runs, and a decoder defect after it.
