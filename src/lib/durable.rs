@@ -257,12 +257,12 @@ const BLOCK_PAGES: usize = 64;
 /// Writes `n` pages of `page_size` bytes into `file` (at `path`, for
 /// messages) on `threads` threads: page `k` is made by `fill(k, buf)`,
 /// which returns its CRC-32, and written at `offset(k)`. Threads take
-/// stripes of consecutive blocks from a shared counter, make each block of
-/// consecutive pages into one
-/// buffer each and write each run of adjacent pages with one positioned
-/// write, so the output is written by every core at once with no ordering
-/// between them. Returns the CRCs in page order, or the error of the lowest
-/// failing block (the first a sequential writer would have met).
+/// stripes of consecutive blocks from a shared counter, fill each block of
+/// consecutive pages into one buffer and write each run of adjacent pages
+/// with one positioned write, so the output is written by every core at
+/// once with no ordering between them. Returns the CRCs in page order, or
+/// the error of the lowest failing block (the first a sequential writer
+/// would have met).
 pub fn write_pages_parallel(
     file: &File,
     path: &Path,
@@ -273,11 +273,14 @@ pub fn write_pages_parallel(
     fill: &(dyn Fn(usize, &mut [u8]) -> Result<u32> + Sync),
 ) -> Result<Vec<u32>> {
     use std::os::unix::fs::FileExt;
-    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::atomic::{AtomicUsize, Ordering};
     let blocks = n.div_ceil(BLOCK_PAGES);
     let threads = threads.clamp(1, blocks.max(1));
     let next = AtomicUsize::new(0);
-    let failed = AtomicBool::new(false);
+    // The lowest block that failed so far: blocks above it stop, blocks
+    // below it still run, so the error returned is the one a sequential
+    // writer would have met first, whatever the threads' timing.
+    let first_failed = AtomicUsize::new(usize::MAX);
     /// What one thread did: the CRCs of its blocks, and the block that
     /// failed, if one did.
     type Done = (Vec<(usize, Vec<u32>)>, Option<(usize, Error)>);
@@ -304,7 +307,9 @@ pub fn write_pages_parallel(
                     continue;
                 }
             };
-            if failed.load(Ordering::Relaxed) {
+            if b > first_failed.load(Ordering::Relaxed) {
+                // Stripes are handed out in order: every later block is
+                // above the failure too.
                 return (done, None);
             }
             let (first, end) = (b * BLOCK_PAGES, ((b + 1) * BLOCK_PAGES).min(n));
@@ -327,7 +332,7 @@ pub fn write_pages_parallel(
             match r {
                 Ok(()) => done.push((b, crcs)),
                 Err(e) => {
-                    failed.store(true, Ordering::Relaxed);
+                    first_failed.fetch_min(b, Ordering::Relaxed);
                     return (done, Some((b, e)));
                 }
             }

@@ -174,7 +174,7 @@ impl Codec {
 /// byte-interleaved, zstd's fast levels find few matches in them. Grouping
 /// byte `i` of every `w`-byte word together (HDF5's and Blosc's shuffle
 /// filter) puts the repeating bytes in long runs. A writer chooses, per
-/// chunk, the width whose sample compresses best ([`pick`]).
+/// chunk, the width whose sample compresses best ([`pick`](lanes::pick)).
 pub mod lanes {
     /// Widths a writer tries besides plain bytes.
     pub const WIDTHS: [usize; 2] = [4, 8];

@@ -261,9 +261,13 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             // A workload's inputs live in a scratch directory removed at
             // the end; the program runs well past the last checkpoint and
             // is killed then.
-            let scratch = tempfile::tempdir()?;
-            let (mut cmd, after) = match &a.workload {
-                Some(name) => {
+            let scratch = a
+                .workload
+                .as_ref()
+                .map(|_| tempfile::tempdir())
+                .transpose()?;
+            let (mut cmd, after) = match (&a.workload, &scratch) {
+                (Some(name), Some(scratch)) => {
                     let program = Program::ALL
                         .into_iter()
                         .find(|p| p.name() == name)
@@ -275,7 +279,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                         AfterCapture::Kill,
                     )
                 }
-                None => {
+                _ => {
                     let mut cmd = std::process::Command::new(&a.command[0]);
                     cmd.args(&a.command[1..]);
                     (cmd, AfterCapture::Wait)
