@@ -1874,6 +1874,28 @@ mod tests {
                 "{name}: {ours} bytes, plain zstd {plain}"
             );
         }
+        // A flipped bit in a chunk stored in lanes: the chunk is named and
+        // hands out nothing; the chunks around it still read.
+        let p = d.path().join("doubles");
+        let good = std::fs::read(&p).unwrap();
+        let f = ChunkedFile::open(&p, Kind::Rps).unwrap();
+        let (off, len, _) = f.stored_chunk(1).unwrap();
+        drop(f);
+        let mut bad = good.clone();
+        bad[off as usize + len as usize / 2] ^= 0x10;
+        std::fs::write(&p, &bad).unwrap();
+        let f = ChunkedFile::open(&p, Kind::Rps).unwrap();
+        let per_chunk = (1u64 << 16) / 32;
+        assert_eq!(f.records(0, per_chunk).unwrap(), &doubles[..1 << 16]);
+        let err = f.records(per_chunk, 1).unwrap_err().to_string();
+        assert!(
+            err.contains("chunk 1") && err.contains("stored by zstd in byte lanes"),
+            "{err}"
+        );
+        assert_eq!(
+            f.records(2 * per_chunk, 1).unwrap(),
+            &doubles[2 << 16..(2 << 16) + 32]
+        );
         // A Pointer File never holds lanes: codec 2 there is refused.
         let ptrs = pointers(500);
         let p = write_v(d.path(), "g.pf", Kind::Pf, fmt, &ptrs);
