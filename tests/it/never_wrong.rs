@@ -1466,8 +1466,8 @@ fn verify_accepts_a_fresh_restart_before_its_first_push() {
 /// A flipped bit anywhere in a compressed chunk of an RPS file or a Pointer
 /// File is reported by `restore` with the file and the chunk (the chunk's
 /// stored CRC catches it before zstd or the pointer decoder sees the
-/// bytes), and by `verify` with the file (its whole-file CRC, checked
-/// first); never as a wrong page.
+/// bytes), and by `verify` with the file and the chunk too (its whole-file
+/// CRC finds the file first); never as a wrong page.
 #[test]
 fn a_flipped_bit_in_a_compressed_chunk_names_the_file_and_chunk() {
     use rexctl::format::chunked::{ChunkedFile, Codec, Kind};
@@ -1521,12 +1521,13 @@ fn a_flipped_bit_in_a_compressed_chunk_names_the_file_and_chunk() {
                     let err = stderr(&out);
                     assert!(err.contains(s(&p)) && err.contains(&want), "{ctx}: {err}");
                 });
-                // verify checks the whole file against its manifest first:
-                // it names the file.
+                // verify finds the file by its whole-file CRC, then names
+                // the chunk as restore does.
                 case(&mut failures, || {
                     let v = rex(&["verify", "--l2", s(&l2c)]);
                     assert_eq!(v.status.code(), Some(3), "{ctx}: verify");
-                    assert!(all_output(&v).contains(s(&p)), "{ctx}: {}", all_output(&v));
+                    let all = all_output(&v);
+                    assert!(all.contains(s(&p)) && all.contains(&want), "{ctx}: {all}");
                 });
             }
         }

@@ -32,8 +32,10 @@ use serde::Serialize;
 
 use crate::durable::AtomicFile;
 use crate::error::{Error, Result};
+use crate::format::chunked::{ChunkedFile, Kind};
 use crate::format::ic::{ChainId, IcExt, IcFile, IcMeta, IcWriter, RegionTable};
-use crate::format::manifest::Manifest;
+use crate::format::manifest::{Manifest, Role};
+use crate::format::ptable::PTableDelta;
 use crate::l1::coalesce::{PageLayer, merge_layers};
 use crate::l1::{Covered, L1Dir, same_run};
 use crate::l2::chain::{ChainIndex, LivePage, OpenChain, OpenGeneration};
@@ -803,15 +805,24 @@ fn verify_generation(
         let p: PathBuf = store.open_local(&f.name)?;
         let (bytes, crc) = file_crc(&p)?;
         if (bytes, crc) != (f.bytes, f.crc32) {
-            return Err(Error::corrupt(
-                &p,
-                0,
-                "file",
-                format!(
-                    "{bytes} bytes with CRC {crc:08x}, the manifest of generation {} says {} bytes with CRC {:08x}",
-                    m.generation, f.bytes, f.crc32
-                ),
-            ));
+            // Say where, when the file's own checks can: the header, the
+            // chunk table or the chunk whose CRC fails (restore's error).
+            let located = match f.role {
+                Role::Rps => ChunkedFile::open(&p, Kind::Rps).and_then(|c| c.verify_all()),
+                Role::Pf => ChunkedFile::open(&p, Kind::Pf).and_then(|c| c.verify_all()),
+                Role::Ptable => PTableDelta::read(&p).map(drop),
+            };
+            return Err(located.err().unwrap_or_else(|| {
+                Error::corrupt(
+                    &p,
+                    0,
+                    "file",
+                    format!(
+                        "{bytes} bytes with CRC {crc:08x}, the manifest of generation {} says {} bytes with CRC {:08x}",
+                        m.generation, f.bytes, f.crc32
+                    ),
+                )
+            }));
         }
     }
     let chain = OpenChain::open(store, index, m.generation)?;
