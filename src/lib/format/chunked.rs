@@ -151,7 +151,10 @@ impl Codec {
             Codec::Raw => 0,
             Codec::Zstd => 1,
             Codec::ZstdLanes(4) => 2,
-            Codec::ZstdLanes(_) => 3,
+            Codec::ZstdLanes(w) => {
+                debug_assert_eq!(w, 8, "lanes are 4 or 8 bytes wide");
+                3
+            }
         }
     }
 
