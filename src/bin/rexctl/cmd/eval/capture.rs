@@ -334,7 +334,10 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         );
     }
     if let Some(e) = exit {
-        outln!("program: {e}");
+        match &a.workload {
+            Some(w) => outln!("workload {w}: stopped after the capture ({e})"),
+            None => outln!("program: {e}"),
+        }
     }
     Ok(0)
 }
