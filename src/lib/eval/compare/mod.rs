@@ -198,7 +198,7 @@ pub fn dir_bytes(dir: &Path, keep: impl Fn(&str) -> bool) -> Result<u64> {
 pub fn counterpart(name: &str) -> Result<Box<dyn Counterpart>> {
     let canon = canonical_name(name)?;
     Ok(match canon {
-        "REX" => Box::new(rex::Rex::default()),
+        "REX" => Box::new(rex::Rex::from_env()?),
         "IC" => Box::new(ic_plain::Ic),
         "IC-bzip2" => Box::new(ic_bzip2::IcBzip2),
         "IC-Xdelta3" => Box::new(ic_xdelta3::IcXdelta3::default()),

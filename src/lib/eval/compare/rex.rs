@@ -35,21 +35,31 @@ pub struct Rex {
     reason: Option<String>,
     /// The manifests' timings, summed.
     breakdown: Breakdown,
+    /// REX's settings from the REX_* variables, read once, outside the
+    /// timed pushes and restores.
+    settings: ConfigLayer,
 }
 
 impl Rex {
+    /// REX with the settings of the REX_* variables (REX_THREADS=1 for
+    /// single-core figures, REX_ZSTD_LEVEL, ...); no rex.toml.
+    pub fn from_env() -> Result<Rex> {
+        Ok(Rex {
+            settings: ConfigLayer::from_env()?,
+            ..Rex::default()
+        })
+    }
+
     fn job(&mut self, batch: &Batch<'_>) -> Result<&(Job, Config)> {
         if self.job.is_none() {
             let l1 = batch.work.join("l1");
             std::fs::create_dir_all(&l1).ctx(&l1, "create directory")?;
             let job = Job::open(&l1, Box::new(DirStore::create(batch.l2)?))?;
-            // The defaults, but for the REX_* variables (REX_THREADS=1 for
-            // single-core figures, REX_ZSTD_LEVEL, ...); no rex.toml.
             let cfg = Config::resolve(
                 ConfigLayer {
                     l1: Some(l1),
                     l2: Some(batch.l2.to_path_buf()),
-                    ..ConfigLayer::from_env()?
+                    ..self.settings.clone()
                 },
                 Vec::new(),
             )?;
@@ -145,7 +155,7 @@ impl Counterpart for Rex {
 
     fn restore(&self, l2: &Path, out: &Path) -> Result<Option<String>> {
         let opts = RestoreOptions {
-            threads: ConfigLayer::from_env()?.threads.unwrap_or(0),
+            threads: self.settings.threads.unwrap_or(0),
             ..RestoreOptions::default()
         };
         restore_l2(&DirStore::open(l2)?, &opts, out)?;
