@@ -179,6 +179,7 @@ fn dedup_group(c: &mut Criterion, name: &str, fx: &Fixture) {
             full: !delta,
             dir: &fx.out,
             format: Default::default(),
+            xrefs: &[],
         };
         if xxh3 {
             deduplicate(&job, Xxh3Hasher).unwrap()

@@ -10,8 +10,9 @@
 //!
 //! The module also hosts the crash-test failpoint: with `REX_FAILPOINT=N` in
 //! the environment, the process aborts (as `kill -9` would leave it) at the
-//! N-th durable file operation. Crash tests run the real binary with every N
-//! in turn and check that the next run recovers.
+//! N-th durable file operation (with `REX_FAILPOINT_SIGNAL=kill`, it sends
+//! itself SIGKILL). Crash tests run the real binary with every N in turn and
+//! check that the next run recovers.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufWriter, Seek, SeekFrom, Write};
@@ -41,6 +42,12 @@ pub fn failpoint(op: &str) {
         && n >= limit
     {
         eprintln!("rexctl: REX_FAILPOINT={limit}: aborting at operation {n} ({op})");
+        // `REX_FAILPOINT_SIGNAL=kill`: a real SIGKILL instead of an abort
+        // (an MPI launcher tells the two apart).
+        if std::env::var("REX_FAILPOINT_SIGNAL").is_ok_and(|v| v == "kill") {
+            // SAFETY: kill(2) of this very process; nothing is shared.
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        }
         std::process::abort();
     }
 }

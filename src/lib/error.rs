@@ -98,6 +98,24 @@ pub enum Error {
         /// What the store said.
         reason: String,
     },
+
+    /// Another rank of an MPI job failed (see [`PeerFailure`]).
+    #[error(transparent)]
+    Peer(#[from] PeerFailure),
+}
+
+/// Another rank of an MPI job failed during a collective operation, so
+/// this rank did not commit either (exit code 1: the next collective push
+/// rolls back and tries again).
+#[derive(Debug, thiserror::Error)]
+#[error("rank {rank} failed ({stage}): {reason}")]
+pub struct PeerFailure {
+    /// The rank that failed (the lowest, when several did).
+    pub rank: u32,
+    /// What the ranks were doing.
+    pub stage: &'static str,
+    /// That rank's error.
+    pub reason: String,
 }
 
 /// What kind of remote storage failure an [`Error::Remote`] is.
@@ -157,7 +175,7 @@ impl Error {
             Error::Corrupt { .. } | Error::Chain { .. } => exit::DATA,
             Error::Invalid(_) => exit::CONFIG,
             Error::Busy { .. } => exit::BUSY,
-            Error::Process { .. } => exit::FAILURE,
+            Error::Process { .. } | Error::Peer(_) => exit::FAILURE,
             Error::Remote { kind, .. } => match kind {
                 RemoteKind::Config => exit::CONFIG,
                 RemoteKind::NotFound | RemoteKind::Conflict => exit::DATA,

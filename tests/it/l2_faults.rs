@@ -898,6 +898,7 @@ fn lib_push<H: PatternHasher>(l1: &Path, l2: &DirStore, hasher: H) -> Manifest {
         full,
         dir: l2.root(),
         format: Default::default(),
+        xrefs: &[],
     };
     let out = deduplicate(&job, hasher).unwrap();
     let (parent, chain_base) = match (&chain, full) {
@@ -933,6 +934,7 @@ fn lib_push<H: PatternHasher>(l1: &Path, l2: &DirStore, hasher: H) -> Manifest {
         job: None,
         rank: None,
         regions: None,
+        job_generation: None,
     };
     m.check(&l2.root().join(manifest_name(generation))).unwrap();
     l2.put_bytes(&manifest_name(generation), &m.encode())

@@ -13,6 +13,8 @@ mod flush;
 mod l2_faults;
 mod layers;
 mod librex;
+#[cfg(feature = "mpi")]
+mod mpi;
 mod never_wrong;
 mod restart_props;
 mod s3;

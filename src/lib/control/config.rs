@@ -117,6 +117,16 @@ pub struct ConfigLayer {
         hide_short_help = true
     )]
     pub max_chain_length: Option<u64>,
+    /// MPI jobs: the most page hashes the ranks agree on per collective
+    /// push (the table `T` of shared pages; a power of two in 1024..=2^20,
+    /// default 65536).
+    #[arg(
+        long,
+        env = "REX_COLLECTIVE_TABLE",
+        value_name = "N",
+        hide_short_help = true
+    )]
+    pub collective_table: Option<usize>,
     /// DeD-Table hash functions (default crc32).
     #[arg(long, env = "REX_HASH", value_enum, hide_short_help = true)]
     pub hash: Option<HashChoice>,
@@ -297,6 +307,7 @@ impl ConfigLayer {
             keep_chains_l2: self.keep_chains_l2.or(lower.keep_chains_l2),
             keep_chains_l1: self.keep_chains_l1.or(lower.keep_chains_l1),
             max_chain_length: self.max_chain_length.or(lower.max_chain_length),
+            collective_table: self.collective_table.or(lower.collective_table),
             hash: self.hash.or(lower.hash),
             zstd_level: self.zstd_level.or(lower.zstd_level),
             threads: self.threads.or(lower.threads),
@@ -437,6 +448,8 @@ pub struct Config {
     pub keep_chains_l1: usize,
     /// Maximum chain length (generations).
     pub max_chain_length: u64,
+    /// MPI jobs: the size of the table of shared page hashes.
+    pub collective_table: usize,
     /// DeD-Table hash.
     pub hash: HashChoice,
     /// What a push writes (container version, zstd level, threads).
@@ -725,6 +738,12 @@ impl Config {
         if max_chain_length == 0 {
             return Err(Error::Invalid("max_chain_length must be at least 1".into()));
         }
+        let collective_table = l.collective_table.unwrap_or(1 << 16);
+        if !collective_table.is_power_of_two() || !(1 << 10..=1 << 20).contains(&collective_table) {
+            return Err(Error::Invalid(format!(
+                "collective_table {collective_table} is not a power of two in 1024..=1048576"
+            )));
+        }
         let threads = match l.threads {
             Some(0) => return Err(Error::Invalid("threads must be at least 1".into())),
             Some(n) => n,
@@ -760,6 +779,7 @@ impl Config {
             keep_chains_l2: l.keep_chains_l2.unwrap_or(2).max(1),
             keep_chains_l1: l.keep_chains_l1.unwrap_or(1).max(1),
             max_chain_length,
+            collective_table,
             hash: l.hash.unwrap_or_default(),
             write_format,
             threads,

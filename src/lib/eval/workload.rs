@@ -569,3 +569,131 @@ pub fn generate(
         truth: truth.map(Path::to_path_buf),
     })
 }
+
+/// Page-number offset of the rank's own part of a [`generate_ranks`] image,
+/// above the shared part's addresses.
+pub const RANK_PART_BASE: u64 = 1 << 40;
+
+/// Writes the checkpoints of `ranks` MPI ranks into `outdir/<rank>/`, each
+/// a FULL checkpoint and `profile.checkpoints` incrementals: a share
+/// `shared` of every rank's footprint is the same on every rank (one
+/// workload, seed `seed`, at the usual addresses: replicated tables,
+/// read-only inputs), the rest is the rank's own (seed `seed + 1 + rank`,
+/// its pages at [`RANK_PART_BASE`] and up). Both parts evolve by the
+/// profile, in step. With `truth`, rank `r`'s final image is also written
+/// as the FULL file `truth/<r>.rexic`.
+pub fn generate_ranks(
+    outdir: &Path,
+    profile: Profile,
+    seed: u64,
+    ranks: u32,
+    shared: f64,
+    truth: Option<&Path>,
+) -> Result<Vec<GenSummary>> {
+    if !(0.0..=1.0).contains(&shared) {
+        return Err(Error::Invalid(format!(
+            "shared share {shared} is not in 0..=1"
+        )));
+    }
+    let total = profile.pages;
+    let shared_pages = ((total as f64) * shared).round() as u64;
+    let part = |pages: u64, s: u64| -> Result<Option<Workload>> {
+        if pages == 0 {
+            return Ok(None);
+        }
+        Workload::new(Profile { pages, ..profile }, s).map(Some)
+    };
+    let mut out = Vec::new();
+    for r in 0..ranks {
+        let dir = outdir.join(r.to_string());
+        std::fs::create_dir_all(&dir).ctx(&dir, "create directory")?;
+        let mut parts = [
+            part(shared_pages, seed)?,
+            part(total - shared_pages, seed + 1 + u64::from(r))?,
+        ];
+        let chain_id = ChainId::from_seed(seed ^ (u64::from(r) << 32) ^ 0x5eed);
+        let mut files = Vec::new();
+        let mut bytes = 0;
+        for _ in 0..=profile.checkpoints {
+            let steps: Vec<Option<Checkpoint>> = parts
+                .iter_mut()
+                .map(|w| w.as_mut().map(Workload::step))
+                .collect();
+            let (mut pages, mut drops, mut seq, mut full) = (Vec::new(), Vec::new(), 0, false);
+            for (k, c) in steps.iter().enumerate() {
+                let Some(c) = c else { continue };
+                let off = if k == 0 { 0 } else { RANK_PART_BASE };
+                pages.extend(c.pages.iter().map(|p| p + off));
+                drops.extend(c.drops.iter().map(|d| DropRange {
+                    first: d.first + off,
+                    count: d.count,
+                }));
+                (seq, full) = (c.seq, c.full);
+            }
+            let path = dir.join(ic_file_name(seq));
+            let mut w = IcWriter::create_in_chain(
+                &path,
+                profile.page_size,
+                seq,
+                full,
+                GEN_EPOCH_NS + seq * 1_000_000_000,
+                Some(chain_id),
+                pages,
+                drops,
+            )?;
+            for (k, c) in steps.iter().enumerate() {
+                let (Some(c), Some(wl)) = (c, &parts[k]) else {
+                    continue;
+                };
+                for pg in &c.pages {
+                    w.push_page(&wl.image[pg])?;
+                }
+            }
+            w.finish()?;
+            bytes += std::fs::metadata(&path).ctx(&path, "stat")?.len();
+            files.push(path);
+        }
+        let truth_path = match truth {
+            Some(t) => {
+                std::fs::create_dir_all(t).ctx(t, "create directory")?;
+                let p = t.join(format!("{r}.rexic"));
+                let index: Vec<u64> = parts
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(k, w)| w.as_ref().map(|w| (k, w)))
+                    .flat_map(|(k, w)| {
+                        let off = if k == 0 { 0 } else { RANK_PART_BASE };
+                        w.image.keys().map(move |p| p + off)
+                    })
+                    .collect();
+                let last = files.len() as u64 - 1;
+                let mut w = IcWriter::create(
+                    &p,
+                    profile.page_size,
+                    last,
+                    true,
+                    GEN_EPOCH_NS + last * 1_000_000_000,
+                    index,
+                    Vec::new(),
+                )?;
+                for wl in parts.iter().flatten() {
+                    for data in wl.image.values() {
+                        w.push_page(data)?;
+                    }
+                }
+                w.finish()?;
+                Some(p)
+            }
+            None => None,
+        };
+        out.push(GenSummary {
+            profile: profile.name.to_string(),
+            seed,
+            files,
+            bytes,
+            final_pages: parts.iter().flatten().map(|w| w.image.len() as u64).sum(),
+            truth: truth_path,
+        });
+    }
+    Ok(out)
+}

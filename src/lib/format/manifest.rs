@@ -45,6 +45,9 @@ pub enum Role {
     Pf,
     /// The P-Table delta.
     Ptable,
+    /// The cross-rank references of an MPI job's generation (optional;
+    /// docs/FORMAT.md §3.9).
+    Xref,
 }
 
 /// One file of a generation.
@@ -140,6 +143,11 @@ pub struct Manifest {
     /// itself through librex wrote it (docs/FORMAT.md §2.12).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub regions: Option<RegionTable>,
+    /// The job generation this generation belongs to, when a collective
+    /// push of an MPI job wrote it (docs/FORMAT.md §3.9): it exists for a
+    /// restore only once that job generation's manifest does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_generation: Option<u64>,
 }
 
 impl Manifest {
@@ -161,77 +169,12 @@ impl Manifest {
 
     /// Encodes the manifest with its frame.
     pub fn encode(&self) -> Vec<u8> {
-        let mut s = format!("{MAGIC_LINE}\n");
-        s.push_str(&serde_json::to_string_pretty(self).expect("manifest serializes"));
-        s.push('\n');
-        let crc = crc32fast::hash(s.as_bytes());
-        s.push_str(&format!("crc32 {crc:08x}\n"));
-        s.into_bytes()
+        encode_framed(MAGIC_LINE, self)
     }
 
     /// Decodes and checks manifest bytes read from `path`.
     pub fn decode(path: &Path, b: &[u8]) -> Result<Manifest> {
-        let magic = format!("{MAGIC_LINE}\n");
-        if !b.starts_with(magic.as_bytes()) {
-            return Err(Error::corrupt(
-                path,
-                0,
-                "magic",
-                format!("expected the line {MAGIC_LINE:?} (a rexctl manifest)"),
-            ));
-        }
-        let body_end = b[..b.len().saturating_sub(1)]
-            .iter()
-            .rposition(|&c| c == b'\n')
-            .map(|i| i + 1)
-            .filter(|&i| i >= magic.len())
-            .ok_or_else(|| {
-                Error::corrupt(
-                    path,
-                    b.len() as u64,
-                    "crc32",
-                    "missing the final `crc32` line",
-                )
-            })?;
-        let line = std::str::from_utf8(&b[body_end..]).unwrap_or("");
-        let stored = line
-            .strip_prefix("crc32 ")
-            .and_then(|h| h.strip_suffix('\n'))
-            .filter(|h| h.len() == 8)
-            .and_then(|h| u32::from_str_radix(h, 16).ok())
-            .ok_or_else(|| {
-                Error::corrupt(
-                    path,
-                    body_end as u64,
-                    "crc32",
-                    format!(
-                        "malformed last line {:?}{} (truncated?)",
-                        line.chars().take(80).collect::<String>(),
-                        if line.chars().nth(80).is_some() {
-                            "..."
-                        } else {
-                            ""
-                        }
-                    ),
-                )
-            })?;
-        let actual = crc32fast::hash(&b[..body_end]);
-        if stored != actual {
-            return Err(Error::corrupt(
-                path,
-                body_end as u64,
-                "crc32",
-                format!("stored {stored:08x}, computed {actual:08x} over the manifest"),
-            ));
-        }
-        let m: Manifest = serde_json::from_slice(&b[magic.len()..body_end]).map_err(|e| {
-            Error::corrupt(
-                path,
-                magic.len() as u64 + e.column() as u64,
-                "json",
-                e.to_string(),
-            )
-        })?;
+        let m: Manifest = decode_framed(path, b, MAGIC_LINE, "a rexctl manifest")?;
         m.check(path)?;
         Ok(m)
     }
@@ -300,6 +243,15 @@ impl Manifest {
                 return bad("files", format!("needs exactly one {role:?} file"));
             }
         }
+        if self.files.iter().filter(|f| f.role == Role::Xref).count() > 1 {
+            return bad("files", "more than one Xref file".into());
+        }
+        if self.file(Role::Xref).is_some() && self.job_generation.is_none() {
+            return bad(
+                "files",
+                "an Xref file outside a job generation (no job_generation)".into(),
+            );
+        }
         for f in &self.files {
             if f.name.contains('/') || f.name.starts_with('.') || f.name.is_empty() {
                 return bad(
@@ -310,6 +262,90 @@ impl Manifest {
         }
         Ok(())
     }
+}
+
+/// Frames `value` as a manifest-like object: the line `magic_line`, the
+/// value as pretty JSON, and a last line `crc32 XXXXXXXX` holding the CRC-32
+/// of every byte before it (generation manifests, job manifests).
+pub fn encode_framed<T: Serialize>(magic_line: &str, value: &T) -> Vec<u8> {
+    let mut s = format!("{magic_line}\n");
+    s.push_str(&serde_json::to_string_pretty(value).expect("manifest serializes"));
+    s.push('\n');
+    let crc = crc32fast::hash(s.as_bytes());
+    s.push_str(&format!("crc32 {crc:08x}\n"));
+    s.into_bytes()
+}
+
+/// Checks the frame of [`encode_framed`] bytes read from `path` (first line
+/// `magic_line`, `what` naming the format in errors; the CRC line) and
+/// parses the JSON between.
+pub fn decode_framed<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    b: &[u8],
+    magic_line: &str,
+    what: &str,
+) -> Result<T> {
+    let magic = format!("{magic_line}\n");
+    if !b.starts_with(magic.as_bytes()) {
+        return Err(Error::corrupt(
+            path,
+            0,
+            "magic",
+            format!("expected the line {magic_line:?} ({what})"),
+        ));
+    }
+    let body_end = b[..b.len().saturating_sub(1)]
+        .iter()
+        .rposition(|&c| c == b'\n')
+        .map(|i| i + 1)
+        .filter(|&i| i >= magic.len())
+        .ok_or_else(|| {
+            Error::corrupt(
+                path,
+                b.len() as u64,
+                "crc32",
+                "missing the final `crc32` line",
+            )
+        })?;
+    let line = std::str::from_utf8(&b[body_end..]).unwrap_or("");
+    let stored = line
+        .strip_prefix("crc32 ")
+        .and_then(|h| h.strip_suffix('\n'))
+        .filter(|h| h.len() == 8)
+        .and_then(|h| u32::from_str_radix(h, 16).ok())
+        .ok_or_else(|| {
+            Error::corrupt(
+                path,
+                body_end as u64,
+                "crc32",
+                format!(
+                    "malformed last line {:?}{} (truncated?)",
+                    line.chars().take(80).collect::<String>(),
+                    if line.chars().nth(80).is_some() {
+                        "..."
+                    } else {
+                        ""
+                    }
+                ),
+            )
+        })?;
+    let actual = crc32fast::hash(&b[..body_end]);
+    if stored != actual {
+        return Err(Error::corrupt(
+            path,
+            body_end as u64,
+            "crc32",
+            format!("stored {stored:08x}, computed {actual:08x} over the manifest"),
+        ));
+    }
+    serde_json::from_slice(&b[magic.len()..body_end]).map_err(|e| {
+        Error::corrupt(
+            path,
+            magic.len() as u64 + e.column() as u64,
+            "json",
+            e.to_string(),
+        )
+    })
 }
 
 /// Object name of a generation's file with the given extension.

@@ -7,13 +7,17 @@
 //! * [`chunked`]: the record container of RPS files and Pointer Files (§3.2).
 //! * [`ptable`]: the P-Table delta of a generation (§3.3).
 //! * [`manifest`]: the generation manifest (§3.4).
+//! * [`xref`], [`job_manifest`]: the cross-rank references and job
+//!   manifests of MPI jobs (§3.9).
 
 pub mod chunked;
 pub mod ic;
+pub mod job_manifest;
 pub mod manifest;
 pub mod pointer_coding;
 pub mod ptable;
 pub mod region;
+pub mod xref;
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;

@@ -65,7 +65,7 @@ fn code_of(e: &Error, invalid: c_int) -> c_int {
         Error::Io { .. } | Error::Remote { .. } => REX_EIO,
         Error::Corrupt { .. } | Error::Chain { .. } => REX_ECORRUPT,
         Error::Busy { .. } => REX_EBUSY,
-        Error::PatternSpaceFull(_) => REX_EL2,
+        Error::PatternSpaceFull(_) | Error::Peer(_) => REX_EL2,
         Error::Invalid(_) | Error::Process { .. } => invalid,
     }
 }

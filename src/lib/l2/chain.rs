@@ -12,12 +12,14 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::format::chunked::{ChunkedFile, Kind};
 use crate::format::ic::DropRange;
 use crate::format::manifest::{FileEntry, Manifest, Role, manifest_name, parse_manifest_name};
 use crate::format::ptable::PTableDelta;
+use crate::format::xref::{Xref, XrefFile};
 use crate::l1::coalesce::{CListEntry, PageLayer, merge_layers};
 use crate::store::Store;
 
@@ -174,6 +176,20 @@ pub struct OpenGeneration {
     pub pf: ChunkedFile,
     /// The P-Table delta.
     pub ptable: PTableDelta,
+    /// The cross-rank references (an MPI job's generation): the position
+    /// in the P-Table delta of each page another rank stores, ascending.
+    pub xrefs: Vec<(u64, Xref)>,
+    /// The Xref file, when there is one (for errors).
+    pub xref_path: Option<std::path::PathBuf>,
+}
+
+/// Where the pages of other ranks are read from (an MPI job's collective
+/// push stores a page shared by several ranks once, docs/FORMAT.md §3.9):
+/// set on an [`OpenChain`] by whoever knows the job's location.
+pub trait XrefSource: std::fmt::Debug + Send + Sync {
+    /// Writes the page `x` names, rebuilt from the owner's chain and checked
+    /// against the owner's own P-Table CRC, into `out` (one page).
+    fn read(&self, x: &Xref, out: &mut [u8]) -> Result<()>;
 }
 
 impl PageLayer for OpenGeneration {
@@ -308,13 +324,81 @@ impl OpenGeneration {
                 ),
             ));
         }
+        let (xrefs, xref_path) = match m.file(Role::Xref) {
+            None => (Vec::new(), None),
+            Some(_) => {
+                let p = open(Role::Xref)?;
+                (open_xrefs(&p, m, &ptable)?, Some(p))
+            }
+        };
         Ok(OpenGeneration {
             manifest: m.clone(),
             rps,
             pf,
             ptable,
+            xrefs,
+            xref_path,
         })
     }
+
+    /// The cross-rank reference of the page at `pos`, if it is one.
+    #[inline]
+    pub fn xref_at(&self, pos: u64) -> Option<&Xref> {
+        if self.xrefs.is_empty() {
+            return None;
+        }
+        self.xrefs
+            .binary_search_by_key(&pos, |&(p, _)| p)
+            .ok()
+            .map(|i| &self.xrefs[i].1)
+    }
+}
+
+/// Reads generation `m`'s Xref file and places every reference in its
+/// P-Table delta: each must name a page the generation wrote, and another
+/// rank than the generation's own.
+fn open_xrefs(p: &Path, m: &Manifest, ptable: &PTableDelta) -> Result<Vec<(u64, Xref)>> {
+    let x = XrefFile::read(p)?;
+    if x.generation != m.generation {
+        return Err(Error::corrupt(
+            p,
+            16,
+            "generation",
+            format!(
+                "Xref file says generation {}, its manifest {}",
+                x.generation, m.generation
+            ),
+        ));
+    }
+    let own: Option<u32> = m.rank.as_deref().and_then(|r| r.parse().ok());
+    let mut out = Vec::with_capacity(x.refs.len());
+    for (i, r) in x.refs.iter().enumerate() {
+        let at = 64 + i as u64 * crate::format::xref::RECORD_LEN;
+        let Ok(pos) = ptable.pages.binary_search(&r.page) else {
+            return Err(Error::corrupt(
+                p,
+                at,
+                "page",
+                format!(
+                    "page {:#x} is not written by generation {} (its P-Table delta does not list it)",
+                    r.page, m.generation
+                ),
+            ));
+        };
+        if own == Some(r.owner_rank) {
+            return Err(Error::corrupt(
+                p,
+                at + 8,
+                "owner_rank",
+                format!(
+                    "page {:#x} refers to rank {}, the generation's own rank",
+                    r.page, r.owner_rank
+                ),
+            ));
+        }
+        out.push((pos as u64, *r));
+    }
+    Ok(out)
 }
 
 /// A live page of a chain: where its pointers are.
@@ -346,6 +430,8 @@ pub struct OpenChain {
     pub gens: Vec<OpenGeneration>,
     /// `(first pointer, generation index)`, ascending, for pointer lookup.
     bases: Vec<(u64, usize)>,
+    /// Where pages stored by other ranks are read from.
+    xref_source: Option<Arc<dyn XrefSource>>,
 }
 
 impl OpenChain {
@@ -367,7 +453,60 @@ impl OpenChain {
             .filter(|(_, g)| g.manifest.patterns > 0)
             .map(|(i, g)| (g.manifest.pattern_base, i))
             .collect();
-        OpenChain { gens, bases }
+        OpenChain {
+            gens,
+            bases,
+            xref_source: None,
+        }
+    }
+
+    /// Reads the pages other ranks store through `source`.
+    pub fn set_xref_source(&mut self, source: Arc<dyn XrefSource>) {
+        self.xref_source = Some(source);
+    }
+
+    /// Whether any generation of the chain has cross-rank references.
+    pub fn has_xrefs(&self) -> bool {
+        self.gens.iter().any(|g| !g.xrefs.is_empty())
+    }
+
+    /// The cross-rank reference of live page `lp`, if it is one (its
+    /// pointers are then zero and mean nothing).
+    #[inline]
+    pub fn xref(&self, lp: LivePage) -> Option<&Xref> {
+        self.gens[lp.layer as usize].xref_at(lp.pos)
+    }
+
+    /// Reads page `lp`, which another rank stores (`x`), and checks it
+    /// against this chain's own P-Table CRC.
+    #[cold]
+    fn read_xref(&self, lp: LivePage, x: &Xref, out: &mut [u8]) -> Result<()> {
+        let g = &self.gens[lp.layer as usize];
+        let path = g.xref_path.clone().unwrap_or_default();
+        let Some(src) = &self.xref_source else {
+            return Err(Error::chain(
+                &path,
+                format!(
+                    "page {:#x} of generation {} is stored by rank {} (its generation {}): restore it with its job (`rexctl restore --rank`, or librex in the MPI job)",
+                    lp.page, g.manifest.generation, x.owner_rank, x.owner_generation
+                ),
+            ));
+        };
+        src.read(x, out)?;
+        let want = g.ptable.page_crcs[lp.pos as usize];
+        let got = crc32fast::hash(out);
+        if got != want {
+            return Err(Error::corrupt(
+                &path,
+                0,
+                "page",
+                format!(
+                    "page {:#x} read from rank {} (generation {}, page {:#x}) has CRC {got:#010x}, the P-Table of generation {} says {want:#010x}",
+                    lp.page, x.owner_rank, x.owner_generation, x.owner_page, g.manifest.generation
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// The newest generation's manifest.
@@ -467,6 +606,9 @@ impl OpenChain {
     /// Rebuilds live page `lp` into `out` (one page) and checks it against
     /// the CRC recorded when it was deduplicated.
     pub fn read_page(&self, lp: LivePage, out: &mut [u8]) -> Result<()> {
+        if let Some(x) = self.xref(lp) {
+            return self.read_xref(lp, x, out);
+        }
         let ps = self.manifest().pattern_size as usize;
         let ptrs = self.pointers(lp)?;
         for (chunk, p) in out.chunks_exact_mut(ps).zip(ptrs.chunks_exact(4)) {
@@ -566,6 +708,10 @@ impl PageDecoder<'_> {
     /// CRC its P-Table delta recorded, and returns that CRC.
     pub fn read_page(&self, lp: LivePage, out: &mut [u8]) -> Result<u32> {
         let g = &self.chain.gens[lp.layer as usize];
+        if let Some(x) = g.xref_at(lp.pos) {
+            self.chain.read_xref(lp, x, out)?;
+            return Ok(g.ptable.page_crcs[lp.pos as usize]);
+        }
         let alpha = self.alpha as u64;
         let ptrs = lp
             .pos

@@ -35,6 +35,7 @@ use crate::format::chunked::{ChunkedWriter, Kind, WriteFormat};
 use crate::format::ic::{DropRange, IcMeta};
 use crate::format::manifest::{FileEntry, Role, object_name};
 use crate::format::ptable::{PTableDelta, check_sizes};
+use crate::format::xref::{Xref, XrefFile};
 use crate::l1::coalesce::{CList, CListEntry, PageLayer, merge_layers};
 use crate::l2::chain::{LivePage, OpenChain};
 use crate::l2::dedup_table::{DedupTable, PatternHash, PatternHasher};
@@ -56,6 +57,10 @@ pub enum HashChoice {
 const FLUSH: usize = 1 << 20;
 /// Source-location tag: the pattern's bytes are an old-chain pattern.
 const OLD: u64 = 1 << 63;
+/// Source location of a pattern whose bytes cannot be read again (a page
+/// another rank stored, rewritten by a complete coalescence): it resolves
+/// to nothing, so it is never a hit.
+const DETACHED: u64 = u64::MAX;
 
 /// What the Deduplication Unit produced.
 #[derive(Clone, Debug, Serialize)]
@@ -85,6 +90,9 @@ pub struct DedupOutput {
     pub bytes_in: u64,
     /// Peak DeD-Table memory, in bytes.
     pub table_bytes: u64,
+    /// Pages written as cross-rank references (stored by another rank).
+    #[serde(default)]
+    pub xref_pages: u64,
     /// Seconds spent.
     pub seconds: f64,
 }
@@ -221,6 +229,9 @@ fn resolve<'a>(
         let Some(&loc) = locs.get((p - base) as usize) else {
             return &[];
         };
+        if loc == DETACHED {
+            return &[];
+        }
         if loc & OLD != 0 {
             return chain
                 .and_then(|c| c.pattern(loc as u32).ok())
@@ -422,6 +433,7 @@ impl<'a, H: PatternHasher> Unit<'a, H> {
                         PageSource::Ic { file, offset, .. } => {
                             (u64::from(*file) << 48) | (offset + (i * ps) as u64)
                         }
+                        PageSource::Old { ptrs: [], .. } => DETACHED,
                         PageSource::Old { ptrs, .. } => {
                             OLD | u64::from(u32::from_le_bytes(
                                 ptrs[i * 4..i * 4 + 4].try_into().expect("4"),
@@ -451,6 +463,26 @@ impl<'a, H: PatternHasher> Unit<'a, H> {
         self.out.bytes_in += (alpha * ps) as u64;
         Ok(())
     }
+}
+
+impl<H: PatternHasher> Unit<'_, H> {
+    /// Writes a page another rank stores: `alpha` zero pointers (never
+    /// read) and its P-Table entry, with the CRC of its contents.
+    fn commit_xref(&mut self, page: u64, crc: u32, ptab: &mut PTableDelta) -> Result<()> {
+        let n = ptab_alpha(ptab) * 4;
+        self.pf_buf.resize(self.pf_buf.len() + n, 0);
+        if self.pf_buf.len() >= FLUSH {
+            self.pf.write(&self.pf_buf)?;
+            self.pf_buf.clear();
+        }
+        ptab.pages.push(page);
+        ptab.page_crcs.push(crc);
+        Ok(())
+    }
+}
+
+fn ptab_alpha(p: &PTableDelta) -> usize {
+    (p.page_size / p.pattern_size) as usize
 }
 
 /// A page prepared and waiting for its commit: where its bytes are.
@@ -492,6 +524,144 @@ pub struct DedupJob<'a> {
     pub dir: &'a Path,
     /// What to write the RPS and Pointer File as.
     pub format: WriteFormat,
+    /// Pages to write as cross-rank references (an MPI job's collective
+    /// push), ascending by page: each must be a page the generation writes;
+    /// its pointers are zero and its bytes are another rank's.
+    pub xrefs: &'a [Xref],
+}
+
+/// Where the bytes of a page to write come from.
+#[derive(Clone, Copy)]
+enum Src {
+    Ic(CListEntry),
+    Old(LivePage),
+}
+
+/// (page, source, previous version) for every page to write.
+type Plan = Vec<(u64, Src, Option<LivePage>)>;
+
+/// What a generation writes: the pages (in order), the drops, the live
+/// page count after it, and whether it starts a chain.
+struct PagePlan {
+    plan: Plan,
+    drops: Vec<DropRange>,
+    live_pages: u64,
+    full: bool,
+}
+
+/// Which pages `job` writes and where each one's bytes come from: for a
+/// Δ, the C-List, each page with its previous version; for a complete
+/// coalescence, every live page (the batch's newest copies over the old
+/// chain), with none.
+fn make_plan(job: &DedupJob<'_>) -> PagePlan {
+    let delta_chain = job.chain.filter(|_| !(job.full || job.clist.full));
+    if let Some(chain) = delta_chain {
+        let old_live = chain.live_pages();
+        let mut plan = Vec::with_capacity(job.clist.len());
+        let mut j = 0usize;
+        for e in &job.clist.entries {
+            while j < old_live.len() && old_live[j].page < e.page {
+                j += 1;
+            }
+            // A previous version another rank stores has no patterns in
+            // this chain's space to share.
+            let prev = (j < old_live.len() && old_live[j].page == e.page)
+                .then(|| old_live[j])
+                .filter(|lp| chain.xref(*lp).is_none());
+            plan.push((e.page, Src::Ic(*e), prev));
+        }
+        let old_layer = LiveLayer(&old_live);
+        let layers: Vec<&dyn PageLayer> = vec![&old_layer, job.clist];
+        let live = merge_layers(&layers).entries.len() as u64;
+        PagePlan {
+            plan,
+            drops: job.clist.drops.clone(),
+            live_pages: live,
+            full: false,
+        }
+    } else {
+        // Every live page: the batch's newest copies over the old chain.
+        let old_live = match (job.chain, job.clist.full) {
+            (Some(c), false) => c.live_pages(),
+            _ => Vec::new(),
+        };
+        let old_layer = LiveLayer(&old_live);
+        let layers: Vec<&dyn PageLayer> = vec![&old_layer, job.clist];
+        let merged = merge_layers(&layers);
+        let plan: Plan = merged
+            .entries
+            .into_iter()
+            .map(|e| {
+                if e.chk == 0 {
+                    (e.page, Src::Old(old_live[e.pp as usize]), None)
+                } else {
+                    (e.page, Src::Ic(job.clist.entries[e.pp as usize]), None)
+                }
+            })
+            .collect();
+        let n = plan.len() as u64;
+        PagePlan {
+            plan,
+            drops: Vec::new(),
+            live_pages: n,
+            full: true,
+        }
+    }
+}
+
+/// The pages a deduplication run of `job` would write, readable one by one
+/// before it runs (a collective push hashes and compares them across
+/// ranks to choose the cross-rank references).
+pub struct PlanPages<'a> {
+    plan: Plan,
+    ic: Vec<Option<crate::format::ic::IcFile>>,
+    chain: Option<&'a OpenChain>,
+}
+
+impl<'a> PlanPages<'a> {
+    /// The pages `job` writes (its `xrefs` are ignored).
+    pub fn new(job: &DedupJob<'a>) -> Result<PlanPages<'a>> {
+        Ok(PlanPages {
+            plan: make_plan(job).plan,
+            ic: crate::l1::coalesce::open_referenced(job.batch, &job.clist.entries)?,
+            chain: job.chain,
+        })
+    }
+
+    /// How many pages.
+    pub fn len(&self) -> usize {
+        self.plan.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.plan.is_empty()
+    }
+
+    /// The page number of the `i`-th page.
+    pub fn page(&self, i: usize) -> u64 {
+        self.plan[i].0
+    }
+
+    /// The bytes of the `i`-th page, CRC-checked, and their CRC: mapped from
+    /// its IC file, or rebuilt from the old chain into `buf`.
+    pub fn read<'b>(&'b self, i: usize, buf: &'b mut Vec<u8>) -> Result<(&'b [u8], u32)> {
+        match self.plan[i].1 {
+            Src::Ic(e) => {
+                let f = self.ic[e.chk as usize]
+                    .as_ref()
+                    .expect("referenced files are open");
+                Ok((f.page(e.pp as usize)?, f.meta().page_crcs[e.pp as usize]))
+            }
+            Src::Old(lp) => {
+                let chain = self.chain.expect("old pages come with their chain");
+                buf.resize(chain.manifest().page_size as usize, 0);
+                chain.read_page(lp, buf)?;
+                let crc = chain.gens[lp.layer as usize].ptable.page_crcs[lp.pos as usize];
+                Ok((&buf[..], crc))
+            }
+        }
+    }
 }
 
 /// Runs the Deduplication Unit with the hasher `hasher`, writing the
@@ -523,53 +693,19 @@ pub fn deduplicate<H: PatternHasher>(job: &DedupJob<'_>, hasher: H) -> Result<De
     let alpha = job.page_size / job.pattern_size;
     let ic = crate::l1::coalesce::open_referenced(job.batch, &job.clist.entries)?;
 
-    // Which pages to write, and where each one's bytes come from.
-    enum Src {
-        Ic(CListEntry),
-        Old(LivePage),
+    let PagePlan {
+        plan,
+        drops,
+        live_pages,
+        full: full_flag,
+    } = make_plan(job);
+    if let Some(w) = job.xrefs.windows(2).find(|w| w[0].page >= w[1].page) {
+        return Err(Error::Invalid(format!(
+            "cross-rank references not ascending: page {:#x} before {:#x}",
+            w[0].page, w[1].page
+        )));
     }
-    /// (page, source, previous version) for every page to write.
-    type Plan = Vec<(u64, Src, Option<LivePage>)>;
-    let delta_chain = job.chain.filter(|_| !(job.full || job.clist.full));
-    let (plan, drops, live_pages, full_flag): (Plan, Vec<DropRange>, u64, bool) =
-        if let Some(chain) = delta_chain {
-            let old_live = chain.live_pages();
-            let mut plan = Vec::with_capacity(job.clist.len());
-            let mut j = 0usize;
-            for e in &job.clist.entries {
-                while j < old_live.len() && old_live[j].page < e.page {
-                    j += 1;
-                }
-                let prev = (j < old_live.len() && old_live[j].page == e.page).then(|| old_live[j]);
-                plan.push((e.page, Src::Ic(*e), prev));
-            }
-            let old_layer = LiveLayer(&old_live);
-            let layers: Vec<&dyn PageLayer> = vec![&old_layer, job.clist];
-            let live = merge_layers(&layers).entries.len() as u64;
-            (plan, job.clist.drops.clone(), live, false)
-        } else {
-            // Every live page: the batch's newest copies over the old chain.
-            let old_live = match (job.chain, job.clist.full) {
-                (Some(c), false) => c.live_pages(),
-                _ => Vec::new(),
-            };
-            let old_layer = LiveLayer(&old_live);
-            let layers: Vec<&dyn PageLayer> = vec![&old_layer, job.clist];
-            let merged = merge_layers(&layers);
-            let plan: Vec<_> = merged
-                .entries
-                .into_iter()
-                .map(|e| {
-                    if e.chk == 0 {
-                        (e.page, Src::Old(old_live[e.pp as usize]), None)
-                    } else {
-                        (e.page, Src::Ic(job.clist.entries[e.pp as usize]), None)
-                    }
-                })
-                .collect();
-            let n = plan.len() as u64;
-            (plan, Vec::new(), n, true)
-        };
+    let mut xrefs = job.xrefs.iter().peekable();
 
     // Size the table for the most entries it can get, so that it never
     // grows: one per probed pattern, plus one per previous-version pattern
@@ -643,6 +779,7 @@ pub fn deduplicate<H: PatternHasher>(job: &DedupJob<'_>, hasher: H) -> Result<De
             prev_inserted: 0,
             bytes_in: 0,
             table_bytes: 0,
+            xref_pages: 0,
             seconds: 0.0,
         },
     };
@@ -666,8 +803,32 @@ pub fn deduplicate<H: PatternHasher>(job: &DedupJob<'_>, hasher: H) -> Result<De
         vec![0u8; job.page_size as usize],
     ];
     let mut pending: Option<Pending<'_>> = None;
+    let mut xref_pages: Vec<u64> = Vec::new();
     for (k, (page, src, prev)) in plan.iter().enumerate() {
         let slot = k % 2;
+        while xrefs.next_if(|x| x.page < *page).is_some() {}
+        if xrefs.next_if(|x| x.page == *page).is_some() {
+            // Another rank stores it: only its CRC (and zero pointers).
+            if let Some(p) = pending.take() {
+                commit(&mut unit, 1 - slot, p, &old_bufs, &mut ptab)?;
+            }
+            let crc = match src {
+                Src::Ic(e) => {
+                    ic[e.chk as usize]
+                        .as_ref()
+                        .expect("referenced files are open")
+                        .meta()
+                        .page_crcs[e.pp as usize]
+                }
+                Src::Old(lp) => {
+                    let chain = job.chain.expect("old pages come with their chain");
+                    chain.gens[lp.layer as usize].ptable.page_crcs[lp.pos as usize]
+                }
+            };
+            unit.commit_xref(*page, crc, &mut ptab)?;
+            xref_pages.push(*page);
+            continue;
+        }
         let next = match src {
             Src::Ic(e) => {
                 let f = ic[e.chk as usize]
@@ -688,7 +849,14 @@ pub fn deduplicate<H: PatternHasher>(job: &DedupJob<'_>, hasher: H) -> Result<De
                 // Rebuild (and CRC-check) the page before trusting its pointers.
                 chain.read_page(*lp, &mut old_bufs[slot])?;
                 let crc = chain.gens[lp.layer as usize].ptable.page_crcs[lp.pos as usize];
-                let ptrs = chain.pointers(*lp)?;
+                // A page another rank stored has no pointers of this chain:
+                // its patterns are written without a source to confirm
+                // later hits against (they are never hits, only misses).
+                let ptrs: &[u8] = if chain.xref(*lp).is_some() {
+                    &[]
+                } else {
+                    chain.pointers(*lp)?
+                };
                 unit.prepare(slot, &old_bufs[slot], None)?;
                 Pending::Old {
                     page: *page,
@@ -720,6 +888,14 @@ pub fn deduplicate<H: PatternHasher>(job: &DedupJob<'_>, hasher: H) -> Result<De
     let (rps_len, rps_crc) = unit.rps.finish()?;
     let (pf_len, pf_crc) = unit.pf.finish()?;
     let (pt_len, pt_crc) = ptab.write(&job.dir.join(&names[2]))?;
+    if xref_pages.len() != job.xrefs.len() {
+        return Err(Error::Invalid(format!(
+            "{} of {} cross-rank references name pages generation {} does not write",
+            job.xrefs.len() - xref_pages.len(),
+            job.xrefs.len(),
+            job.generation
+        )));
+    }
     out.files = vec![
         FileEntry {
             role: Role::Rps,
@@ -740,6 +916,22 @@ pub fn deduplicate<H: PatternHasher>(job: &DedupJob<'_>, hasher: H) -> Result<De
             crc32: pt_crc,
         },
     ];
+    if !job.xrefs.is_empty() {
+        let name = object_name(job.generation, "xref");
+        let xf = XrefFile {
+            path: job.dir.join(&name),
+            generation: job.generation,
+            refs: job.xrefs.to_vec(),
+        };
+        let (bytes, crc32) = xf.write(&xf.path)?;
+        out.files.push(FileEntry {
+            role: Role::Xref,
+            name,
+            bytes,
+            crc32,
+        });
+    }
+    out.xref_pages = job.xrefs.len() as u64;
     out.seconds = started.elapsed().as_secs_f64();
     Ok(out)
 }

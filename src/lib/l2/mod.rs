@@ -7,12 +7,19 @@
 //! then deletes the IC files it replaced; [`chain`] reads generations back;
 //! [`restore`] rebuilds the image (from L2 alone, or L1 plus L2) and
 //! verifies chains; [`gc`] removes what crashed pushes left; [`status`]
-//! reports what both levels hold.
+//! reports what both levels hold. An MPI job pushes collectively
+//! ([`collective`]: cross-rank deduplication of whole pages) into job
+//! generations ([`jobgen`]); the transport is MPI (`mpi`, cargo feature
+//! `mpi`).
 
 pub mod chain;
+pub mod collective;
 pub mod dedup;
 pub mod dedup_table;
 pub mod gc;
+pub mod jobgen;
+#[cfg(feature = "mpi")]
+pub mod mpi;
 pub mod push;
 pub mod restore;
 pub mod status;

@@ -50,12 +50,14 @@ use serde::Serialize;
 use crate::durable;
 use crate::error::{Error, IoContext, Result};
 use crate::format::chunked::WriteFormat;
+use crate::format::ic::IcMeta;
 use crate::format::manifest::{GenKind, Manifest, Timings, manifest_name};
+use crate::format::xref::Xref;
 use crate::l1::coalesce::{CList, CoalesceStats};
 use crate::l1::lock::JobLock;
 use crate::l1::{Covered, L1Dir};
 use crate::l2::chain::{ChainIndex, OpenChain};
-use crate::l2::dedup::{DedupJob, DedupOutput, HashChoice, deduplicate};
+use crate::l2::dedup::{DedupJob, DedupOutput, HashChoice, PlanPages, deduplicate};
 use crate::l2::dedup_table::{Crc32Hasher, Xxh3Hasher};
 use crate::store::{DirStore, NoProgress, Progress, Store};
 
@@ -308,28 +310,97 @@ pub fn push_locked(
     opts: &PushOptions,
     forced_reason: Option<String>,
 ) -> Result<PushReport> {
-    let mut report = PushReport::default();
-    let rec = recover(job, opts, &mut report)?;
+    push_with(job, opts, forced_reason, None)
+}
+
+/// A rank's own outcome of a step, handed to a collective step: its error
+/// as text, which the other ranks report.
+pub type Local<T> = std::result::Result<T, String>;
+
+/// What one rank proposes to the others before a collective push.
+#[derive(Clone, Debug, Default)]
+pub struct Proposal {
+    /// Why this rank needs a complete coalescence, if it does.
+    pub full: Option<String>,
+    /// It has pending checkpoints (or must coalesce completely).
+    pub has_work: bool,
+    /// It has a generation or pending checkpoints: something to restore.
+    pub has_state: bool,
+}
+
+/// What the ranks agreed on.
+#[derive(Clone, Debug, Default)]
+pub struct Agreed {
+    /// Every rank takes a complete coalescence, for this reason (chains
+    /// stay aligned, so a rank's cross-rank references never outlive the
+    /// generations they name).
+    pub full: Option<String>,
+    /// Some rank has work: the push goes ahead on every rank.
+    pub any_work: bool,
+}
+
+/// The collective side of a push (an MPI job's, `crate::l2::collective`).
+///
+/// Every method is a collective operation: every rank calls each one once
+/// per push, in this order, whatever happened locally, until one returns
+/// an error, which it then returns on every rank. An `Err` as the local
+/// argument says this rank failed (its push returns its own error after
+/// the call); an error from the method says some rank failed, so no rank
+/// commits.
+pub trait Collective {
+    /// The rank, recorded in the manifest.
+    fn rank(&self) -> u32;
+    /// Agrees on the kind of generation and whether to push at all.
+    fn agree(&mut self, local: Local<&Proposal>) -> Result<Agreed>;
+    /// Chooses the cross-rank references among the pages this rank's
+    /// generation `generation` writes (`Ok(None)`: this rank writes no
+    /// generation this time); returns them ascending by page.
+    fn xrefs(&mut self, local: Local<Option<(u64, &PlanPages<'_>)>>) -> Result<Vec<Xref>>;
+    /// The job generation being written.
+    fn job_generation(&self) -> u64;
+    /// Commits the job generation once every rank's manifest is durable in
+    /// L1 and L2 (`Ok(None)`: this rank's member is its newest generation,
+    /// `newest`).
+    fn commit(&mut self, local: Local<Option<&Manifest>>, newest: Option<&Manifest>) -> Result<()>;
+}
+
+/// The state of a push before it deduplicates.
+struct Prep {
+    rec: Recovered,
+    l1: L1Dir,
+    clist: Option<CList>,
+    chain: Option<OpenChain>,
+    full_reason: Option<String>,
+    coalesce_s: f64,
+}
+
+/// Recovery, the batch and its C-List, the chain to extend, and this
+/// rank's reason for a complete coalescence.
+fn prepare(
+    job: &Job,
+    opts: &PushOptions,
+    forced_reason: Option<String>,
+    collective: bool,
+    report: &mut PushReport,
+) -> Result<Prep> {
+    let rec = recover(job, opts, report)?;
     let t0 = Instant::now();
     let l1 = L1Dir::scan_after(&job.l1, rec.newest.as_ref().map(Covered::from))?;
     let batch = &l1.files;
     let mut full_reason = forced_reason.or_else(|| opts.full.then(|| "--full".to_string()));
-    if batch.is_empty() && full_reason.is_none() {
-        return Ok(report);
-    }
-    if batch.is_empty() && rec.newest.is_none() {
-        return Ok(report);
-    }
     let clist = if batch.is_empty() {
         None
     } else {
         Some(CList::build(batch)?)
     };
     let coalesce_s = t0.elapsed().as_secs_f64();
-
-    let mut chain = match &rec.newest {
-        Some(m) => Some(open_chain(job, &rec, m.generation, &mut report)?),
-        None => None,
+    let chain = match &rec.newest {
+        // A collective push may learn only later that it must coalesce
+        // completely: it opens the chain in any case.
+        Some(m) if clist.is_some() || full_reason.is_some() || collective => {
+            Some(open_chain(job, &rec, m.generation, report)?)
+        }
+        _ => None,
     };
     if let (Some(ch), Some(c)) = (&chain, &clist)
         && !c.full
@@ -347,15 +418,85 @@ pub fn push_locked(
         ));
     }
     if full_reason.is_none() {
-        full_reason = match (&chain, &clist) {
-            (None, _) => Some("first generation".into()),
+        full_reason = match (&rec.newest, &clist) {
+            (None, Some(_)) => Some("first generation".into()),
             (_, Some(c)) if c.full => Some("the batch holds a FULL checkpoint".into()),
             _ => None,
         };
     }
+    Ok(Prep {
+        rec,
+        l1,
+        clist,
+        chain,
+        full_reason,
+        coalesce_s,
+    })
+}
+
+impl Prep {
+    fn proposal(&self) -> Proposal {
+        let has_state = self.rec.newest.is_some() || self.clist.is_some();
+        Proposal {
+            full: self.full_reason.clone(),
+            has_work: has_state && (self.clist.is_some() || self.full_reason.is_some()),
+            has_state,
+        }
+    }
+}
+
+/// A push, collective when `coll` is given (see [`Collective`]).
+pub fn push_with(
+    job: &Job,
+    opts: &PushOptions,
+    forced_reason: Option<String>,
+    mut coll: Option<&mut dyn Collective>,
+) -> Result<PushReport> {
+    let mut report = PushReport::default();
+    let prep = prepare(job, opts, forced_reason, coll.is_some(), &mut report);
+    let prep = match coll.as_deref_mut() {
+        None => {
+            let prep = prep?;
+            if !prep.proposal().has_work {
+                return Ok(report);
+            }
+            prep
+        }
+        Some(c) => {
+            let proposal = prep.as_ref().map(Prep::proposal).map_err(Error::report);
+            let agreed = c.agree(proposal.as_ref().map_err(Clone::clone));
+            let mut prep = prep?;
+            let agreed = agreed?;
+            if !agreed.any_work {
+                return Ok(report);
+            }
+            if prep.full_reason.is_none()
+                && let Some(why) = agreed.full
+            {
+                prep.full_reason = Some(why);
+            }
+            if !prep.proposal().has_work {
+                // Nothing of this rank's changed: its member of the job
+                // generation is its newest generation.
+                c.xrefs(Ok(None))?;
+                c.commit(Ok(None), prep.rec.newest.as_ref())?;
+                return Ok(report);
+            }
+            prep
+        }
+    };
+    let Prep {
+        rec,
+        l1,
+        clist,
+        mut chain,
+        mut full_reason,
+        coalesce_s,
+    } = prep;
+    let batch = &l1.files;
     let empty = empty_clist(chain.as_ref(), clist.as_ref());
     let clist_ref = clist.as_ref().unwrap_or(&empty);
-    let generation = next_generation(job, &rec)?;
+    let generation = next_generation(job, &rec);
     let pattern_size = match (&chain, &full_reason) {
         (Some(ch), None) => ch.manifest().pattern_size,
         _ => opts.pattern_size,
@@ -368,23 +509,123 @@ pub fn push_locked(
     } else {
         clist_ref.page_size
     };
-    let run = |full: bool, chain: Option<&OpenChain>| -> Result<DedupOutput> {
-        let dj = DedupJob {
-            generation,
-            page_size,
-            pattern_size,
-            batch,
-            clist: clist_ref,
-            chain,
-            full,
-            dir: job.l1_chain.root(),
-            format: opts.format,
-        };
-        match opts.hash {
-            HashChoice::Crc32 => deduplicate(&dj, Crc32Hasher),
-            HashChoice::Xxh3 => deduplicate(&dj, Xxh3Hasher),
+    // Every deduplication of this push: the template, whose generation,
+    // chain, kind and references each run sets.
+    let template = DedupJob {
+        generation: 0,
+        page_size,
+        pattern_size,
+        batch,
+        clist: clist_ref,
+        chain: None,
+        full: false,
+        dir: job.l1_chain.root(),
+        format: opts.format,
+        xrefs: &[],
+    };
+    // A collective push chooses the pages other ranks store, among the
+    // pages this generation writes.
+    let xrefs: Vec<Xref> = match coll.as_deref_mut() {
+        None => Vec::new(),
+        Some(c) => {
+            let pages = generation.as_ref().ok().map(|&g| {
+                let dj = DedupJob {
+                    generation: g,
+                    full: full_reason.is_some(),
+                    chain: chain.as_ref(),
+                    ..template
+                };
+                PlanPages::new(&dj).map(|p| (g, p))
+            });
+            let x = c.xrefs(match (&pages, &generation) {
+                (Some(Ok((g, p))), _) => Ok(Some((*g, p))),
+                (Some(Err(e)), _) | (None, Err(e)) => Err(e.report()),
+                (None, Ok(_)) => unreachable!("pages are listed for every generation number"),
+            });
+            // This rank's own error first, then another rank's.
+            if let Some(p) = pages {
+                p?;
+            }
+            match generation {
+                Err(e) => return Err(e),
+                Ok(_) => x?,
+            }
         }
     };
+    let generation = generation?;
+    let sealed = seal(
+        job,
+        &rec,
+        &mut report,
+        &mut chain,
+        &mut full_reason,
+        coalesce_s,
+        generation,
+        (page_size, pattern_size),
+        &|full, chain| {
+            let dj = DedupJob {
+                generation,
+                full,
+                chain,
+                xrefs: &xrefs,
+                ..template
+            };
+            match opts.hash {
+                HashChoice::Crc32 => deduplicate(&dj, Crc32Hasher),
+                HashChoice::Xxh3 => deduplicate(&dj, Xxh3Hasher),
+            }
+        },
+        batch,
+        clist.as_ref(),
+        coll.as_deref().map(|c| (c.rank(), c.job_generation())),
+    );
+    if let Some(c) = coll {
+        let done = c.commit(
+            sealed.as_ref().map(|(_, m)| Some(m)).map_err(Error::report),
+            rec.newest.as_ref(),
+        );
+        // This rank's own error first, then another rank's.
+        if sealed.is_ok() {
+            done?;
+        }
+    }
+    let (out, manifest) = sealed?;
+    let full = full_reason.is_some();
+
+    // Durable in both places: the batch's IC files can go.
+    for m in l1.orphans.iter().chain(batch.iter()) {
+        durable::remove_file(&m.path)?;
+        report.deleted_ics += 1;
+    }
+    report.coalesce = clist.as_ref().map(|c| c.stats);
+    report.dedup = Some(out);
+    report.full_reason = full_reason;
+    report.manifest = Some(manifest);
+    if full {
+        prune(job, opts, &mut report)?;
+    }
+    Ok(report)
+}
+
+/// Deduplicates with `run` (retrying on a healed L1 copy, or as a complete
+/// coalescence when a Δ would overflow the pattern space), uploads the data
+/// files, and writes the manifest to L1, then to L2 (the commit point of a
+/// single-rank push). `coll` is a collective push's rank and job generation.
+#[allow(clippy::too_many_arguments)]
+fn seal(
+    job: &Job,
+    rec: &Recovered,
+    report: &mut PushReport,
+    chain: &mut Option<OpenChain>,
+    full_reason: &mut Option<String>,
+    coalesce_s: f64,
+    generation: u64,
+    (page_size, pattern_size): (u32, u32),
+    run: &dyn Fn(bool, Option<&OpenChain>) -> Result<DedupOutput>,
+    batch: &[IcMeta],
+    clist: Option<&CList>,
+    coll: Option<(u32, u64)>,
+) -> Result<(DedupOutput, Manifest)> {
     let mut attempt = run(full_reason.is_some(), chain.as_ref());
     // A chunk of L1's chain copy that fails its CRC only shows while the
     // Deduplication Unit reads it: heal L1 from L2 and run again.
@@ -397,8 +638,8 @@ pub fn push_locked(
             .map(Error::report)
             .unwrap_or_default();
         remove_generation_files(&job.l1_chain, generation)?;
-        heal_l1(job, &rec, newest.generation, &mut report, &why)?;
-        chain = Some(OpenChain::open(
+        heal_l1(job, rec, newest.generation, report, &why)?;
+        *chain = Some(OpenChain::open(
             job.l2.as_ref(),
             &rec.l2_index,
             newest.generation,
@@ -406,9 +647,11 @@ pub fn push_locked(
         attempt = run(full_reason.is_some(), chain.as_ref());
     }
     let out = match attempt {
-        Err(Error::PatternSpaceFull(why)) if full_reason.is_none() => {
+        // A collective push keeps the ranks' chains aligned: the next push
+        // must be complete on every rank (`--full`).
+        Err(Error::PatternSpaceFull(why)) if full_reason.is_none() && coll.is_none() => {
             remove_generation_files(&job.l1_chain, generation)?;
-            full_reason = Some(format!("pattern space full ({why})"));
+            *full_reason = Some(format!("pattern space full ({why})"));
             run(true, chain.as_ref())?
         }
         other => other?,
@@ -439,11 +682,11 @@ pub fn push_locked(
 
     let bytes_in: u64 = batch.iter().map(|m| m.layout.file_len).sum();
     let bytes_out: u64 = out.files.iter().map(|f| f.bytes).sum();
-    let (parent, chain_base) = match (&chain, full) {
+    let (parent, chain_base) = match (&*chain, full) {
         (Some(ch), false) => (Some(ch.manifest().generation), ch.manifest().chain_base),
         _ => (None, generation),
     };
-    let (first_seq, last_seq) = match (&chain, &clist, full) {
+    let (first_seq, last_seq) = match (&*chain, clist, full) {
         (Some(ch), Some(c), false) => (c.first_seq, c.last_seq.max(ch.manifest().last_seq)),
         (Some(ch), Some(c), true) if !c.full => (ch.gens[0].manifest.first_seq, c.last_seq),
         (_, Some(c), _) => (c.first_seq, c.last_seq),
@@ -490,11 +733,15 @@ pub fn push_locked(
             .map(|m| m.chain_id)
             .unwrap_or_else(|| chain.as_ref().and_then(|c| c.manifest().chain_id)),
         job: job.identity.as_ref().and_then(|i| i.job.clone()),
-        rank: job.identity.as_ref().map(|i| i.rank.clone()),
+        rank: match coll {
+            Some((r, _)) => Some(r.to_string()),
+            None => job.identity.as_ref().map(|i| i.rank.clone()),
+        },
         regions: match batch.last() {
             Some(m) => m.regions.clone(),
             None => chain.as_ref().and_then(|c| c.manifest().regions.clone()),
         },
+        job_generation: coll.map(|(_, j)| j),
     };
     // Never commit a Δ on a broken L2 lineage: it would make every later
     // restore fail. The pending IC files are kept; recovery healed what L1's
@@ -515,20 +762,7 @@ pub fn push_locked(
     let bytes = manifest.encode();
     job.l1_chain.put_bytes(&manifest_name(generation), &bytes)?;
     job.l2.put_bytes(&manifest_name(generation), &bytes)?;
-
-    // Durable in both places: the batch's IC files can go.
-    for m in l1.orphans.iter().chain(batch.iter()) {
-        durable::remove_file(&m.path)?;
-        report.deleted_ics += 1;
-    }
-    report.coalesce = clist.as_ref().map(|c| c.stats);
-    report.dedup = Some(out);
-    report.full_reason = full_reason;
-    report.manifest = Some(manifest);
-    if full {
-        prune(job, opts, &mut report)?;
-    }
-    Ok(report)
+    Ok((out, manifest))
 }
 
 fn empty_clist(chain: Option<&OpenChain>, clist: Option<&CList>) -> CList {

@@ -26,6 +26,7 @@
 //! restore verifies only the chunks it touches.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 use serde::Serialize;
@@ -38,7 +39,7 @@ use crate::format::manifest::{Manifest, Role};
 use crate::format::ptable::PTableDelta;
 use crate::l1::coalesce::{PageLayer, merge_layers};
 use crate::l1::{Covered, L1Dir, same_run};
-use crate::l2::chain::{ChainIndex, LivePage, OpenChain, OpenGeneration};
+use crate::l2::chain::{ChainIndex, LivePage, OpenChain, OpenGeneration, XrefSource};
 use crate::l2::push::Job;
 use crate::store::{Store, file_crc};
 
@@ -97,9 +98,19 @@ pub struct RestoreOptions {
     pub region: Option<u32>,
     /// Threads decoding chunks and rebuilding pages (0: the cores).
     pub threads: usize,
+    /// Where pages other ranks store are read from (a rank of an MPI job,
+    /// `crate::l2::jobgen`); without it, such a page is an error.
+    pub xref_source: Option<Arc<dyn XrefSource>>,
 }
 
 impl RestoreOptions {
+    /// Gives `chain` the source of other ranks' pages, if there is one.
+    pub fn attach(&self, chain: &mut OpenChain) {
+        if let Some(s) = &self.xref_source {
+            chain.set_xref_source(s.clone());
+        }
+    }
+
     /// The threads to use.
     pub fn threads(&self) -> usize {
         match self.threads {
@@ -148,7 +159,8 @@ pub struct RestoreReport {
 pub fn restore_l2(l2: &dyn Store, opts: &RestoreOptions, out: &Path) -> Result<RestoreReport> {
     let index = ChainIndex::load(l2)?;
     restore_with_fallback(&index, &l2.describe(), opts, |g, _| {
-        let chain = OpenChain::open(l2, &index, g)?;
+        let mut chain = OpenChain::open(l2, &index, g)?;
+        opts.attach(&mut chain);
         let mut report = RestoreReport::default();
         write_image(Some(&chain), &[], opts, out, &mut report)?;
         Ok(report)
@@ -221,7 +233,10 @@ pub fn restore_l1_l2(job: &Job, opts: &RestoreOptions, out: &Path) -> Result<Res
             ));
         }
         let (chain, notes) = match open_mixed(job, &l1_index, &index, g) {
-            Ok(c) => c,
+            Ok((mut c, notes)) => {
+                opts.attach(&mut c);
+                (c, notes)
+            }
             // The generation cannot be opened, but a pending FULL
             // checkpoint after it needs nothing from it.
             Err(e) if opts.fallback && pending_apply => {
@@ -778,6 +793,17 @@ pub fn verify_store(
     level: &'static str,
     report: &mut VerifyReport,
 ) -> Result<()> {
+    verify_store_with(store, level, None, report)
+}
+
+/// [`verify_store`], reading the pages other ranks store through `xrefs`
+/// (a rank of an MPI job).
+pub fn verify_store_with(
+    store: &dyn Store,
+    level: &'static str,
+    xrefs: Option<&Arc<dyn XrefSource>>,
+    report: &mut VerifyReport,
+) -> Result<()> {
     let index = ChainIndex::load(store)?;
     for (g, e) in &index.invalid {
         report
@@ -785,7 +811,7 @@ pub fn verify_store(
             .push(format!("{level} generation {g}: {e}"));
     }
     for m in index.manifests.values() {
-        let r = verify_generation(store, &index, m, report);
+        let r = verify_generation(store, &index, m, xrefs, report);
         report.generations.push(GenerationCheck {
             generation: m.generation,
             level,
@@ -799,6 +825,7 @@ fn verify_generation(
     store: &dyn Store,
     index: &ChainIndex,
     m: &Manifest,
+    xrefs: Option<&Arc<dyn XrefSource>>,
     report: &mut VerifyReport,
 ) -> Result<()> {
     for f in &m.files {
@@ -811,6 +838,7 @@ fn verify_generation(
                 Role::Rps => ChunkedFile::open(&p, Kind::Rps).and_then(|c| c.verify_all()),
                 Role::Pf => ChunkedFile::open(&p, Kind::Pf).and_then(|c| c.verify_all()),
                 Role::Ptable => PTableDelta::read(&p).map(drop),
+                Role::Xref => crate::format::xref::XrefFile::read(&p).map(drop),
             };
             return Err(located.err().unwrap_or_else(|| {
                 Error::corrupt(
@@ -825,7 +853,10 @@ fn verify_generation(
             }));
         }
     }
-    let chain = OpenChain::open(store, index, m.generation)?;
+    let mut chain = OpenChain::open(store, index, m.generation)?;
+    if let Some(x) = xrefs {
+        chain.set_xref_source(x.clone());
+    }
     chain.verify_all_parallel(crate::durable::default_threads())?;
     let mut buf = vec![0u8; m.page_size as usize];
     for lp in chain.live_pages() {

@@ -19,6 +19,8 @@
 //! `s3://bucket/prefix` is a bucket, where the job's objects live under
 //! `prefix/<job>/<rank>/` (job and rank from [`StoreSettings`]), so that
 //! every rank of every job pushing to one bucket has its own namespace.
+//! An MPI job's collective push names the job's location instead
+//! ([`JobRoot`]): every rank's chain and the job manifests below it.
 //!
 //! # Why the directory backend is not `object_store`'s `LocalFileSystem`
 //!
@@ -31,6 +33,7 @@
 //! blocks never reached the disk. Keeping `DirStore` keeps those
 //! guarantees; `object_store` is used where it is needed, for S3.
 
+mod job_root;
 mod s3;
 pub mod settings;
 
@@ -41,6 +44,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+pub use job_root::{JOB_DIR, JobRoot};
 pub use s3::S3Store;
 
 use crate::durable::{self, AtomicFile};

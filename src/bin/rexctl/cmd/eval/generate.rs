@@ -39,6 +39,15 @@ pub struct Args {
     /// ground truth for a restore); must lie outside OUTDIR.
     #[arg(long)]
     truth: Option<PathBuf>,
+    /// Generate the checkpoints of N ranks of an MPI job, into OUTDIR/0/
+    /// .. OUTDIR/N-1/ (the L1 layout of `push-l2 --collective`), with
+    /// --truth a directory that gets each rank's final image as R.rexic.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
+    ranks: Option<u32>,
+    /// With --ranks: the share of every rank's footprint that is the same
+    /// on every rank (0 to 1; default 0.5).
+    #[arg(long, value_name = "SHARE", requires = "ranks")]
+    shared: Option<f64>,
     /// List the profiles and exit.
     #[arg(long)]
     list_profiles: bool,
@@ -89,6 +98,26 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     }
     let n = profile.checkpoints;
     let name = profile.name;
+    if let Some(ranks) = a.ranks {
+        let shared = a.shared.unwrap_or(0.5);
+        let all =
+            workload::generate_ranks(&outdir, profile, a.seed, ranks, shared, a.truth.as_deref())?;
+        if a.json {
+            ui::print_json(&all)?;
+        } else {
+            outln!(
+                "generated {} ranks x {} checkpoints (1 FULL + {n} incremental) of profile {name}, seed {}, {:.0} % shared, in {}/0..{}: {}",
+                ranks,
+                n + 1,
+                a.seed,
+                shared * 100.0,
+                outdir.display(),
+                ranks - 1,
+                ui::bytes(all.iter().map(|s| s.bytes).sum())
+            );
+        }
+        return Ok(0);
+    }
     let pb = ui::progress(n + 1, "generating");
     let summary = workload::generate(&outdir, profile, a.seed, a.truth.as_deref(), |_| pb.inc(1))?;
     pb.finish_and_clear();

@@ -30,6 +30,15 @@ pub struct Args {
     /// Force a complete coalescence: a fresh full RPS and a new chain.
     #[arg(long)]
     full: bool,
+    /// Push collectively with every rank of an MPI job (run under
+    /// `mpirun -np N rexctl push-l2 --collective ...`): rank R pushes the IC
+    /// files of L1/R into its own chain under the job's L2 location (L2/R/
+    /// in a directory, PREFIX/JOB/R/ in a bucket); pages several ranks hold
+    /// are stored once, by one of them (byte-verified), and the push commits
+    /// as one job generation (L2/job/). Restore a rank with `restore --rank
+    /// R`. Needs a rexctl built with the cargo feature `mpi`.
+    #[arg(long)]
+    collective: bool,
     /// Print a JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -42,6 +51,9 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let s = Settings::load(&a.settings)?;
     let store = s.store()?;
     let cfg = s.config()?;
+    if a.collective {
+        return collective(&a, &cfg);
+    }
     rexctl::l2::push::check_l1(&cfg.l1)?;
     let l2 = rexctl::store::open_l2(&cfg.l2, &store, true)?;
     let pb = ui::spinner("coalescing, deduplicating and pushing");
@@ -51,21 +63,83 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             rank: cfg.store.rank.clone(),
         })
         .with_progress(Arc::new(ui::UploadBar::new(pb.clone())));
-    let opts = PushOptions {
-        pattern_size: cfg.pattern_size,
-        full: a.full,
-        keep_chains_l2: cfg.keep_chains_l2,
-        keep_chains_l1: cfg.keep_chains_l1,
-        hash: cfg.hash,
-        format: cfg.write_format,
-    };
-    let report = push_l2(&job, &opts);
+    let report = push_l2(&job, &push_options(&a, &cfg));
     pb.finish_and_clear();
     let report = report.map_err(|e| job.l2.public_error(e))?;
     if a.json {
         ui::print_json(&report)?;
     } else {
         print_human(&report)?;
+    }
+    Ok(0)
+}
+
+fn push_options(a: &Args, cfg: &rexctl::control::config::Config) -> PushOptions {
+    PushOptions {
+        pattern_size: cfg.pattern_size,
+        full: a.full,
+        keep_chains_l2: cfg.keep_chains_l2,
+        keep_chains_l1: cfg.keep_chains_l1,
+        hash: cfg.hash,
+        format: cfg.write_format,
+    }
+}
+
+#[cfg(not(feature = "mpi"))]
+fn collective(_: &Args, _: &rexctl::control::config::Config) -> anyhow::Result<i32> {
+    Err(rexctl::Error::Invalid(
+        "--collective needs MPI: this rexctl was built without the cargo feature `mpi`".into(),
+    )
+    .into())
+}
+
+/// `push-l2 --collective`: this process is one rank of `mpirun`.
+#[cfg(feature = "mpi")]
+fn collective(a: &Args, cfg: &rexctl::control::config::Config) -> anyhow::Result<i32> {
+    use rexctl::l2::collective::{CollectiveOptions, Comm, push_collective};
+    let comm = rexctl::l2::mpi::MpiComm::init()?;
+    let rank = comm.rank();
+    let root = rexctl::store::JobRoot::new(&cfg.l2, &cfg.store)?;
+    let l1 = cfg.l1.join(rank.to_string());
+    // A failure before the push still takes part in its agreement.
+    let job = rexctl::l2::push::check_l1(&l1)
+        .and_then(|()| root.rank_store(rank, true))
+        .and_then(|l2| Job::open(&l1, l2));
+    let job = match job {
+        Ok(j) => j.with_identity(JobIdentity {
+            job: cfg.store.job.clone(),
+            rank: rank.to_string(),
+        }),
+        Err(e) => {
+            rexctl::l2::collective::fail_early(&comm, &e);
+            return Err(e.into());
+        }
+    };
+    let copts = CollectiveOptions {
+        table: cfg.collective_table,
+        ..CollectiveOptions::default()
+    };
+    let report = push_collective(&job, &root, &comm, &push_options(a, cfg), &copts)
+        .map_err(|e| job.l2.public_error(e))?;
+    if a.json {
+        ui::print_json(&report)?;
+    } else {
+        for note in &report.rolled_back {
+            outln!("rank {rank}: rolled back: {note}");
+        }
+        let c = &report.collective;
+        if report.push.manifest.is_some() || c.job_generation > 0 {
+            outln!(
+                "rank {rank}: job generation {}: {} shared pages across {} ranks, {} of this rank's stored by others ({} compared bytes differed), {} stored here for others",
+                c.job_generation,
+                c.shared_hashes,
+                c.ranks,
+                c.xref_pages,
+                c.mismatches,
+                c.owned
+            );
+        }
+        print_human(&report.push)?;
     }
     Ok(0)
 }

@@ -58,6 +58,11 @@ pub struct Args {
     /// Restore this generation instead of the newest.
     #[arg(long, value_name = "N")]
     generation: Option<u64>,
+    /// With --rank R, when the L2 location is an MPI job's (as `push-l2
+    /// --collective` writes it: a chain per rank and the job manifests):
+    /// restore this job generation of rank R instead of the newest.
+    #[arg(long, value_name = "J")]
+    job_generation: Option<u64>,
     /// Restore the newest valid state instead of failing: without the
     /// damaged pending checkpoints (a later FULL one restarts the state),
     /// from a pending FULL checkpoint when the generation is unreadable, else
@@ -70,6 +75,25 @@ pub struct Args {
     json: bool,
     #[command(flatten)]
     settings: ConfigLayer,
+}
+
+/// The job and rank to restore when `--rank` (or REX_RANK) names a rank
+/// and the L2 location holds job generations of an MPI job.
+fn job_rank(s: &Settings) -> anyhow::Result<Option<(rexctl::store::JobRoot, u32)>> {
+    let Some(rank) = &s.layer.rank else {
+        return Ok(None);
+    };
+    let root = rexctl::store::JobRoot::new(s.l2()?, &s.store()?)?;
+    let jobs = rexctl::l2::jobgen::JobIndex::load(root.job_store(false)?.as_ref())?;
+    if jobs.manifests.is_empty() && jobs.invalid.is_empty() {
+        return Ok(None);
+    }
+    let r = rank.parse::<u32>().map_err(|_| {
+        rexctl::Error::Invalid(format!(
+            "--rank {rank}: the ranks of an MPI job are numbers"
+        ))
+    })?;
+    Ok(Some((root, r)))
 }
 
 /// The ranges of `--pages`.
@@ -98,8 +122,28 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             Some(n) => n,
             None => 0,
         },
+        xref_source: None,
     };
-    let l1 = if a.l2_only { None } else { s.layer.l1.clone() };
+    // `--rank R` on an MPI job's location: rank R's part of a job
+    // generation, from L2 alone.
+    let job_rank = job_rank(&s)?;
+    if job_rank.is_none() && a.job_generation.is_some() {
+        return Err(rexctl::Error::Invalid(
+            "--job-generation needs --rank R and the L2 location of an MPI job (one with job generations, written by `push-l2 --collective`)".into(),
+        )
+        .into());
+    }
+    if job_rank.is_some() && (a.generation.is_some() || a.fallback) {
+        return Err(rexctl::Error::Invalid(
+            "a rank of an MPI job restores a job generation: give --job-generation, not --generation or --fallback".into(),
+        )
+        .into());
+    }
+    let l1 = if a.l2_only || job_rank.is_some() {
+        None
+    } else {
+        s.layer.l1.clone()
+    };
     // The output is renamed into place: only a regular file may be
     // replaced (never a device, a FIFO, a directory or a symlink's link).
     if let Ok(m) = std::fs::symlink_metadata(&a.out) {
@@ -124,8 +168,13 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     // A few pages need a few chunks: a bucket is read on demand.
     l2.read_on_demand(opts.pages.is_some() || opts.region.is_some());
     let pb = ui::spinner("restoring");
-    let (report, stats) = match &l1 {
-        Some(l1) => {
+    let (report, stats) = match (&l1, job_rank) {
+        (_, Some((root, rank))) => {
+            let r = rexctl::l2::jobgen::restore_rank(&root, rank, a.job_generation, &opts, &a.out)
+                .map(|(r, _)| r);
+            (r.map_err(|e| l2.public_error(e)), l2.stats())
+        }
+        (Some(l1), None) => {
             if !l1.is_dir() {
                 return Err(rexctl::Error::Invalid(format!(
                     "L1 directory {}: no such directory (--l1, REX_L1 or `l1` in {}): give --l2-only to restore from L2 alone",
@@ -138,7 +187,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             let r = restore_l1_l2(&job, &opts, &a.out);
             (r.map_err(|e| job.l2.public_error(e)), job.l2.stats())
         }
-        None => {
+        (None, None) => {
             let r = restore_l2(l2.as_ref(), &opts, &a.out);
             (r.map_err(|e| l2.public_error(e)), l2.stats())
         }

@@ -1,0 +1,741 @@
+//! The collective push of an MPI job: cross-rank deduplication of whole
+//! pages (Nicolae, IPDPS'13) and job generations (docs/FORMAT.md §3.9).
+//!
+//! Every rank pushes its own batch into its own chain, as a single-rank
+//! push does ([`crate::l2::push::push_with`]), with three collective steps
+//! (the [`Collective`] hooks, each one a few MPI collectives over the
+//! job's communicator, [`Comm`]):
+//!
+//! 1. **Agree**: the ranks exchange what they propose; if one needs a
+//!    complete coalescence, all take one (their chains stay aligned, so a
+//!    reference never outlives the generation it names), and if none has
+//!    work, nobody pushes.
+//! 2. **Choose the shared pages**: every rank hashes the pages it is about
+//!    to write (XXH3-128, zero pages left out: they cost nothing after the
+//!    entropy stage) and contributes its distinct hashes to a table of at
+//!    most `T` entries; a reduction with a merge operator ([`HashTable::merge`]:
+//!    counts added, the `T` most frequent kept) builds, at rank 0, the most
+//!    frequent hashes across ranks, which rank 0 broadcasts (the operator
+//!    truncates, so it is not associative: a reduction plus a broadcast
+//!    gives every rank the very same table, which an all-reduce does not
+//!    promise). An all-gather of one bit per entry tells every rank who
+//!    holds each hash; each entry with two holders or more gets an owner,
+//!    the holder with the least to write so far (its own unique pages
+//!    first), identically on every rank. Then the owners send the page's
+//!    bytes to the other holders, in rounds of bounded size, and a holder
+//!    references the owner's page only where the bytes are equal: a hash
+//!    match is never trusted alone.
+//! 3. **Commit**: once every rank's generation is durable in L1 and L2, the
+//!    ranks all-gather their members and rank 0 writes the job manifest
+//!    (the commit point of the job generation); only then does each rank
+//!    delete its IC files. If any rank failed at any step, every rank
+//!    returns an error ([`crate::error::PeerFailure`]) and nobody commits;
+//!    the next collective push rolls the uncommitted generations back
+//!    ([`crate::l2::jobgen::rollback`]) and pushes the same checkpoints again.
+//!
+//! The transport is the [`Comm`] trait: MPI in `crate::l2::mpi` (cargo
+//! feature `mpi`), so that everything here builds and is read without MPI.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::error::{Error, PeerFailure, Result};
+use crate::format::job_manifest::{
+    FORMAT as JOB_FORMAT, JobManifest, JobMember, job_manifest_name,
+};
+use crate::format::manifest::{Manifest, manifest_name};
+use crate::format::xref::Xref;
+use crate::l2::dedup::PlanPages;
+use crate::l2::jobgen::{JobIndex, rollback};
+use crate::l2::push::{
+    Agreed, Collective, Job, Local, Proposal, PushOptions, PushReport, begin_writing, push_with,
+};
+use crate::store::{JobRoot, Store};
+
+/// The transport of a collective push: the job's communicator.
+pub trait Comm {
+    /// This rank.
+    fn rank(&self) -> u32;
+    /// Ranks in the communicator.
+    fn size(&self) -> u32;
+    /// Every rank's `mine`, in rank order.
+    fn all_gather(&self, mine: &[u8]) -> Vec<Vec<u8>>;
+    /// Sends `send[r]` to rank `r`; returns what each rank sent this one,
+    /// in rank order.
+    fn all_to_all(&self, send: &[Vec<u8>]) -> Vec<Vec<u8>>;
+    /// The merge ([`HashTable::merge`]) of every rank's `table` (all of the
+    /// same capacity), the same on every rank.
+    fn merge_all(&self, table: &HashTable) -> HashTable;
+}
+
+/// Bytes of one encoded [`HashEntry`].
+pub const ENTRY_LEN: usize = 24;
+/// Bytes of the header of an encoded [`HashTable`].
+pub const TABLE_HEADER: usize = 8;
+
+/// A page hash and how many ranks hold it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HashEntry {
+    /// XXH3-128 of the page.
+    pub hash: u128,
+    /// Ranks holding it (as far as the reduction could count).
+    pub count: u32,
+}
+
+/// The table of the most frequent page hashes, ascending by hash, at most
+/// `cap` entries. Encoded with a fixed size (a header and `cap` entries),
+/// as one element of an MPI datatype, so the reduction never splits it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HashTable {
+    /// The most entries kept (`T`).
+    pub cap: usize,
+    /// The entries, ascending by hash.
+    pub entries: Vec<HashEntry>,
+}
+
+impl HashTable {
+    /// Bytes of a table of capacity `cap`, encoded.
+    pub fn encoded_len(cap: usize) -> usize {
+        TABLE_HEADER + cap * ENTRY_LEN
+    }
+
+    /// Encodes into `out` ([`encoded_len`](Self::encoded_len) bytes).
+    pub fn encode_into(&self, out: &mut [u8]) {
+        out.fill(0);
+        out[0..4].copy_from_slice(&(self.entries.len() as u32).to_le_bytes());
+        out[4..8].copy_from_slice(&(self.cap as u32).to_le_bytes());
+        for (e, b) in self
+            .entries
+            .iter()
+            .zip(out[TABLE_HEADER..].chunks_exact_mut(ENTRY_LEN))
+        {
+            b[0..16].copy_from_slice(&e.hash.to_le_bytes());
+            b[16..20].copy_from_slice(&e.count.to_le_bytes());
+        }
+    }
+
+    /// Encodes into a new buffer.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = vec![0u8; Self::encoded_len(self.cap)];
+        self.encode_into(&mut b);
+        b
+    }
+
+    /// Decodes `b`, bounding the entry count by its length.
+    pub fn decode(b: &[u8]) -> Option<HashTable> {
+        let n = u32::from_le_bytes(b.get(0..4)?.try_into().ok()?) as usize;
+        let cap = u32::from_le_bytes(b.get(4..8)?.try_into().ok()?) as usize;
+        if n > cap || b.len() < Self::encoded_len(cap) {
+            return None;
+        }
+        let entries = b[TABLE_HEADER..TABLE_HEADER + n * ENTRY_LEN]
+            .chunks_exact(ENTRY_LEN)
+            .map(|e| HashEntry {
+                hash: u128::from_le_bytes(e[0..16].try_into().expect("16")),
+                count: u32::from_le_bytes(e[16..20].try_into().expect("4")),
+            })
+            .collect();
+        Some(HashTable { cap, entries })
+    }
+
+    /// The merge operator: counts of equal hashes added, then the `cap`
+    /// entries of highest count kept (ties: the lower hash), ascending by
+    /// hash. Commutative; associative as long as nothing is cut.
+    pub fn merge(&self, other: &HashTable) -> HashTable {
+        let (a, b) = (&self.entries, &other.entries);
+        let mut out = Vec::with_capacity(a.len() + b.len());
+        let (mut i, mut j) = (0, 0);
+        while i < a.len() || j < b.len() {
+            let take_a = j >= b.len() || (i < a.len() && a[i].hash <= b[j].hash);
+            let take_b = i >= a.len() || (j < b.len() && b[j].hash <= a[i].hash);
+            let e = match (take_a, take_b) {
+                (true, true) => {
+                    let e = HashEntry {
+                        hash: a[i].hash,
+                        count: a[i].count.saturating_add(b[j].count),
+                    };
+                    i += 1;
+                    j += 1;
+                    e
+                }
+                (true, false) => {
+                    i += 1;
+                    a[i - 1]
+                }
+                _ => {
+                    j += 1;
+                    b[j - 1]
+                }
+            };
+            out.push(e);
+        }
+        let cap = self.cap.max(other.cap);
+        if out.len() > cap {
+            out.sort_unstable_by(|x, y| y.count.cmp(&x.count).then(x.hash.cmp(&y.hash)));
+            out.truncate(cap);
+            out.sort_unstable_by_key(|e| e.hash);
+        }
+        HashTable { cap, entries: out }
+    }
+}
+
+/// What the collective steps found.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct CollectiveStats {
+    /// The job generation written.
+    pub job_generation: u64,
+    /// Ranks.
+    pub ranks: u32,
+    /// Hashes in the agreed table held by two ranks or more.
+    pub shared_hashes: u64,
+    /// This rank's pages written as references to another rank's page.
+    pub xref_pages: u64,
+    /// This rank's pages whose hash matched but whose bytes did not (stored
+    /// here).
+    pub mismatches: u64,
+    /// Shared pages this rank stores for others.
+    pub owned: u64,
+    /// Bytes of pages this rank received to compare.
+    pub exchanged_bytes: u64,
+    /// Rounds of the exchange.
+    pub rounds: u64,
+    /// Seconds spent in the collective steps (hashing included).
+    pub seconds: f64,
+}
+
+/// What a collective push did on this rank.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct CollectiveReport {
+    /// The rank's push.
+    pub push: PushReport,
+    /// The collective steps.
+    pub collective: CollectiveStats,
+    /// Generations of uncommitted job generations deleted first.
+    pub rolled_back: Vec<String>,
+}
+
+/// Settings of a collective push.
+#[derive(Clone, Debug)]
+pub struct CollectiveOptions {
+    /// The most entries of the table of shared hashes (`T`).
+    pub table: usize,
+    /// The most bytes of pages a rank receives per exchange round.
+    pub round_bytes: usize,
+}
+
+impl Default for CollectiveOptions {
+    fn default() -> Self {
+        CollectiveOptions {
+            table: 1 << 16,
+            round_bytes: 64 << 20,
+        }
+    }
+}
+
+/// Runs a collective push of this rank's `job` (its L1 directory, and its
+/// chain `root.rank_store(comm.rank())` as L2) with every other rank of
+/// `comm`. Every rank calls it at the same time.
+pub fn push_collective(
+    job: &Job,
+    root: &JobRoot,
+    comm: &dyn Comm,
+    opts: &PushOptions,
+    copts: &CollectiveOptions,
+) -> Result<CollectiveReport> {
+    let t0 = Instant::now();
+    let mut hooks = Hooks {
+        comm,
+        job,
+        root,
+        copts: copts.clone(),
+        job_generation: 0,
+        full: false,
+        keep: opts.keep_chains_l2.max(1),
+        stats: CollectiveStats {
+            ranks: comm.size(),
+            ..Default::default()
+        },
+    };
+    let mut report = CollectiveReport::default();
+    // The locks, then the job generations' state: what committed, and the
+    // number of the next one. A failure here still takes part in the
+    // agreement, which then fails everywhere.
+    let start = begin_writing(job, "push-l2 --collective").and_then(|w| {
+        let jobs = JobIndex::load(root.job_store(true)?.as_ref())?;
+        let committed = jobs.newest().map(|m| m.job_generation);
+        let mut max = committed.unwrap_or(0);
+        for o in root.job_store(false)?.list()? {
+            if let Some(j) = crate::format::job_manifest::parse_job_manifest_name(&o.name) {
+                max = max.max(j);
+            }
+        }
+        report.rolled_back = rollback(job, committed)?;
+        Ok((w, max + 1))
+    });
+    let _writer = match start {
+        Ok((w, j)) => {
+            hooks.job_generation = j;
+            w
+        }
+        Err(e) => {
+            hooks.agree(Err(e.report()))?;
+            return Err(e);
+        }
+    };
+    report.push = push_with(job, opts, None, Some(&mut hooks))?;
+    hooks.stats.seconds = t0.elapsed().as_secs_f64();
+    report.collective = hooks.stats;
+    Ok(report)
+}
+
+/// Takes part in a collective push that this rank cannot even start
+/// (its L1 directory or L2 store cannot be opened), so that the other ranks
+/// fail with its error instead of waiting for it.
+pub fn fail_early(comm: &dyn Comm, e: &Error) {
+    let _ = comm.all_gather(&outcome(Err(e.report())));
+}
+
+struct Hooks<'a> {
+    comm: &'a dyn Comm,
+    job: &'a Job,
+    root: &'a JobRoot,
+    copts: CollectiveOptions,
+    job_generation: u64,
+    full: bool,
+    keep: usize,
+    stats: CollectiveStats,
+}
+
+/// A rank's message in an all-gather: `1` and the payload, or `0` and its
+/// error.
+fn outcome(local: std::result::Result<Vec<u8>, String>) -> Vec<u8> {
+    match local {
+        Ok(mut b) => {
+            b.insert(0, 1);
+            b
+        }
+        Err(e) => {
+            let mut b = vec![0];
+            b.extend_from_slice(e.as_bytes());
+            b
+        }
+    }
+}
+
+/// The payloads of every rank, or the lowest failed rank's error.
+fn payloads(all: Vec<Vec<u8>>, stage: &'static str) -> Result<Vec<Vec<u8>>> {
+    for (r, b) in all.iter().enumerate() {
+        if b.first() != Some(&1) {
+            return Err(PeerFailure {
+                rank: r as u32,
+                stage,
+                reason: String::from_utf8_lossy(b.get(1..).unwrap_or_default()).into_owned(),
+            }
+            .into());
+        }
+    }
+    Ok(all.into_iter().map(|mut b| b.split_off(1)).collect())
+}
+
+fn le64(b: &[u8], at: usize) -> u64 {
+    b.get(at..at + 8)
+        .and_then(|s| s.try_into().ok())
+        .map(u64::from_le_bytes)
+        .unwrap_or(0)
+}
+
+impl Hooks<'_> {
+    fn gather(
+        &self,
+        local: std::result::Result<Vec<u8>, String>,
+        stage: &'static str,
+    ) -> Result<Vec<Vec<u8>>> {
+        let failed = local.as_ref().err().cloned();
+        let all = payloads(self.comm.all_gather(&outcome(local)), stage);
+        match failed {
+            // This rank's own error is reported by its caller.
+            Some(e) => Err(Error::Invalid(e)),
+            None => all,
+        }
+    }
+
+    /// Chooses this rank's cross-rank references among `pages` (none when
+    /// it writes nothing): the steps of the module doc.
+    fn choose(
+        &mut self,
+        mine: Option<(u64, &PlanPages<'_>)>,
+        failed: Option<String>,
+    ) -> Result<Vec<Xref>> {
+        let comm = self.comm;
+        let (me, n) = (comm.rank() as usize, comm.size() as usize);
+        // Hash every non-zero page.
+        let mut buf = Vec::new();
+        let mut hashes: Vec<(u128, usize)> = Vec::new();
+        let mut page_size = 0u32;
+        let mut local_err = None;
+        if let Some((_, pages)) = mine {
+            for i in 0..pages.len() {
+                match pages.read(i, &mut buf) {
+                    Ok((data, _)) => {
+                        page_size = data.len() as u32;
+                        if data.iter().any(|&b| b != 0) {
+                            hashes.push((xxhash_rust::xxh3::xxh3_128(data), i));
+                        }
+                    }
+                    Err(e) => {
+                        local_err = Some(e);
+                        break;
+                    }
+                }
+            }
+        }
+        hashes.sort_unstable();
+        // Distinct hashes; beyond T, the lowest (the same choice on every
+        // rank, so that a page many ranks hold survives everywhere).
+        let cap = self.copts.table;
+        let mut contrib = HashTable {
+            cap,
+            entries: Vec::new(),
+        };
+        for &(h, _) in &hashes {
+            if contrib.entries.len() == cap {
+                break;
+            }
+            if contrib.entries.last().is_none_or(|e| e.hash != h) {
+                contrib.entries.push(HashEntry { hash: h, count: 1 });
+            }
+        }
+        let table = comm.merge_all(&contrib);
+        let shared: Vec<u128> = table
+            .entries
+            .iter()
+            .filter(|e| e.count >= 2)
+            .map(|e| e.hash)
+            .collect();
+        // Which shared hashes this rank holds (a bit per entry), its page
+        // size, its generation, and its pages outside the shared set.
+        let mut bits = vec![0u8; shared.len().div_ceil(8)];
+        let mut held: Vec<Vec<usize>> = vec![Vec::new(); shared.len()];
+        let mut unique = 0u64;
+        for &(h, i) in &hashes {
+            match shared.binary_search(&h) {
+                Ok(k) => {
+                    bits[k / 8] |= 1 << (k % 8);
+                    held[k].push(i);
+                }
+                Err(_) => unique += 1,
+            }
+        }
+        let mut msg = Vec::new();
+        msg.extend_from_slice(&u64::from(page_size).to_le_bytes());
+        msg.extend_from_slice(&mine.map_or(0, |(g, _)| g).to_le_bytes());
+        msg.extend_from_slice(&unique.to_le_bytes());
+        msg.extend_from_slice(&bits);
+        let local = match (&local_err, failed) {
+            (Some(e), _) => Err(e.report()),
+            (None, Some(e)) => Err(e),
+            (None, None) => Ok(msg),
+        };
+        let all = self.gather(local, "choosing the shared pages");
+        if let Some(e) = local_err {
+            return Err(e);
+        }
+        let all = all?;
+        let page_sizes: Vec<usize> = all.iter().map(|b| le64(b, 0) as usize).collect();
+        let gens: Vec<u64> = all.iter().map(|b| le64(b, 8)).collect();
+        let mut load: Vec<u64> = all.iter().map(|b| le64(b, 16)).collect();
+        let holds = |r: usize, k: usize| {
+            all[r]
+                .get(24 + k / 8)
+                .is_some_and(|b| b & (1 << (k % 8)) != 0)
+        };
+        // Owners, identically on every rank: the holder with the least to
+        // write so far.
+        let mut owner = vec![usize::MAX; shared.len()];
+        for (k, o) in owner.iter_mut().enumerate() {
+            let holders: Vec<usize> = (0..n).filter(|&r| holds(r, k)).collect();
+            if holders.len() < 2 {
+                continue;
+            }
+            let best = *holders
+                .iter()
+                .min_by_key(|&&r| (load[r], r))
+                .expect("two holders");
+            load[best] += 1;
+            *o = best;
+        }
+        self.stats.shared_hashes = owner.iter().filter(|&&o| o != usize::MAX).count() as u64;
+        self.stats.owned = owner.iter().filter(|&&o| o == me).count() as u64;
+        // The exchange, in rounds of at most `round_bytes` received per
+        // rank: owners send (page number, bytes) to the other holders; a
+        // holder compares each of its pages of that hash with them.
+        let largest = page_sizes.iter().copied().max().unwrap_or(0).max(1) + 8;
+        let window = (self.copts.round_bytes / largest).max(1);
+        let mut xrefs = Vec::new();
+        let mut local_err = None;
+        for lo in (0..shared.len()).step_by(window) {
+            let hi = (lo + window).min(shared.len());
+            let mut send: Vec<Vec<u8>> = vec![Vec::new(); n];
+            for k in lo..hi {
+                if owner[k] != me || local_err.is_some() {
+                    continue;
+                }
+                let i = held[k][0];
+                let (page, data) = match mine {
+                    Some((_, pages)) => match pages.read(i, &mut buf) {
+                        Ok((d, _)) => (pages.page(i), d),
+                        Err(e) => {
+                            local_err = Some(e);
+                            continue;
+                        }
+                    },
+                    None => continue,
+                };
+                for (r, out) in send.iter_mut().enumerate() {
+                    if r != me && holds(r, k) {
+                        out.extend_from_slice(&page.to_le_bytes());
+                        out.extend_from_slice(data);
+                    }
+                }
+            }
+            let got = comm.all_to_all(&send);
+            self.stats.rounds += 1;
+            let mut at = vec![0usize; n];
+            for k in lo..hi {
+                let o = owner[k];
+                if o == usize::MAX || o == me || !holds(me, k) {
+                    continue;
+                }
+                let ps = page_sizes[o];
+                let rec = got[o].get(at[o]..at[o] + 8 + ps);
+                at[o] += 8 + ps;
+                let Some(rec) = rec else {
+                    // The owner failed to read its page: it reports that
+                    // at the commit; store ours.
+                    continue;
+                };
+                self.stats.exchanged_bytes += rec.len() as u64;
+                let owner_page = le64(rec, 0);
+                let Some((_, pages)) = mine else { continue };
+                for &i in &held[k] {
+                    match pages.read(i, &mut buf) {
+                        Ok((d, _)) if d == &rec[8..] => xrefs.push(Xref {
+                            page: pages.page(i),
+                            owner_rank: o as u32,
+                            owner_generation: gens[o],
+                            owner_page,
+                        }),
+                        Ok(_) => self.stats.mismatches += 1,
+                        Err(e) => {
+                            local_err.get_or_insert(e);
+                        }
+                    }
+                }
+            }
+        }
+        // Whether every rank read its pages: a failure in the exchange
+        // fails every rank here, before any of them writes.
+        let done = match &local_err {
+            Some(e) => Err(e.report()),
+            None => Ok(Vec::new()),
+        };
+        let all = self.gather(done, "comparing the shared pages");
+        if let Some(e) = local_err {
+            return Err(e);
+        }
+        all?;
+        xrefs.sort_unstable_by_key(|x| x.page);
+        self.stats.xref_pages = xrefs.len() as u64;
+        Ok(xrefs)
+    }
+
+    /// Rank 0's part of the commit: the job manifest, then the job
+    /// manifests older than the chains kept.
+    fn write_job_manifest(&self, members: Vec<JobMember>) -> Result<()> {
+        let store = self.root.job_store(true)?;
+        let jm = JobManifest {
+            format: JOB_FORMAT,
+            job_generation: self.job_generation,
+            job: self.job.identity.as_ref().and_then(|i| i.job.clone()),
+            ranks: self.comm.size(),
+            members,
+            full: self.full,
+            created_ns: crate::format::ic::now_ns(),
+            writer: format!("rexctl {}", env!("CARGO_PKG_VERSION")),
+        };
+        jm.check(std::path::Path::new(&job_manifest_name(
+            self.job_generation,
+        )))?;
+        store.put_bytes(&job_manifest_name(self.job_generation), &jm.encode())?;
+        if self.full {
+            prune_job_manifests(store.as_ref(), self.keep)?;
+        }
+        Ok(())
+    }
+}
+
+/// Deletes the job manifests older than the `keep` newest full job
+/// generations (their ranks' chains are pruned the same way).
+fn prune_job_manifests(store: &dyn Store, keep: usize) -> Result<()> {
+    let jobs = JobIndex::load(store)?;
+    let fulls: Vec<u64> = jobs
+        .manifests
+        .values()
+        .filter(|m| m.full)
+        .map(|m| m.job_generation)
+        .collect();
+    if fulls.len() <= keep {
+        return Ok(());
+    }
+    let cutoff = fulls[fulls.len() - keep];
+    for j in jobs.manifests.keys().rev().filter(|&&j| j < cutoff) {
+        store.delete(&job_manifest_name(*j))?;
+    }
+    Ok(())
+}
+
+impl Collective for Hooks<'_> {
+    fn rank(&self) -> u32 {
+        self.comm.rank()
+    }
+
+    fn agree(&mut self, local: Local<&Proposal>) -> Result<Agreed> {
+        let msg = local.map(|p| {
+            let mut b = vec![u8::from(p.has_work), u8::from(p.has_state)];
+            b.extend_from_slice(&self.job_generation.to_le_bytes());
+            b.extend_from_slice(p.full.as_deref().unwrap_or("").as_bytes());
+            b
+        });
+        let all = self.gather(msg, "agreeing on the push")?;
+        let mut agreed = Agreed::default();
+        for (r, b) in all.iter().enumerate() {
+            if b.get(1) != Some(&1) {
+                return Err(PeerFailure {
+                    rank: r as u32,
+                    stage: "agreeing on the push",
+                    reason: "it has no checkpoint (no generation and no pending checkpoint): every rank checkpoints before the first collective push".into(),
+                }
+                .into());
+            }
+            agreed.any_work |= b[0] == 1;
+            self.job_generation = self.job_generation.max(le64(b, 2));
+            let why = String::from_utf8_lossy(b.get(10..).unwrap_or_default());
+            if agreed.full.is_none() && !why.is_empty() {
+                agreed.full = Some(if r == self.comm.rank() as usize {
+                    why.into_owned()
+                } else {
+                    format!("rank {r}: {why}")
+                });
+            }
+        }
+        self.full = agreed.full.is_some();
+        self.stats.job_generation = self.job_generation;
+        Ok(agreed)
+    }
+
+    fn xrefs(&mut self, local: Local<Option<(u64, &PlanPages<'_>)>>) -> Result<Vec<Xref>> {
+        match local {
+            Ok(mine) => self.choose(mine, None),
+            // Take part in the collective steps with nothing, and fail them.
+            Err(e) => self.choose(None, Some(e)),
+        }
+    }
+
+    fn job_generation(&self) -> u64 {
+        self.job_generation
+    }
+
+    fn commit(&mut self, local: Local<Option<&Manifest>>, newest: Option<&Manifest>) -> Result<()> {
+        // This rank's member: its new generation, or its newest one, with
+        // the CRC of the manifest bytes L2 holds.
+        let member = local.and_then(|m| {
+            let m = m.or(newest).ok_or("no generation to name".to_string())?;
+            let bytes = self
+                .job
+                .l2
+                .read(&manifest_name(m.generation))
+                .map_err(|e| e.report())?;
+            let mut b = Vec::new();
+            b.extend_from_slice(&m.generation.to_le_bytes());
+            b.extend_from_slice(&m.chain_base.to_le_bytes());
+            b.extend_from_slice(&u64::from(crc32fast::hash(&bytes)).to_le_bytes());
+            Ok(b)
+        });
+        let all = self.gather(member, "committing the job generation")?;
+        let members: Vec<JobMember> = all
+            .iter()
+            .enumerate()
+            .map(|(r, b)| JobMember {
+                rank: r as u32,
+                generation: le64(b, 0),
+                chain_base: le64(b, 8),
+                manifest_crc32: le64(b, 16) as u32,
+            })
+            .collect();
+        let written = if self.comm.rank() == 0 {
+            self.write_job_manifest(members)
+                .map(|()| Vec::new())
+                .map_err(|e| e.report())
+        } else {
+            Ok(Vec::new())
+        };
+        self.gather(written, "writing the job manifest")?;
+        Ok(())
+    }
+}
+
+/// A page-hash table from `(hash, count)` pairs, for tests and benches.
+pub fn table_of(cap: usize, entries: &[(u128, u32)]) -> HashTable {
+    let mut m: HashMap<u128, u32> = HashMap::new();
+    for &(h, c) in entries {
+        *m.entry(h).or_default() += c;
+    }
+    let mut entries: Vec<HashEntry> = m
+        .into_iter()
+        .map(|(hash, count)| HashEntry { hash, count })
+        .collect();
+    entries.sort_unstable_by_key(|e| e.hash);
+    HashTable { cap, entries }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn the_merge_adds_counts_and_keeps_the_most_frequent() {
+        let a = table_of(3, &[(1, 1), (5, 1), (9, 1)]);
+        let b = table_of(3, &[(5, 1), (7, 1), (9, 1)]);
+        let m = a.merge(&b);
+        // 5 and 9 twice; of the ones seen once, the lower hash stays.
+        assert_eq!(
+            m.entries
+                .iter()
+                .map(|e| (e.hash, e.count))
+                .collect::<Vec<_>>(),
+            vec![(1, 1), (5, 2), (9, 2)]
+        );
+        assert_eq!(HashTable::decode(&m.encode()), Some(m));
+        // A header claiming more entries than its capacity is refused.
+        let mut bad = a.encode();
+        bad[0..4].copy_from_slice(&9u32.to_le_bytes());
+        assert_eq!(HashTable::decode(&bad), None);
+    }
+
+    proptest! {
+        /// Without truncation the merge is the multiset union, in any
+        /// order (commutative and associative).
+        #[test]
+        fn merging_without_a_cut_is_a_union(xs in proptest::collection::vec((0u128..50, 1u32..3), 0..40),
+                                              ys in proptest::collection::vec((0u128..50, 1u32..3), 0..40),
+                                              zs in proptest::collection::vec((0u128..50, 1u32..3), 0..40)) {
+            let (a, b, c) = (table_of(200, &xs), table_of(200, &ys), table_of(200, &zs));
+            let all: Vec<_> = xs.iter().chain(&ys).chain(&zs).copied().collect();
+            prop_assert_eq!(a.merge(&b).merge(&c), table_of(200, &all));
+            prop_assert_eq!(c.merge(&b).merge(&a), table_of(200, &all));
+        }
+    }
+}

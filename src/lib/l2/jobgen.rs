@@ -1,0 +1,389 @@
+//! Job generations of an MPI job (docs/FORMAT.md §3.9): reading them,
+//! reading the pages one rank stores for another, and undoing a collective
+//! push that did not commit.
+//!
+//! A collective push (`crate::l2::collective`) writes one ordinary
+//! generation per rank, in the rank's own chain under the job's location
+//! ([`JobRoot`]), some of whose pages are *cross-rank references* to a page
+//! another rank's generation of the same push stores. Those generations are
+//! usable only together: the job generation exists once its job manifest
+//! does, which rank 0 writes after every rank's manifest is durable in L2.
+//! So a restore of any rank starts from the newest valid job manifest, not
+//! from the rank's newest generation (which may belong to a push another
+//! rank never finished), and [`rollback`] deletes a rank's generations of
+//! job generations that never committed, before its next push recovers.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::format::job_manifest::{JobManifest, job_manifest_name, parse_job_manifest_name};
+use crate::format::manifest::manifest_name;
+use crate::format::xref::Xref;
+use crate::l2::chain::{ChainIndex, LivePage, OpenChain, XrefSource, read_manifest};
+use crate::l2::push::Job;
+use crate::l2::restore::{RestoreOptions, RestoreReport, VerifyReport, restore_l2};
+use crate::store::{JobRoot, Store};
+
+/// The valid job manifests of a job.
+#[derive(Debug, Default)]
+pub struct JobIndex {
+    /// Valid job manifests by job generation.
+    pub manifests: BTreeMap<u64, JobManifest>,
+    /// Job manifests that could not be read or are invalid, with the reason.
+    pub invalid: Vec<(u64, Error)>,
+}
+
+impl JobIndex {
+    /// Reads every job manifest in the job store.
+    pub fn load(store: &dyn Store) -> Result<JobIndex> {
+        let mut idx = JobIndex::default();
+        for o in store.list()? {
+            let Some(j) = parse_job_manifest_name(&o.name) else {
+                continue;
+            };
+            match read_job_manifest(store, j) {
+                Ok(m) => {
+                    idx.manifests.insert(j, m);
+                }
+                Err(e) => idx.invalid.push((j, e)),
+            }
+        }
+        Ok(idx)
+    }
+
+    /// The newest valid job manifest.
+    pub fn newest(&self) -> Option<&JobManifest> {
+        self.manifests.values().next_back()
+    }
+}
+
+/// Reads and checks job generation `j`'s manifest.
+pub fn read_job_manifest(store: &dyn Store, j: u64) -> Result<JobManifest> {
+    let name = job_manifest_name(j);
+    let bytes = store.read(&name)?;
+    let path = Path::new(&store.describe()).join(&name);
+    let m = JobManifest::decode(&path, &bytes)?;
+    if m.job_generation != j {
+        return Err(Error::corrupt(
+            &path,
+            0,
+            "job_generation",
+            format!(
+                "job manifest says job generation {}, its name says {j}",
+                m.job_generation
+            ),
+        ));
+    }
+    Ok(m)
+}
+
+/// Checks that rank `rank`'s store holds the generation job manifest `jm`
+/// names, with the very manifest bytes that were committed.
+pub fn check_member(store: &dyn Store, jm: &JobManifest, rank: u32) -> Result<u64> {
+    let Some(member) = jm.member(rank) else {
+        return Err(Error::chain(
+            store.describe(),
+            format!(
+                "job generation {} has {} ranks: there is no rank {rank}",
+                jm.job_generation, jm.ranks
+            ),
+        ));
+    };
+    let g = member.generation;
+    let bytes = store.read(&manifest_name(g)).map_err(|e| {
+        Error::chain(
+            store.describe(),
+            format!(
+                "job generation {} needs rank {rank}'s generation {g}: {}",
+                jm.job_generation,
+                e.report()
+            ),
+        )
+    })?;
+    let crc = crc32fast::hash(&bytes);
+    if crc != member.manifest_crc32 {
+        return Err(Error::corrupt(
+            Path::new(&store.describe()).join(manifest_name(g)),
+            0,
+            "manifest",
+            format!(
+                "rank {rank}'s manifest of generation {g} has CRC {crc:08x}, job generation {} committed {:08x}",
+                jm.job_generation, member.manifest_crc32
+            ),
+        ));
+    }
+    read_manifest(store, g)?;
+    Ok(g)
+}
+
+/// Reads the pages other ranks store, from their chains under the job's
+/// location: each owner's chain is opened once per generation named (its
+/// files checked against its manifest), and each page is rebuilt and
+/// checked against the owner's own P-Table CRC.
+#[derive(Debug)]
+pub struct JobXrefs {
+    root: JobRoot,
+    /// (owner rank, owner generation) -> the owner's store and chain.
+    open: Mutex<HashMap<(u32, u64), Arc<OwnerChain>>>,
+}
+
+struct OwnerChain {
+    // Kept alive while the chain's files are mapped (a remote store's
+    // cache).
+    _store: Box<dyn Store>,
+    chain: OpenChain,
+}
+
+impl std::fmt::Debug for OwnerChain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OwnerChain")
+            .field("store", &self._store.describe())
+            .field("chain", &self.chain)
+            .finish()
+    }
+}
+
+impl JobXrefs {
+    /// The pages of the job at `root`.
+    pub fn new(root: JobRoot) -> Arc<JobXrefs> {
+        Arc::new(JobXrefs {
+            root,
+            open: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn chain(&self, rank: u32, g: u64) -> Result<Arc<OwnerChain>> {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = open.get(&(rank, g)) {
+            return Ok(c.clone());
+        }
+        let store = self.root.rank_store(rank, false)?;
+        let index = ChainIndex::load(store.as_ref())?;
+        let chain = OpenChain::open(store.as_ref(), &index, g)?;
+        let c = Arc::new(OwnerChain {
+            _store: store,
+            chain,
+        });
+        open.insert((rank, g), c.clone());
+        Ok(c)
+    }
+}
+
+impl XrefSource for JobXrefs {
+    fn read(&self, x: &Xref, out: &mut [u8]) -> Result<()> {
+        let oc = self.chain(x.owner_rank, x.owner_generation)?;
+        let chain = &oc.chain;
+        let layer = chain.gens.len() - 1;
+        let g = &chain.gens[layer];
+        let Ok(pos) = g.ptable.pages.binary_search(&x.owner_page) else {
+            return Err(Error::chain(
+                g.ptable.path.clone(),
+                format!(
+                    "rank {}'s generation {} does not write page {:#x}, which a cross-rank reference names",
+                    x.owner_rank, x.owner_generation, x.owner_page
+                ),
+            ));
+        };
+        let lp = LivePage {
+            page: x.owner_page,
+            layer: layer as u32,
+            pos: pos as u64,
+        };
+        // A stored page is never itself a reference: no chains of
+        // references, no cycles.
+        if chain.xref(lp).is_some() {
+            return Err(Error::chain(
+                g.ptable.path.clone(),
+                format!(
+                    "page {:#x} of rank {}'s generation {} is itself a cross-rank reference",
+                    x.owner_page, x.owner_rank, x.owner_generation
+                ),
+            ));
+        }
+        if out.len() != chain.manifest().page_size as usize {
+            return Err(Error::chain(
+                g.ptable.path.clone(),
+                format!(
+                    "rank {}'s pages are {} bytes, the referring rank's {}",
+                    x.owner_rank,
+                    chain.manifest().page_size,
+                    out.len()
+                ),
+            ));
+        }
+        chain.read_page(lp, out)
+    }
+}
+
+/// The generation of rank `rank` that the newest valid job generation
+/// names, checked against its committed manifest bytes, and that job
+/// generation.
+pub fn newest_member(root: &JobRoot, rank: u32, store: &dyn Store) -> Result<(JobManifest, u64)> {
+    let jobs = JobIndex::load(root.job_store(false)?.as_ref())?;
+    let Some(jm) = jobs.newest() else {
+        let why = jobs
+            .invalid
+            .last()
+            .map(|(j, e)| format!(" (job generation {j} is invalid: {})", e.report()))
+            .unwrap_or_default();
+        return Err(Error::chain(
+            root.describe(),
+            format!("no complete job generation{why}"),
+        ));
+    };
+    let g = check_member(store, jm, rank)?;
+    Ok((jm.clone(), g))
+}
+
+/// Restores rank `rank` of the job at `root` from L2 alone: its generation
+/// of the newest job generation (or of job generation `job_generation`),
+/// its pages stored by other ranks read from theirs.
+pub fn restore_rank(
+    root: &JobRoot,
+    rank: u32,
+    job_generation: Option<u64>,
+    opts: &RestoreOptions,
+    out: &Path,
+) -> Result<(RestoreReport, u64)> {
+    let store = root.rank_store(rank, false)?;
+    let (jm, g) = match job_generation {
+        None => newest_member(root, rank, store.as_ref())?,
+        Some(j) => {
+            let jm = read_job_manifest(root.job_store(false)?.as_ref(), j)?;
+            let g = check_member(store.as_ref(), &jm, rank)?;
+            (jm, g)
+        }
+    };
+    let opts = RestoreOptions {
+        generation: Some(g),
+        xref_source: Some(JobXrefs::new(root.clone())),
+        ..opts.clone()
+    };
+    let r = restore_l2(store.as_ref(), &opts, out)?;
+    Ok((r, jm.job_generation))
+}
+
+/// Deletes rank `job`'s generations of job generations newer than the
+/// newest committed one (a collective push interrupted before rank 0 wrote
+/// the job manifest), from L2 first, then from L1's copy, manifests before
+/// their files. Their IC files are still in L1 (a collective push deletes
+/// them only after the job generation commits), so the next push pushes
+/// them again. Generations without a job generation (single-rank pushes)
+/// are never touched. Returns a note per generation deleted.
+pub fn rollback(job: &Job, committed: Option<u64>) -> Result<Vec<String>> {
+    let mut notes = Vec::new();
+    for (store, level) in [(job.l2.as_ref(), "L2"), (&job.l1_chain as &dyn Store, "L1")] {
+        let index = ChainIndex::load(store)?;
+        for m in index.manifests.values().rev() {
+            let Some(j) = m.job_generation else { continue };
+            if committed.is_some_and(|c| j <= c) {
+                continue;
+            }
+            store.delete(&manifest_name(m.generation))?;
+            for f in &m.files {
+                store.delete(&f.name)?;
+            }
+            notes.push(format!(
+                "{level}: deleted generation {} of job generation {j}, which never committed",
+                m.generation
+            ));
+        }
+    }
+    Ok(notes)
+}
+
+/// One rank's part of a job's status or verification.
+#[derive(Clone, Debug, Serialize)]
+pub struct RankCheck {
+    /// The rank.
+    pub rank: u32,
+    /// Its generation in the newest job generation.
+    pub generation: Option<u64>,
+    /// What is wrong, if anything.
+    pub error: Option<String>,
+    /// Its verification (with `verify`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verify: Option<VerifyReport>,
+}
+
+/// A job's state: its job generations and each rank's part of the newest.
+#[derive(Clone, Debug, Serialize)]
+pub struct JobStatus {
+    /// The job's location.
+    pub location: String,
+    /// Valid job generations, ascending.
+    pub job_generations: Vec<u64>,
+    /// Invalid job manifests, with the reason.
+    pub invalid: Vec<String>,
+    /// Ranks of the newest job generation.
+    pub ranks: u32,
+    /// Each rank of the newest job generation.
+    pub members: Vec<RankCheck>,
+}
+
+/// The state of the job at `root`; with `verify`, every rank's chains are
+/// checked end to end too (pages stored by other ranks read from theirs).
+pub fn job_status(root: &JobRoot, verify: bool) -> Result<JobStatus> {
+    let jobs = JobIndex::load(root.job_store(false)?.as_ref())?;
+    let mut st = JobStatus {
+        location: root.describe(),
+        job_generations: jobs.manifests.keys().copied().collect(),
+        invalid: jobs
+            .invalid
+            .iter()
+            .map(|(j, e)| format!("job generation {j}: {}", e.report()))
+            .collect(),
+        ranks: 0,
+        members: Vec::new(),
+    };
+    let Some(jm) = jobs.newest() else {
+        return Ok(st);
+    };
+    st.ranks = jm.ranks;
+    let xrefs: Arc<dyn XrefSource> = JobXrefs::new(root.clone());
+    for rank in 0..jm.ranks {
+        let mut rc = RankCheck {
+            rank,
+            generation: None,
+            error: None,
+            verify: None,
+        };
+        let r = root.rank_store(rank, false).and_then(|store| {
+            rc.generation = Some(check_member(store.as_ref(), jm, rank)?);
+            if verify {
+                let mut report = VerifyReport::default();
+                crate::l2::restore::verify_store_with(
+                    store.as_ref(),
+                    "L2",
+                    Some(&xrefs),
+                    &mut report,
+                )?;
+                rc.verify = Some(report);
+            }
+            Ok(())
+        });
+        rc.error = r.err().map(|e| e.report());
+        st.members.push(rc);
+    }
+    Ok(st)
+}
+
+impl JobStatus {
+    /// Whether every rank of the newest job generation is whole (and, if
+    /// verified, every generation of every rank checked out).
+    pub fn ok(&self) -> bool {
+        self.invalid.is_empty()
+            && self.members.iter().all(|m| {
+                m.error.is_none()
+                    && m.verify.as_ref().is_none_or(|v| {
+                        v.invalid_manifests.is_empty()
+                            && v.l1_errors.is_empty()
+                            && v.generations.iter().all(|g| g.error.is_none())
+                    })
+            })
+    }
+}

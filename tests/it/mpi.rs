@@ -1,0 +1,289 @@
+//! MPI jobs (cargo feature `mpi`): real `mpirun -np 4` runs of
+//! `rexctl push-l2 --collective` over generated ranks that share part of
+//! their memory; every rank restores bit-identically from L2 alone, and a
+//! rank SIGKILLed during a collective push leaves the previous job
+//! generation restorable for every rank.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use crate::util::{assert_image, copy_tree, ok, run, s, show};
+
+const RANKS: u32 = 4;
+
+/// `mpirun -np RANKS rexctl ARGS`, as root where the tests run as root,
+/// with `env` set for rank `env.0` only. Bounded by mpirun's own timeout.
+fn mpirun(args: &[&str], env: Option<(u32, &str)>) -> Output {
+    let mut c = Command::new("mpirun");
+    c.args(["--oversubscribe", "--timeout", "120", "-np"])
+        .arg(RANKS.to_string());
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        c.arg("--allow-run-as-root");
+    }
+    let bin = env!("CARGO_BIN_EXE_rexctl");
+    match env {
+        None => {
+            c.arg(bin).args(args);
+        }
+        Some((rank, vars)) => {
+            // Open MPI names each process's rank in its environment.
+            let script = format!(
+                "if [ \"$OMPI_COMM_WORLD_RANK\" = {rank} ]; then export {vars}; fi; exec \"$0\" \"$@\""
+            );
+            c.args(["sh", "-c", &script, bin]).args(args);
+        }
+    }
+    c.output()
+        .expect("run mpirun (scripts/deps installs Open MPI)")
+}
+
+fn gen_ranks(dir: &Path, shared: &str, pages: &str, count: &str, truth: &Path) {
+    ok(&[
+        "gen",
+        "--ranks",
+        "4",
+        "--shared",
+        shared,
+        "--pages",
+        pages,
+        "--count",
+        count,
+        "--seed",
+        "7",
+        s(dir),
+        "--truth",
+        s(truth),
+    ]);
+}
+
+/// Moves every rank's checkpoints with seq above `last` from `from` to
+/// `to` (kept for a later batch).
+fn hold_back(from: &Path, to: &Path, last: u64) {
+    for r in 0..RANKS {
+        let (a, b) = (from.join(r.to_string()), to.join(r.to_string()));
+        std::fs::create_dir_all(&b).unwrap();
+        for e in std::fs::read_dir(&a).unwrap() {
+            let p = e.unwrap().path();
+            let seq: u64 = p
+                .file_stem()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_prefix("ckpt-"))
+                .and_then(|n| n.parse().ok())
+                .unwrap();
+            if seq > last {
+                std::fs::rename(&p, b.join(p.file_name().unwrap())).unwrap();
+            }
+        }
+    }
+}
+
+fn restore_rank(l2: &Path, rank: u32, out: &Path, extra: &[&str]) -> Output {
+    let r = rank.to_string();
+    let mut args = vec!["restore", "--l2", s(l2), "--rank", &r, "-o", s(out), "-f"];
+    args.extend_from_slice(extra);
+    run(&args)
+}
+
+fn assert_ranks_restore(l2: &Path, truth: &Path, tmp: &Path, ctx: &str) {
+    for r in 0..RANKS {
+        let out = tmp.join(format!("restored-{r}.rexic"));
+        let o = restore_rank(l2, r, &out, &[]);
+        assert!(o.status.success(), "{ctx}: {}", show(&["restore"], &o));
+        assert_image(
+            &out,
+            &truth.join(format!("{r}.rexic")),
+            &format!("{ctx}, rank {r}"),
+        );
+    }
+}
+
+/// Bytes of the generation files under `dir` (recursively).
+fn l2_bytes(dir: &Path) -> u64 {
+    let mut n = 0;
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            n += l2_bytes(&p);
+        } else if p
+            .file_name()
+            .and_then(|f| f.to_str())
+            .is_some_and(|f| f.starts_with('g'))
+        {
+            n += std::fs::metadata(&p).unwrap().len();
+        }
+    }
+    n
+}
+
+fn success(o: &Output, what: &str) {
+    assert!(
+        o.status.success(),
+        "{what} failed ({:?})\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+#[test]
+fn ranks_sharing_memory_store_it_once_and_every_rank_restores_bit_identically() {
+    let t = tempfile::tempdir().unwrap();
+    let (all, truth_final, truth3) = (
+        t.path().join("all"),
+        t.path().join("tf"),
+        t.path().join("t3"),
+    );
+    gen_ranks(&all, "0.9", "600", "6", &truth_final);
+    gen_ranks(&t.path().join("first"), "0.9", "600", "3", &truth3);
+    let (l1, later, l1_single) = (
+        t.path().join("l1"),
+        t.path().join("later"),
+        t.path().join("single"),
+    );
+    copy_tree(&all, &l1);
+    hold_back(&l1, &later, 3);
+    copy_tree(&l1, &l1_single);
+    let l2 = t.path().join("l2");
+    std::fs::create_dir_all(&l2).unwrap();
+
+    let o = mpirun(
+        &["push-l2", "--collective", "--l1", s(&l1), "--l2", s(&l2)],
+        None,
+    );
+    success(&o, "collective push");
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("job generation 1"), "{text}");
+    assert!(l2.join("job/j00000001.job").is_file());
+    assert_ranks_restore(&l2, &truth3, t.path(), "job generation 1");
+
+    // The same checkpoints pushed rank by rank, each alone.
+    let single = t.path().join("l2-single");
+    for r in 0..RANKS {
+        let (a, b) = (l1_single.join(r.to_string()), single.join(r.to_string()));
+        std::fs::create_dir_all(&b).unwrap();
+        ok(&["push-l2", "--l1", s(&a), "--l2", s(&b)]);
+    }
+    let (coll, alone) = (l2_bytes(&l2), l2_bytes(&single));
+    eprintln!("L2 bytes: collective {coll}, per-rank {alone}");
+    // 90 % shared on 4 ranks: at best (0.9 + 4 x 0.1) / 4 = 0.33 of the
+    // bytes; each rank's own part compresses differently, so allow 0.5.
+    assert!(
+        (coll as f64) < 0.5 * alone as f64,
+        "collective L2 {coll} bytes, per-rank {alone} bytes"
+    );
+
+    // A plain restore of one rank's chain cannot read the pages other ranks
+    // store, and says how to.
+    let o = run(&[
+        "restore",
+        "--l2",
+        s(&l2.join("1")),
+        "-o",
+        s(&t.path().join("x")),
+        "-f",
+    ]);
+    assert_eq!(o.status.code(), Some(3), "{}", show(&["restore"], &o));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--rank"));
+
+    // The next batch: a Δ on every rank, job generation 2.
+    for r in 0..RANKS {
+        let (a, b) = (later.join(r.to_string()), l1.join(r.to_string()));
+        for e in std::fs::read_dir(&a).unwrap() {
+            let p = e.unwrap().path();
+            std::fs::rename(&p, b.join(p.file_name().unwrap())).unwrap();
+        }
+    }
+    let o = mpirun(
+        &["push-l2", "--collective", "--l1", s(&l1), "--l2", s(&l2)],
+        None,
+    );
+    success(&o, "second collective push");
+    assert!(String::from_utf8_lossy(&o.stdout).contains("ΔRPS"));
+    assert_ranks_restore(&l2, &truth_final, t.path(), "job generation 2");
+    // The older job generation is still whole.
+    let out = t.path().join("old.rexic");
+    let o = restore_rank(&l2, 2, &out, &["--job-generation", "1"]);
+    success(&o, "restore of job generation 1");
+    assert_image(&out, &truth3.join("2.rexic"), "job generation 1 after 2");
+    // Nothing left to push: every rank agrees and nothing changes.
+    let o = mpirun(
+        &["push-l2", "--collective", "--l1", s(&l1), "--l2", s(&l2)],
+        None,
+    );
+    success(&o, "empty collective push");
+    assert!(!l2.join("job/j00000003.job").exists());
+}
+
+#[test]
+fn a_rank_killed_during_a_collective_push_leaves_the_previous_job_generation() {
+    let t = tempfile::tempdir().unwrap();
+    let (all, truth_final, truth2) = (
+        t.path().join("all"),
+        t.path().join("tf"),
+        t.path().join("t2"),
+    );
+    gen_ranks(&all, "0.5", "300", "4", &truth_final);
+    gen_ranks(&t.path().join("first"), "0.5", "300", "2", &truth2);
+    let (l1, later) = (t.path().join("l1"), t.path().join("later"));
+    copy_tree(&all, &l1);
+    hold_back(&l1, &later, 2);
+    let l2 = t.path().join("l2");
+    std::fs::create_dir_all(&l2).unwrap();
+    success(
+        &mpirun(
+            &["push-l2", "--collective", "--l1", s(&l1), "--l2", s(&l2)],
+            None,
+        ),
+        "first collective push",
+    );
+    for r in 0..RANKS {
+        let (a, b) = (later.join(r.to_string()), l1.join(r.to_string()));
+        for e in std::fs::read_dir(&a).unwrap() {
+            let p = e.unwrap().path();
+            std::fs::rename(&p, b.join(p.file_name().unwrap())).unwrap();
+        }
+    }
+    let base = t.path().join("base");
+    copy_tree(&t.path().join("l1"), &base.join("l1"));
+    copy_tree(&l2, &base.join("l2"));
+    // Kill rank 2 at its N-th durable operation: while it writes its
+    // generation, uploads it, writes its manifests, or after.
+    let mut completed = false;
+    let mut killed = 0;
+    for n in [1u32, 2, 4, 6, 9, 12, 16, 21, 27, 34, 40, 46, 52, 80] {
+        let trial = t.path().join(format!("trial-{n}"));
+        copy_tree(&base, &trial);
+        let (tl1, tl2) = (trial.join("l1"), trial.join("l2"));
+        let vars = format!("REX_FAILPOINT={n} REX_FAILPOINT_SIGNAL=kill");
+        let o = mpirun(
+            &["push-l2", "--collective", "--l1", s(&tl1), "--l2", s(&tl2)],
+            Some((2, &vars)),
+        );
+        let committed = tl2.join("job/j00000002.job").is_file();
+        eprintln!(
+            "killed at {n}: exit {:?}, job generation 2 committed: {committed}",
+            o.status.code()
+        );
+        if o.status.success() {
+            assert!(committed, "n={n}: success without a job manifest");
+            completed = true;
+        } else {
+            killed += 1;
+        }
+        // Every rank restores one whole job generation: the new one if it
+        // committed, else the previous one.
+        let want = if committed { &truth_final } else { &truth2 };
+        assert_ranks_restore(&tl2, want, &trial, &format!("killed at {n}"));
+        // The next run rolls back what did not commit and completes.
+        let o = mpirun(
+            &["push-l2", "--collective", "--l1", s(&tl1), "--l2", s(&tl2)],
+            None,
+        );
+        success(&o, &format!("the push after a kill at {n}"));
+        assert_ranks_restore(&tl2, &truth_final, &trial, &format!("after a kill at {n}"));
+        std::fs::remove_dir_all(&trial).unwrap();
+    }
+    assert!(killed >= 5, "only {killed} runs were killed");
+    assert!(completed, "no run got past its last failpoint");
+}
