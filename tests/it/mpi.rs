@@ -206,6 +206,15 @@ fn ranks_sharing_memory_store_it_once_and_every_rank_restores_bit_identically() 
     let o = restore_rank(&l2, 2, &out, &["--job-generation", "1"]);
     success(&o, "restore of job generation 1");
     assert_image(&out, &truth3.join("2.rexic"), "job generation 1 after 2");
+    // The job's status and verification cover every rank.
+    let text = ok(&["verify", "--l2", s(&l2)]);
+    assert!(text.contains("job generations [1, 2]"), "{text}");
+    for r in 0..RANKS {
+        assert!(text.contains(&format!("rank {r}: generation")), "{text}");
+    }
+    let text = ok(&["status", "--l2", s(&l2)]);
+    assert!(text.contains("4 ranks"), "{text}");
+
     // Nothing left to push: every rank agrees and nothing changes.
     let o = mpirun(
         &["push-l2", "--collective", "--l1", s(&l1), "--l2", s(&l2)],
@@ -213,6 +222,19 @@ fn ranks_sharing_memory_store_it_once_and_every_rank_restores_bit_identically() 
     );
     success(&o, "empty collective push");
     assert!(!l2.join("job/j00000003.job").exists());
+
+    // A rank's committed manifest that changed is named, with its rank.
+    let m = l2.join("3/g00000002.manifest");
+    let mut b = std::fs::read(&m).unwrap();
+    let i = b.len() / 2;
+    b[i] ^= 1;
+    std::fs::write(&m, &b).unwrap();
+    let o = run(&["status", "--l2", s(&l2)]);
+    assert_eq!(o.status.code(), Some(3), "{}", show(&["status"], &o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("rank 3: BAD"));
+    let o = restore_rank(&l2, 3, &t.path().join("bad.rexic"), &[]);
+    assert_eq!(o.status.code(), Some(3), "{}", show(&["restore"], &o));
+    assert!(!t.path().join("bad.rexic").exists());
 }
 
 #[test]

@@ -1,7 +1,84 @@
-//! Subcommands of the L2 side: `push-l2`, `restore`, `verify`, `status`, `gc`.
+//! Subcommands of the L2 side: `push-l2`, `restore`, `verify`, `status`, `gc`;
+//! `status` and `verify` of an MPI job's location (`run_job`).
 
 pub mod gc;
 pub mod push;
 pub mod restore;
 pub mod status;
 pub mod verify;
+
+use rexctl::l2::jobgen::{JobIndex, JobStatus, job_status};
+use rexctl::store::JobRoot;
+
+use crate::cmd::config_args::Settings;
+use crate::ui;
+
+/// The MPI job whose location `--l2` names (it holds job generations,
+/// written by `push-l2 --collective`), if it is one.
+pub fn job_root(s: &Settings) -> anyhow::Result<Option<JobRoot>> {
+    let root = JobRoot::new(s.l2()?, &s.store()?)?;
+    let jobs = JobIndex::load(root.job_store(false)?.as_ref())?;
+    Ok((!jobs.manifests.is_empty() || !jobs.invalid.is_empty()).then_some(root))
+}
+
+/// `status` or `verify` of an MPI job: its job generations and each rank's
+/// part of the newest. Exits 3 when a rank's part is missing or bad.
+pub fn run_job(root: &JobRoot, verify: bool, json: bool) -> anyhow::Result<i32> {
+    let pb = ui::spinner(if verify { "verifying" } else { "reading" });
+    let st = job_status(root, verify);
+    pb.finish_and_clear();
+    let st: JobStatus = st?;
+    if json {
+        ui::print_json(&st)?;
+    } else {
+        outln!(
+            "MPI job at {}: job generations {:?}, {} ranks in the newest",
+            st.location,
+            st.job_generations,
+            st.ranks
+        );
+        for m in &st.members {
+            let gens = m.verify.as_ref().map(|v| {
+                let bad = v.generations.iter().filter(|g| g.error.is_some()).count();
+                format!(
+                    "; {} generations verified, {} pages rebuilt{}",
+                    v.generations.len(),
+                    v.pages_checked,
+                    if bad > 0 {
+                        format!(", {bad} BAD")
+                    } else {
+                        String::new()
+                    }
+                )
+            });
+            match &m.error {
+                None => outln!(
+                    "rank {}: generation {}{}: {}",
+                    m.rank,
+                    m.generation.map_or("-".into(), |g| g.to_string()),
+                    gens.unwrap_or_default(),
+                    ui::good("ok")
+                ),
+                Some(e) => outln!("rank {}: {}: {e}", m.rank, ui::bad("BAD")),
+            }
+            if let Some(v) = &m.verify {
+                for g in v.generations.iter().filter(|g| g.error.is_some()) {
+                    outln!(
+                        "rank {} generation {}: {}: {}",
+                        m.rank,
+                        g.generation,
+                        ui::bad("BAD"),
+                        g.error.as_deref().unwrap_or("")
+                    );
+                }
+            }
+        }
+        for i in &st.invalid {
+            outln!("{}: {i}", ui::bad("BAD"));
+        }
+    }
+    if st.job_generations.is_empty() || !st.ok() {
+        return Ok(rexctl::error::exit::DATA);
+    }
+    Ok(0)
+}

@@ -12,6 +12,10 @@ use crate::ui;
 /// compression ratios), chains, and the L1 checkpoints waiting for the next
 /// push. Reads only: a directory L2 that does not exist yet shows no
 /// generation. Exits 3 when a pending checkpoint or a manifest is bad.
+///
+/// On an MPI job's location (written by `push-l2 --collective`; no --rank
+/// given): its job generations and each rank's generation in the newest,
+/// checked against the manifest bytes the job generation committed.
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Print a JSON object instead of text.
@@ -23,6 +27,13 @@ pub struct Args {
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
     let s = Settings::load(&a.settings)?;
+    // An MPI job's location: its job generations and every rank's part.
+    if s.layer.rank.is_none()
+        && s.layer.l2.is_some()
+        && let Some(root) = super::job_root(&s)?
+    {
+        return super::run_job(&root, false, a.json);
+    }
     let l1 = s.l1()?;
     // A directory L2 that no push has made yet reads as empty: status never
     // creates anything.

@@ -14,6 +14,11 @@ use crate::ui;
 /// is no generation to verify. An object of a bucket (s3://BUCKET/PREFIX) is fetched
 /// whole and checked against the size and CRC its manifest records; errors
 /// name it by its s3:// URL.
+///
+/// On an MPI job's location (written by `push-l2 --collective`; no --rank
+/// given): every rank's generations, the pages one rank stores for another
+/// read from it; exits 3 when any rank's part of the newest job generation
+/// is missing or bad.
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Check L2 alone, even when an L1 directory is configured.
@@ -28,6 +33,13 @@ pub struct Args {
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
     let s = Settings::load(&a.settings)?;
+    // An MPI job's location: every rank's chains, references read from the
+    // ranks that store them.
+    if s.layer.rank.is_none()
+        && let Some(root) = super::job_root(&s)?
+    {
+        return super::run_job(&root, true, a.json);
+    }
     // A directory that does not exist has nothing to verify (below).
     let l2 = rexctl::store::open_l2_read(&s.l2()?, &s.store()?)?;
     let place = l2.describe();
