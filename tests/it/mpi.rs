@@ -209,11 +209,55 @@ fn ranks_sharing_memory_store_it_once_and_every_rank_restores_bit_identically() 
     // The job's status and verification cover every rank.
     let text = ok(&["verify", "--l2", s(&l2)]);
     assert!(text.contains("job generations [1, 2]"), "{text}");
+    assert!(text.contains("ok"), "{text}");
     for r in 0..RANKS {
         assert!(text.contains(&format!("rank {r}: generation")), "{text}");
     }
     let text = ok(&["status", "--l2", s(&l2)]);
     assert!(text.contains("4 ranks"), "{text}");
+
+    // A job manifest lost after its job generation committed (its ranks'
+    // checkpoints are gone from L1): the next push refuses to roll the
+    // generations back, and deletes nothing.
+    let j2 = l2.join("job/j00000002.job");
+    std::fs::rename(&j2, t.path().join("j2")).unwrap();
+    let o = mpirun(
+        &[
+            "push-l2",
+            "--collective",
+            "--full",
+            "--l1",
+            s(&l1),
+            "--l2",
+            s(&l2),
+        ],
+        None,
+    );
+    assert!(!o.status.success(), "{}", show(&["push-l2"], &o));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("job manifest was lost"));
+    for r in 0..RANKS {
+        assert!(l2.join(format!("{r}/g00000002.manifest")).is_file());
+    }
+    std::fs::rename(t.path().join("j2"), &j2).unwrap();
+
+    // A complete coalescence on every rank rewrites the pages other ranks
+    // stored (read from them) and chooses the shared pages again.
+    let o = mpirun(
+        &[
+            "push-l2",
+            "--collective",
+            "--full",
+            "--l1",
+            s(&l1),
+            "--l2",
+            s(&l2),
+        ],
+        None,
+    );
+    success(&o, "full collective push");
+    assert!(String::from_utf8_lossy(&o.stdout).contains("full RPS"));
+    assert_ranks_restore(&l2, &truth_final, t.path(), "job generation 3 (full)");
+    assert!(l2.join("2/g00000003.xref").is_file());
 
     // Nothing left to push: every rank agrees and nothing changes.
     let o = mpirun(
@@ -221,10 +265,10 @@ fn ranks_sharing_memory_store_it_once_and_every_rank_restores_bit_identically() 
         None,
     );
     success(&o, "empty collective push");
-    assert!(!l2.join("job/j00000003.job").exists());
+    assert!(!l2.join("job/j00000004.job").exists());
 
     // A rank's committed manifest that changed is named, with its rank.
-    let m = l2.join("3/g00000002.manifest");
+    let m = l2.join("3/g00000003.manifest");
     let mut b = std::fs::read(&m).unwrap();
     let i = b.len() / 2;
     b[i] ^= 1;

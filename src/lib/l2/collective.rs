@@ -265,6 +265,18 @@ pub fn push_collective(
     let start = begin_writing(job, "push-l2 --collective").and_then(|w| {
         let jobs = JobIndex::load(root.job_store(true)?.as_ref())?;
         let committed = jobs.newest().map(|m| m.job_generation);
+        // A damaged job manifest is never taken for one that was not
+        // written: rolling its generations back would lose checkpoints.
+        if let Some((j, e)) = jobs.invalid.iter().find(|(j, _)| Some(*j) > committed) {
+            return Err(Error::chain(
+                root.describe(),
+                format!(
+                    "job generation {j}'s manifest is invalid ({}): refusing to push over it; run `rexctl verify --l2 {}`",
+                    e.report(),
+                    root.describe()
+                ),
+            ));
+        }
         let mut max = committed.unwrap_or(0);
         for o in root.job_store(false)?.list()? {
             if let Some(j) = crate::format::job_manifest::parse_job_manifest_name(&o.name) {
@@ -645,6 +657,10 @@ impl Collective for Hooks<'_> {
 
     fn job_generation(&self) -> u64 {
         self.job_generation
+    }
+
+    fn xref_source(&self) -> std::sync::Arc<dyn crate::l2::chain::XrefSource> {
+        crate::l2::jobgen::JobXrefs::new(self.root.clone())
     }
 
     fn commit(&mut self, local: Local<Option<&Manifest>>, newest: Option<&Manifest>) -> Result<()> {

@@ -21,7 +21,7 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::format::job_manifest::{JobManifest, job_manifest_name, parse_job_manifest_name};
-use crate::format::manifest::manifest_name;
+use crate::format::manifest::{Manifest, manifest_name};
 use crate::format::xref::Xref;
 use crate::l2::chain::{ChainIndex, LivePage, OpenChain, XrefSource, read_manifest};
 use crate::l2::push::Job;
@@ -275,21 +275,51 @@ pub fn restore_rank(
 /// them again. Generations without a job generation (single-rank pushes)
 /// are never touched. Returns a note per generation deleted.
 pub fn rollback(job: &Job, committed: Option<u64>) -> Result<Vec<String>> {
+    let uncommitted = |m: &Manifest| {
+        m.job_generation
+            .is_some_and(|j| committed.is_none_or(|c| j > c))
+    };
+    // A generation is rolled back only while the checkpoints it holds are
+    // still in L1: its IC files are deleted only after its job generation
+    // commits, so a generation whose checkpoints are gone did commit, and
+    // its job manifest was lost since. That is refused, never deleted.
+    let l2_index = ChainIndex::load(job.l2.as_ref())?;
+    let kept_last = l2_index
+        .manifests
+        .values()
+        .filter(|m| !uncommitted(m))
+        .map(|m| m.last_seq)
+        .max();
+    let pending: Vec<u64> = crate::l1::read_readable(&job.l1)
+        .iter()
+        .map(|f| f.seq())
+        .collect();
+    for m in l2_index.manifests.values().filter(|m| uncommitted(m)) {
+        let new_seqs = kept_last.is_none_or(|k| m.last_seq > k);
+        if new_seqs && !pending.contains(&m.last_seq) {
+            return Err(Error::chain(
+                job.l2.describe(),
+                format!(
+                    "generation {} of job generation {} has no job manifest, but its checkpoints (up to seq {}) are gone from L1: it committed and its job manifest was lost; refusing to roll it back",
+                    m.generation,
+                    m.job_generation.unwrap_or(0),
+                    m.last_seq
+                ),
+            ));
+        }
+    }
     let mut notes = Vec::new();
     for (store, level) in [(job.l2.as_ref(), "L2"), (&job.l1_chain as &dyn Store, "L1")] {
         let index = ChainIndex::load(store)?;
-        for m in index.manifests.values().rev() {
-            let Some(j) = m.job_generation else { continue };
-            if committed.is_some_and(|c| j <= c) {
-                continue;
-            }
+        for m in index.manifests.values().rev().filter(|m| uncommitted(m)) {
             store.delete(&manifest_name(m.generation))?;
             for f in &m.files {
                 store.delete(&f.name)?;
             }
             notes.push(format!(
-                "{level}: deleted generation {} of job generation {j}, which never committed",
-                m.generation
+                "{level}: deleted generation {} of job generation {}, which never committed",
+                m.generation,
+                m.job_generation.unwrap_or(0)
             ));
         }
     }

@@ -56,7 +56,7 @@ use crate::format::xref::Xref;
 use crate::l1::coalesce::{CList, CoalesceStats};
 use crate::l1::lock::JobLock;
 use crate::l1::{Covered, L1Dir};
-use crate::l2::chain::{ChainIndex, OpenChain};
+use crate::l2::chain::{ChainIndex, OpenChain, XrefSource};
 use crate::l2::dedup::{DedupJob, DedupOutput, HashChoice, PlanPages, deduplicate};
 use crate::l2::dedup_table::{Crc32Hasher, Xxh3Hasher};
 use crate::store::{DirStore, NoProgress, Progress, Store};
@@ -358,6 +358,9 @@ pub trait Collective {
     fn xrefs(&mut self, local: Local<Option<(u64, &PlanPages<'_>)>>) -> Result<Vec<Xref>>;
     /// The job generation being written.
     fn job_generation(&self) -> u64;
+    /// Where the pages of this rank's chain that other ranks store are read
+    /// from (a complete coalescence rewrites them).
+    fn xref_source(&self) -> Arc<dyn XrefSource>;
     /// Commits the job generation once every rank's manifest is durable in
     /// L1 and L2 (`Ok(None)`: this rank's member is its newest generation,
     /// `newest`).
@@ -474,6 +477,9 @@ pub fn push_with(
                 && let Some(why) = agreed.full
             {
                 prep.full_reason = Some(why);
+            }
+            if let Some(ch) = &mut prep.chain {
+                ch.set_xref_source(c.xref_source());
             }
             if !prep.proposal().has_work {
                 // Nothing of this rank's changed: its member of the job
