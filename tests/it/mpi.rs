@@ -267,6 +267,14 @@ fn ranks_sharing_memory_store_it_once_and_every_rank_restores_bit_identically() 
     success(&o, "empty collective push");
     assert!(!l2.join("job/j00000004.job").exists());
 
+    // gc over the job: each rank's chain; an object no manifest names goes.
+    let junk = l2.join("2/g00000099.rps");
+    std::fs::write(&junk, b"left by a crash").unwrap();
+    let text = ok(&["gc", "--l2", s(&l2), "--grace", "0"]);
+    assert!(text.contains("deleted g00000099.rps"), "{text}");
+    assert!(!junk.exists());
+    assert_ranks_restore(&l2, &truth_final, t.path(), "after gc");
+
     // A rank's committed manifest that changed is named, with its rank.
     let m = l2.join("3/g00000003.manifest");
     let mut b = std::fs::read(&m).unwrap();
@@ -352,4 +360,71 @@ fn a_rank_killed_during_a_collective_push_leaves_the_previous_job_generation() {
     }
     assert!(killed >= 5, "only {killed} runs were killed");
     assert!(completed, "no run got past its last failpoint");
+}
+
+#[test]
+fn damage_in_a_reference_or_in_the_page_it_names_is_named_never_restored() {
+    let t = tempfile::tempdir().unwrap();
+    let (l1, truth) = (t.path().join("l1"), t.path().join("truth"));
+    gen_ranks(&l1, "0.9", "300", "2", &truth);
+    let l2 = t.path().join("l2");
+    std::fs::create_dir_all(&l2).unwrap();
+    success(
+        &mpirun(
+            &["push-l2", "--collective", "--l1", s(&l1), "--l2", s(&l2)],
+            None,
+        ),
+        "collective push",
+    );
+    let flip = |p: &Path, at: usize| {
+        let mut b = std::fs::read(p).unwrap();
+        b[at] ^= 0x40;
+        std::fs::write(p, &b).unwrap();
+    };
+    // A flipped bit in rank 1's Xref file: its restore and the job's
+    // verification name the file; nothing is written.
+    let x = l2.join("1/g00000001.xref");
+    let mid = std::fs::metadata(&x).unwrap().len() as usize / 2;
+    flip(&x, mid);
+    let out = t.path().join("r1.rexic");
+    let o = restore_rank(&l2, 1, &out, &[]);
+    assert_eq!(o.status.code(), Some(3), "{}", show(&["restore"], &o));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("g00000001.xref"));
+    assert!(!out.exists());
+    let o = run(&["verify", "--l2", s(&l2)]);
+    assert_eq!(o.status.code(), Some(3), "{}", show(&["verify"], &o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("rank 1"));
+    flip(&x, mid);
+    assert_ranks_restore(&l2, &truth, t.path(), "after the Xref file is mended");
+
+    // A flipped bit in rank 0's RPS, which stores pages other ranks
+    // reference: every rank restores its own image or fails naming that
+    // file, and at least one other rank fails through its references.
+    let rps = l2.join("0/g00000001.rps");
+    let len = std::fs::metadata(&rps).unwrap().len() as usize;
+    for at in [len / 4, len / 2, 3 * len / 4] {
+        flip(&rps, at);
+    }
+    let mut failed_through_references = 0;
+    for r in 0..RANKS {
+        let out = t.path().join(format!("d{r}.rexic"));
+        let o = restore_rank(&l2, r, &out, &[]);
+        if o.status.success() {
+            assert_image(
+                &out,
+                &truth.join(format!("{r}.rexic")),
+                "a restore that passed",
+            );
+        } else {
+            assert_eq!(o.status.code(), Some(3), "{}", show(&["restore"], &o));
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert!(err.contains("0/g00000001.rps"), "rank {r}: {err}");
+            assert!(!out.exists());
+            failed_through_references += u32::from(r != 0);
+        }
+    }
+    assert!(
+        failed_through_references > 0,
+        "no rank read rank 0's damaged pages"
+    );
 }

@@ -23,6 +23,10 @@ use crate::ui;
 /// after its data files. With an L1 directory (--l1, REX_L1 or rex.toml),
 /// gc also takes the job's lock without waiting, and exits 4 while a push
 /// holds it.
+///
+/// On an MPI job's location (written by `push-l2 --collective`; no --rank
+/// given), every rank's chain of the newest job generation is collected in
+/// turn (the job manifests are pruned by the collective push itself).
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Grace period: only objects at least this old are deleted, seconds.
@@ -52,6 +56,27 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         dry_run: a.dry_run,
     };
     let s = Settings::load(&a.settings)?;
+    // An MPI job's location: every rank's chain of the newest job
+    // generation, each under its own writer lock.
+    if s.layer.rank.is_none()
+        && let Some(root) = super::job_root(&s)?
+    {
+        let jobs = rexctl::l2::jobgen::JobIndex::load(root.job_store(false)?.as_ref())?;
+        let ranks = jobs.newest().map_or(0, |m| m.ranks);
+        let mut all = Vec::new();
+        for rank in 0..ranks {
+            let store = root.rank_store(rank, false)?;
+            let r = gc(store.as_ref(), None, &opts).map_err(|e| store.public_error(e))?;
+            if !a.json {
+                print_human(&r)?;
+            }
+            all.push(r);
+        }
+        if a.json {
+            ui::print_json(&all)?;
+        }
+        return Ok(0);
+    }
     let store = s.open_l2(false)?;
     let pb = ui::spinner("collecting");
     let r = gc(store.as_ref(), s.layer.l1.as_deref(), &opts);
@@ -61,6 +86,11 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         ui::print_json(&r)?;
         return Ok(0);
     }
+    print_human(&r)?;
+    Ok(0)
+}
+
+fn print_human(r: &rexctl::l2::gc::GcReport) -> Result<(), ui::StdoutError> {
     let verb = if r.dry_run { "would delete" } else { "deleted" };
     for o in &r.deleted {
         outln!(
@@ -100,5 +130,5 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         r.evidence.len(),
         r.grace_s
     );
-    Ok(0)
+    Ok(())
 }
