@@ -85,6 +85,19 @@ extern "C" {
 int rex_init(const char *config);
 
 /**
+ * As `rex_init`, in an MPI job, over the communicator whose Fortran
+ * handle is `comm` (pass `MPI_Comm_c2f(comm)`; `rex_init` itself uses
+ * `MPI_COMM_WORLD`). Collective: every rank of `comm` calls it. Rank R's
+ * L1 directory is `l1/R`, and `l2` is the job's location (R's chain in
+ * `R/`, the job manifests in `job/`). `REX_ECONFIG` when this librex was
+ * built without MPI or MPI is not initialized.
+ *
+ * # Safety
+ * `config` is NULL or a NUL-terminated string.
+ */
+int rex_init_comm(const char *config, int comm);
+
+/**
  * Registers `size` bytes at `ptr` as region `id` (`id` >= 0, any
  * alignment). The id, not the address, names the region in checkpoints.
  */

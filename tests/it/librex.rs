@@ -16,12 +16,12 @@ use rand::{RngExt, SeedableRng};
 
 use crate::util::{ok, s};
 
-fn repo() -> PathBuf {
+pub(crate) fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
 /// The directory holding the built C library.
-fn lib_dir() -> PathBuf {
+pub(crate) fn lib_dir() -> PathBuf {
     let exe = PathBuf::from(env!("CARGO_BIN_EXE_rexctl"));
     let dir = exe.parent().expect("target dir").to_path_buf();
     let so = dir.join("librexctl.so");

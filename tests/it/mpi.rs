@@ -428,3 +428,131 @@ fn damage_in_a_reference_or_in_the_page_it_names_is_named_never_restored() {
         "no rank read rank 0's damaged pages"
     );
 }
+
+/// Builds `examples/mpi_ranks.c` with `mpicc`, as its comment says.
+fn build_mpi_example(out_dir: &Path) -> std::path::PathBuf {
+    let lib = crate::librex::lib_dir();
+    let exe = out_dir.join("mpi_ranks");
+    let st = Command::new("mpicc")
+        .args(["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror"])
+        .arg(crate::librex::repo().join("examples/mpi_ranks.c"))
+        .arg(format!(
+            "-I{}",
+            crate::librex::repo().join("include").display()
+        ))
+        .arg(format!("-L{}", lib.display()))
+        .arg("-lrexctl")
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .arg("-o")
+        .arg(&exe)
+        .status()
+        .expect("run mpicc (scripts/deps installs Open MPI)");
+    assert!(st.success(), "mpicc mpi_ranks.c failed");
+    exe
+}
+
+/// `mpirun -np RANKS EXE ARGS` with the job's L1 and L2 and extra
+/// variables.
+fn mpi_job(exe: &Path, args: &[&str], l1: &Path, l2: &Path, vars: &[(&str, &str)]) -> Output {
+    let mut c = Command::new("mpirun");
+    c.args(["--oversubscribe", "--timeout", "180", "-np"])
+        .arg(RANKS.to_string());
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        c.arg("--allow-run-as-root");
+    }
+    c.arg(exe)
+        .args(args)
+        .env("REX_L1", l1)
+        .env("REX_L2", l2)
+        // Push at every checkpoint, so kills land in collective pushes too.
+        .env("REX_MAX_AGE", "0.01")
+        .env_remove("REX_CONFIG")
+        .env_remove("REX_FAILPOINT");
+    for (k, v) in vars {
+        c.env(k, v);
+    }
+    c.output().expect("run mpirun")
+}
+
+fn outputs_equal(a: &str, b: &str) {
+    for r in 0..RANKS {
+        let (x, y) = (format!("{a}.{r}"), format!("{b}.{r}"));
+        assert!(
+            std::fs::read(&x).unwrap() == std::fs::read(&y).unwrap(),
+            "rank {r}: {x} differs from {y}"
+        );
+    }
+}
+
+#[test]
+fn an_mpi_job_checkpointing_itself_restarts_bit_identically_after_kills_and_a_lost_node() {
+    let t = tempfile::tempdir().unwrap();
+    let exe = build_mpi_example(t.path());
+    let args = |out: &Path| -> Vec<String> {
+        ["48", "60", "5", s(out)]
+            .iter()
+            .map(|x| x.to_string())
+            .collect()
+    };
+    let run_job = |tag: &str, vars: &[(&str, &str)]| -> Output {
+        let out = t.path().join(format!("{tag}-out"));
+        let a = args(&out.join("o"));
+        std::fs::create_dir_all(&out).unwrap();
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        mpi_job(
+            &exe,
+            &a,
+            &t.path().join(format!("{tag}-l1")),
+            &t.path().join(format!("{tag}-l2")),
+            vars,
+        )
+    };
+    let o = run_job("ref", &[]);
+    success(&o, "the uninterrupted job");
+    let ref_out = t.path().join("ref-out/o");
+    let l2 = t.path().join("ref-l2");
+    assert!(l2.join("job").is_dir(), "no job generation was written");
+    let xrefs = (0..RANKS)
+        .flat_map(|r| std::fs::read_dir(l2.join(r.to_string())).unwrap())
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "xref")
+        })
+        .count();
+    assert!(xrefs > 0, "no rank referenced another rank's pages");
+
+    // Rank 2 killed at step 23, then at 41 (inside pushes too, as every
+    // checkpoint pushes); each rerun restarts and goes on.
+    let kill_out = t.path().join("kill-out/o");
+    for step in ["23", "41"] {
+        let o = run_job("kill", &[("CRASH_RANK", "2"), ("CRASH_STEP", step)]);
+        assert!(
+            !o.status.success(),
+            "the crash at step {step} did not happen"
+        );
+    }
+    let o = run_job("kill", &[]);
+    success(&o, "the run after the kills");
+    assert!(String::from_utf8_lossy(&o.stdout).contains("restarted from seq"));
+    outputs_equal(s(&kill_out), s(&ref_out));
+
+    // A lost node: rank 1's L1 is gone after a kill. Every rank restarts
+    // from the newest job generation in L2 (the others set their newer L1
+    // checkpoints aside by deleting them) and finishes with the same bytes.
+    let lost_out = t.path().join("lost-out/o");
+    // The runtime controller alone decides the pushes here (no age limit),
+    // so L2 lags behind L1 when rank 1's node is lost.
+    let slow = ("REX_MAX_AGE", "100000");
+    let o = run_job("lost", &[("CRASH_RANK", "3"), ("CRASH_STEP", "57"), slow]);
+    assert!(!o.status.success());
+    std::fs::remove_dir_all(t.path().join("lost-l1/1")).unwrap();
+    let o = run_job("lost", &[slow]);
+    success(&o, "the run after a lost node");
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("rank 1 restarted from seq"), "{text}");
+    outputs_equal(s(&lost_out), s(&ref_out));
+}

@@ -56,9 +56,12 @@ use crate::format::ic::{ChainId, DropRange, IcExt, IcFile, IcWriter, now_ns};
 use crate::format::region::{Region, RegionTable, page_number, split_page};
 use crate::l1::ic_file_name;
 use crate::l1::lock::JobLock;
-use crate::l2::chain::ChainIndex;
-use crate::l2::push::{Job, JobIdentity};
+use crate::l2::chain::{ChainIndex, XrefSource};
+use crate::l2::collective::{CollectiveOptions, Comm, agree, fail_early, push_collective};
+use crate::l2::jobgen::{JobIndex, JobXrefs, rollback};
+use crate::l2::push::{Job, JobIdentity, PushOptions, begin_writing};
 use crate::l2::restore::{RestoreOptions, RestoreReport, restore_l1_l2};
+use crate::store::JobRoot;
 use tracker::{MprotectTracker, Range, Tracker};
 
 /// One registered region.
@@ -212,7 +215,7 @@ fn l2_loop(cfg: Config, shared: Arc<(Mutex<L2State>, Condvar)>) {
             g.queued = false;
             g.busy = true;
         }
-        let r = open_job(&cfg).and_then(|job| flush(&job, &cfg, false));
+        let r = open_job(&cfg, None).and_then(|job| flush(&job, &cfg, false));
         let mut g = m.lock().unwrap_or_else(|e| e.into_inner());
         g.busy = false;
         match r {
@@ -231,8 +234,11 @@ fn l2_loop(cfg: Config, shared: Arc<(Mutex<L2State>, Condvar)>) {
 }
 
 /// The job's two levels, as `rexctl flush` opens them.
-fn open_job(cfg: &Config) -> Result<Job> {
-    let l2 = crate::store::open_l2(&cfg.l2, &cfg.store, true)?;
+fn open_job(cfg: &Config, mpi: Option<&(JobRoot, u32)>) -> Result<Job> {
+    let l2 = match mpi {
+        Some((root, rank)) => root.rank_store(*rank, true)?,
+        None => crate::store::open_l2(&cfg.l2, &cfg.store, true)?,
+    };
     Ok(Job::open(&cfg.l1, l2)?.with_identity(JobIdentity {
         job: cfg.store.job.clone(),
         rank: cfg.store.rank.clone(),
@@ -266,6 +272,13 @@ pub struct Rex {
     l2: Option<L2Thread>,
     restored: Option<Restored>,
     checkpoints: u64,
+    /// In an MPI job: the job's location and this rank (see
+    /// [`Rex::with_comm`]).
+    job_root: Option<(JobRoot, u32)>,
+    /// In an MPI job: its communicator.
+    comm: Option<Box<dyn Comm + Send>>,
+    /// Collective L2 pushes so far (MPI jobs).
+    collective_pushes: u64,
     _producer: JobLock,
 }
 
@@ -291,13 +304,41 @@ impl Rex {
 
     /// Starts checkpointing with a resolved configuration.
     pub fn with_config(cfg: Config) -> Result<Rex> {
+        Self::build(cfg, None)
+    }
+
+    /// Starts checkpointing one rank of an MPI job, collectively with every
+    /// rank of `comm` (each calls it): the rank's L1 directory is
+    /// `l1/<rank>`, the L2 location is the job's (`crate::store::JobRoot`),
+    /// checkpoints are numbered alike on every rank, and the L2 push runs
+    /// inside [`Rex::checkpoint`], collectively (`crate::l2::collective`),
+    /// when any rank's controller says one is due: there is no L2 thread.
+    pub fn with_comm(mut cfg: Config, comm: Box<dyn Comm + Send>) -> Result<Rex> {
+        let rank = comm.rank();
+        cfg.l1 = cfg.l1.join(rank.to_string());
+        cfg.l2_thread = false;
+        cfg.store.rank = rank.to_string();
+        let built =
+            JobRoot::new(&cfg.l2, &cfg.store).and_then(|root| Self::build(cfg, Some((root, rank))));
+        let agreed = agree(
+            comm.as_ref(),
+            built.as_ref().map(|_| Vec::new()).map_err(Error::report),
+            "starting librex",
+        );
+        let mut rex = built?;
+        agreed?;
+        rex.comm = Some(comm);
+        Ok(rex)
+    }
+
+    fn build(cfg: Config, job_root: Option<(JobRoot, u32)>) -> Result<Rex> {
         std::fs::create_dir_all(&cfg.l1)
             .map_err(|e| Error::io(&cfg.l1, "create L1 directory", e))?;
         let producer = JobLock::acquire_producer(&cfg.l1, "librex job")?;
         // A dead predecessor's half-written checkpoint.
         crate::durable::remove_stale_temps(&cfg.l1)?;
         // The L2 location must work before the job relies on it.
-        open_job(&cfg)?;
+        open_job(&cfg, job_root.as_ref())?;
         let tracker: Box<dyn Tracker> = match cfg.tracker {
             TrackerChoice::Mprotect => Box::new(MprotectTracker::new()?),
             TrackerChoice::Userfaultfd => Box::new(uffd::UffdTracker::new()?),
@@ -317,6 +358,9 @@ impl Rex {
             l2,
             restored: None,
             checkpoints: 0,
+            job_root,
+            comm: None,
+            collective_pushes: 0,
             _producer: producer,
         })
     }
@@ -478,10 +522,32 @@ impl Rex {
         // The previous file must be out before the next seq is written.
         self.join_writer()?;
         let ps = self.ps;
-        let full = self.need_full || self.chain.is_none();
-        if self.seq.is_none() {
-            self.seq = self.newest_seq_anywhere()?;
-        }
+        let mut full = self.need_full || self.chain.is_none();
+        let local_seq = match self.seq {
+            Some(s) => Ok(s + 1),
+            None => self.newest_seq_anywhere().map(|n| n.map_or(0, |s| s + 1)),
+        };
+        // In an MPI job every rank numbers the checkpoint alike: the
+        // highest proposal; a rank below it starts a new run there.
+        let seq = match &self.comm {
+            None => local_seq?,
+            Some(c) => {
+                let all = agree(
+                    c.as_ref(),
+                    local_seq
+                        .as_ref()
+                        .map(|s| s.to_le_bytes().to_vec())
+                        .map_err(Error::report),
+                    "numbering the checkpoint",
+                );
+                let mine = local_seq?;
+                let top = all?.iter().map(|b| le_u64(b)).max().unwrap_or(mine);
+                if top != mine {
+                    full = true;
+                }
+                top
+            }
+        };
         // Until the writer has this checkpoint's pages, a failure leaves the
         // tracker's bits taken: the next checkpoint must carry everything.
         self.need_full = true;
@@ -522,7 +588,6 @@ impl Rex {
                 }
             }
         }
-        let seq = self.seq.map_or(0, |s| s + 1);
         let chain = if full {
             ChainId::random()?
         } else {
@@ -566,17 +631,75 @@ impl Rex {
         self.prev_table = Some(table);
         self.need_full = false;
         self.checkpoints += 1;
-        Ok(CheckpointReport {
-            stop_s: started.elapsed().as_secs_f64(),
-            ..report
-        })
+        let stop_s = started.elapsed().as_secs_f64();
+        if self.comm.is_some() {
+            self.collective_l2()?;
+        }
+        Ok(CheckpointReport { stop_s, ..report })
+    }
+
+    /// An MPI job's L2 step after each checkpoint, on every rank: the L1
+    /// file made durable, each rank's controller asked, and a collective
+    /// push when any rank's says one is due (a complete coalescence on
+    /// every rank when any rank's wants one). An L2 failure is reported as
+    /// [`Error::Invalid`] prefixed with "L2:" (the L1 checkpoint is safe).
+    fn collective_l2(&mut self) -> Result<()> {
+        let written = self.join_writer();
+        let decision = written.and_then(|()| {
+            let job = open_job(&self.cfg, self.job_root.as_ref())?;
+            crate::control::flush::decide(&job, &self.cfg, now_ns())
+        });
+        let comm = self.comm.as_deref().expect("an MPI job");
+        let local = decision
+            .as_ref()
+            .map(|d| {
+                let mut b = vec![u8::from(d.due), u8::from(d.full)];
+                b.extend_from_slice(d.reason.as_bytes());
+                b
+            })
+            .map_err(Error::report);
+        let all = agree(comm, local, "deciding the L2 checkpoint");
+        decision?;
+        let all = all?;
+        if !all.iter().any(|b| b.first() == Some(&1)) {
+            return Ok(());
+        }
+        let full_reason = all
+            .iter()
+            .enumerate()
+            .find(|(_, b)| b.get(1) == Some(&1))
+            .map(|(r, b)| format!("rank {r}: {}", String::from_utf8_lossy(&b[2..])));
+        let (root, _) = self.job_root.as_ref().expect("an MPI job");
+        let job = match open_job(&self.cfg, self.job_root.as_ref()) {
+            Ok(j) => j,
+            Err(e) => {
+                fail_early(comm, &e);
+                return Err(Error::Invalid(format!("L2: {}", e.report())));
+            }
+        };
+        let opts = PushOptions {
+            pattern_size: self.cfg.pattern_size,
+            full: false,
+            keep_chains_l2: self.cfg.keep_chains_l2,
+            keep_chains_l1: self.cfg.keep_chains_l1,
+            hash: self.cfg.hash,
+            format: self.cfg.write_format,
+        };
+        let copts = CollectiveOptions {
+            table: self.cfg.collective_table,
+            ..CollectiveOptions::default()
+        };
+        push_collective(&job, root, comm, &opts, &copts, full_reason)
+            .map_err(|e| Error::Invalid(format!("L2: {}", e.report())))?;
+        self.collective_pushes += 1;
+        Ok(())
     }
 
     /// The highest seq of any checkpoint in the L1 directory, its chain
     /// copy or L2: a job that starts afresh (no restart) numbers its FULL
     /// checkpoint above it, so it never replaces a file of the run before.
     fn newest_seq_anywhere(&self) -> Result<Option<u64>> {
-        let job = open_job(&self.cfg)?;
+        let job = open_job(&self.cfg, self.job_root.as_ref())?;
         let l1 = crate::l1::read_readable(&self.cfg.l1)
             .iter()
             .map(|m| m.seq())
@@ -632,9 +755,10 @@ impl Rex {
 
     /// L2 checkpoints pushed by the background thread so far.
     pub fn l2_pushes(&self) -> u64 {
-        self.l2.as_ref().map_or(0, |t| {
-            t.shared.0.lock().unwrap_or_else(|e| e.into_inner()).pushes
-        })
+        self.collective_pushes
+            + self.l2.as_ref().map_or(0, |t| {
+                t.shared.0.lock().unwrap_or_else(|e| e.into_inner()).pushes
+            })
     }
 
     /// Whether the job can restart: the seq of the newest restorable state,
@@ -650,7 +774,20 @@ impl Rex {
         if let Some(r) = &self.restored {
             return Ok(Some(r.report.seq));
         }
-        let job = open_job(&self.cfg)?;
+        if self.comm.is_some() {
+            return self.restart_test_collective();
+        }
+        let job = open_job(&self.cfg, None)?;
+        self.restore_local(&job, None)
+    }
+
+    /// Restores this process's newest valid state into a private image,
+    /// kept for [`Rex::restart`]; `None` when there is nothing at all.
+    fn restore_local(
+        &mut self,
+        job: &Job,
+        xref_source: Option<Arc<dyn XrefSource>>,
+    ) -> Result<Option<u64>> {
         let l2_index = ChainIndex::load(job.l2.as_ref())?;
         let l1_index = ChainIndex::load(&job.l1_chain)?;
         let l1_files = crate::l1::list_ic_files(&job.l1)?;
@@ -667,12 +804,117 @@ impl Rex {
             .map_err(|e| Error::io(&self.cfg.l1, "create restart directory", e))?;
         let opts = RestoreOptions {
             fallback: true,
+            xref_source,
             ..Default::default()
         };
-        let report = restore_l1_l2(&job, &opts, &dir.path().join("image.rexic"))?;
+        let report = restore_l1_l2(job, &opts, &dir.path().join("image.rexic"))?;
         let seq = report.seq;
         self.restored = Some(Restored { dir, report });
         Ok(Some(seq))
+    }
+
+    /// [`Rex::restart_test`] of one rank of an MPI job, with every rank:
+    /// the rank's generations of job generations that never committed are
+    /// rolled back (their checkpoints are still in L1), its newest valid
+    /// state is restored (pages other ranks store read from theirs), and the
+    /// ranks agree on the newest checkpoint every one of them has: a rank
+    /// ahead (a checkpoint the others did not finish, or whose node was
+    /// lost) deletes its L1 checkpoints after it and restores that one.
+    fn restart_test_collective(&mut self) -> Result<Option<u64>> {
+        let (root, _) = self.job_root.clone().expect("an MPI job");
+        let xrefs: Arc<dyn XrefSource> = JobXrefs::new(root.clone());
+        let job = open_job(&self.cfg, self.job_root.as_ref());
+        let local = job.and_then(|job| {
+            let _w = begin_writing(&job, "librex restart")?;
+            let jobs = JobIndex::load(root.job_store(true)?.as_ref())?;
+            rollback(&job, jobs.newest().map(|m| m.job_generation))?;
+            let seq = self.restore_local(&job, Some(xrefs.clone()))?;
+            Ok((job, seq))
+        });
+        let comm = self.comm.take().expect("an MPI job");
+        let r = self.agree_restart(comm.as_ref(), local, &xrefs);
+        self.comm = Some(comm);
+        r
+    }
+
+    fn agree_restart(
+        &mut self,
+        comm: &dyn Comm,
+        local: Result<(Job, Option<u64>)>,
+        xrefs: &Arc<dyn XrefSource>,
+    ) -> Result<Option<u64>> {
+        let msg = |seq: Option<u64>| {
+            let mut b = vec![u8::from(seq.is_some())];
+            b.extend_from_slice(&seq.unwrap_or(0).to_le_bytes());
+            b
+        };
+        let all = agree(
+            comm,
+            local.as_ref().map(|(_, s)| msg(*s)).map_err(Error::report),
+            "finding the state to restart from",
+        );
+        let (job, mine) = local?;
+        let all = all?;
+        let seqs: Vec<Option<u64>> = all
+            .iter()
+            .map(|b| (b.first() == Some(&1)).then(|| le_u64(&b[1..])))
+            .collect();
+        if seqs.iter().all(Option::is_none) {
+            return Ok(None);
+        }
+        if let Some(r) = seqs.iter().position(Option::is_none) {
+            self.restored = None;
+            return Err(Error::chain(
+                &self.cfg.l1,
+                format!(
+                    "rank {r} has nothing to restart from (no L1 checkpoint, no L2 generation) while other ranks do"
+                ),
+            ));
+        }
+        let target = seqs.iter().flatten().copied().min().expect("some");
+        let redo = match mine {
+            Some(s) if s > target => {
+                // Checkpoints after the target are not the job's: some
+                // rank does not have them.
+                let mut removed = 0;
+                for p in crate::l1::list_ic_files(&job.l1)? {
+                    let seq = p
+                        .file_name()
+                        .and_then(|n| n.to_str())
+                        .and_then(crate::l1::seq_of_file_name);
+                    if seq.is_some_and(|q| q > target) {
+                        crate::durable::remove_file(&p)?;
+                        removed += 1;
+                    }
+                }
+                self.restored = None;
+                let again = self.restore_local(&job, Some(xrefs.clone()));
+                Some((removed, again))
+            }
+            _ => None,
+        };
+        let local = match &redo {
+            Some((_, Err(e))) => Err(e.report()),
+            Some((_, Ok(s))) => Ok(msg(*s)),
+            None => Ok(msg(mine)),
+        };
+        let all = agree(comm, local, "restoring the agreed checkpoint");
+        if let Some((_, r)) = redo {
+            r?;
+        }
+        for (r, b) in all?.iter().enumerate() {
+            let s = (b.first() == Some(&1)).then(|| le_u64(&b[1..]));
+            if s != Some(target) {
+                self.restored = None;
+                return Err(Error::chain(
+                    &self.cfg.l1,
+                    format!(
+                        "rank {r} restores seq {s:?}, not the job's newest common checkpoint {target}"
+                    ),
+                ));
+            }
+        }
+        Ok(Some(target))
     }
 
     /// Fills the registered regions with the newest valid state (see
@@ -801,6 +1043,14 @@ impl Drop for Rex {
             let _ = self.tracker.untrack(r.range);
         }
     }
+}
+
+/// The first 8 bytes of `b` as a little-endian u64 (0 when shorter).
+fn le_u64(b: &[u8]) -> u64 {
+    b.get(..8)
+        .and_then(|x| x.try_into().ok())
+        .map(u64::from_le_bytes)
+        .unwrap_or(0)
 }
 
 /// Refuses a restart whose registered regions differ from the checkpoint's.

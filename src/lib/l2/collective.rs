@@ -243,6 +243,7 @@ pub fn push_collective(
     comm: &dyn Comm,
     opts: &PushOptions,
     copts: &CollectiveOptions,
+    forced_reason: Option<String>,
 ) -> Result<CollectiveReport> {
     let t0 = Instant::now();
     let mut hooks = Hooks {
@@ -296,10 +297,17 @@ pub fn push_collective(
             return Err(e);
         }
     };
-    report.push = push_with(job, opts, None, Some(&mut hooks))?;
+    report.push = push_with(job, opts, forced_reason, Some(&mut hooks))?;
     hooks.stats.seconds = t0.elapsed().as_secs_f64();
     report.collective = hooks.stats;
     Ok(report)
+}
+
+/// Every rank's `payload` if every rank succeeded; else the lowest failed
+/// rank's error ([`PeerFailure`]), on every rank. The local error, if any,
+/// is this rank's own and is returned by the caller first.
+pub fn agree(comm: &dyn Comm, local: Local<Vec<u8>>, stage: &'static str) -> Result<Vec<Vec<u8>>> {
+    payloads(comm.all_gather(&outcome(local)), stage)
 }
 
 /// Takes part in a collective push that this rank cannot even start

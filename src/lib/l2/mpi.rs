@@ -28,6 +28,14 @@ pub struct MpiComm {
     _universe: Option<mpi::environment::Universe>,
 }
 
+// SAFETY: an MPI communicator handle is a plain value naming an object MPI
+// owns; nothing in `MpiComm` is tied to the thread that made it. Which
+// threads may call MPI is MPI's rule (the thread level the program asked
+// `MPI_Init_thread` for): librex uses its communicator only under its lock,
+// from the threads that call `rex_*`, and rex(3) says an MPI program calls
+// them as it calls MPI (from the main thread, with MPI_THREAD_FUNNELED).
+unsafe impl Send for MpiComm {}
+
 impl std::fmt::Debug for MpiComm {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(

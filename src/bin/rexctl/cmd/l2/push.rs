@@ -119,7 +119,7 @@ fn collective(a: &Args, cfg: &rexctl::control::config::Config) -> anyhow::Result
         table: cfg.collective_table,
         ..CollectiveOptions::default()
     };
-    let report = push_collective(&job, &root, &comm, &push_options(a, cfg), &copts)
+    let report = push_collective(&job, &root, &comm, &push_options(a, cfg), &copts, None)
         .map_err(|e| job.l2.public_error(e))?;
     if a.json {
         ui::print_json(&report)?;
