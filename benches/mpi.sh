@@ -3,7 +3,9 @@
 # rank pushing alone, on 2, 4 and 8 ranks with 0 %, 50 % and 90 % of every
 # rank's memory shared, side by side in one run. Prints a Markdown table:
 # L2 bytes and wall time of the push (mpirun end to end) of both, and the
-# ratios. Needs a rexctl built with `--features mpi` and Open MPI.
+# ratios; then the bytes replication-aware partner copies send (K = 3,
+# `rexctl replicate`) against K - 1 whole copies of every checkpoint.
+# Needs a rexctl built with `--features mpi` and Open MPI.
 #
 #   benches/mpi.sh                 # PAGES=2048 COUNT=3 PROFILE=balanced
 #   RANKS="2 4" SHARED="0 0.9" benches/mpi.sh
@@ -24,14 +26,16 @@ mpi() { mpirun --oversubscribe "${asroot[@]}" --timeout 600 -np "$@"; }
 bytes() { find "$1" -type f -name 'g*' -printf '%s\n' | awk '{s+=$1} END {print s+0}'; }
 now() { date +%s.%N; }
 
-echo "| ranks | shared | per-rank L2 | collective L2 | ratio | ideal | per-rank push s | collective push s | time ratio |"
-echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+k=${K:-3}
+echo "| ranks | shared | per-rank L2 | collective L2 | ratio | ideal | per-rank push s | collective push s | time ratio | K=$k copies: sent / whole copies |"
+echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 for n in $ranks_list; do
     for sh in $shared_list; do
         d=$root/$n-$sh
         "$bin" -q gen --ranks "$n" --shared "$sh" --pages "$pages" --count "$count" \
             --profile "$profile" "$d/l1"
         cp -r "$d/l1" "$d/l1-alone"
+        cp -r "$d/l1" "$d/l1-rep"
         mkdir -p "$d/l2" "$d/l2-alone"
         # Every rank pushes alone, at the same time, as a job's ranks would.
         t0=$(now)
@@ -40,12 +44,15 @@ for n in $ranks_list; do
         t1=$(now)
         mpi "$n" "$bin" -q push-l2 --collective --l1 "$d/l1" --l2 "$d/l2"
         t2=$(now)
+        rep=$(mpi "$n" "$bin" replicate --l1 "$d/l1-rep" --replicas "$k" |
+            awk '{ for (i = 1; i <= NF; i++) { if ($i == "sent") s += $(i + 1); if ($i == "of") f += $(i + 1) } }
+                 END { printf "%.3f", (f > 0 ? s / f : 0) }')
         a=$(bytes "$d/l2-alone")
         c=$(bytes "$d/l2")
-        awk -v n="$n" -v sh="$sh" -v a="$a" -v c="$c" -v t0="$t0" -v t1="$t1" -v t2="$t2" 'BEGIN {
+        awk -v n="$n" -v sh="$sh" -v a="$a" -v c="$c" -v t0="$t0" -v t1="$t1" -v t2="$t2" -v rep="$rep" 'BEGIN {
             ideal = sh / n + (1 - sh)
-            printf "| %d | %.0f %% | %.2f MiB | %.2f MiB | %.3f | %.3f | %.2f | %.2f | %.2f |\n",
-                n, sh * 100, a / 1048576, c / 1048576, c / a, ideal, t1 - t0, t2 - t1, (t2 - t1) / (t1 - t0)
+            printf "| %d | %.0f %% | %.2f MiB | %.2f MiB | %.3f | %.3f | %.2f | %.2f | %.2f | %s |\n",
+                n, sh * 100, a / 1048576, c / 1048576, c / a, ideal, t1 - t0, t2 - t1, (t2 - t1) / (t1 - t0), rep
         }'
         rm -rf "$d"
     done

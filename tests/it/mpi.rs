@@ -555,4 +555,34 @@ fn an_mpi_job_checkpointing_itself_restarts_bit_identically_after_kills_and_a_lo
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(text.contains("rank 1 restarted from seq"), "{text}");
     outputs_equal(s(&lost_out), s(&ref_out));
+
+    // With partner copies (replicas = 2), the lost rank gets its newer L1
+    // checkpoints back from its partner: every rank restarts from the
+    // newest checkpoint (step 55, seq 10), not from the older L2 state.
+    let k2 = ("REX_REPLICAS", "2");
+    let part_out = t.path().join("part-out/o");
+    let o = run_job(
+        "part",
+        &[("CRASH_RANK", "3"), ("CRASH_STEP", "57"), slow, k2],
+    );
+    assert!(!o.status.success());
+    let partner_copies = (0..RANKS)
+        .filter(|r| *r != 1)
+        .filter(|r| t.path().join(format!("part-l1/{r}/partner-1")).is_dir())
+        .count();
+    assert!(
+        partner_copies >= 1,
+        "no rank holds a copy of rank 1's checkpoints"
+    );
+    std::fs::remove_dir_all(t.path().join("part-l1/1")).unwrap();
+    let o = run_job("part", &[slow, k2]);
+    success(&o, "the run after a lost node, with partner copies");
+    let text = String::from_utf8_lossy(&o.stdout);
+    for r in 0..RANKS {
+        assert!(
+            text.contains(&format!("rank {r} restarted from seq 10 at step 55")),
+            "{text}"
+        );
+    }
+    outputs_equal(s(&part_out), s(&ref_out));
 }

@@ -89,6 +89,8 @@ enum Command {
     Inspect(cmd::l1::inspect::Args),
     #[command(name = "push-l2", after_long_help = cmd::examples::PUSH_L2)]
     PushL2(cmd::l2::push::Args),
+    #[command(after_long_help = cmd::examples::REPLICATE)]
+    Replicate(cmd::l2::replicate::Args),
     #[command(after_long_help = cmd::examples::RESTORE)]
     Restore(cmd::l2::restore::Args),
     #[command(after_long_help = cmd::examples::VERIFY)]
@@ -243,6 +245,7 @@ fn run(command: Command) -> anyhow::Result<i32> {
         Command::Coalesce(a) => cmd::l1::coalesce::run(a),
         Command::Inspect(a) => cmd::l1::inspect::run(a),
         Command::PushL2(a) => cmd::l2::push::run(a),
+        Command::Replicate(a) => cmd::l2::replicate::run(a),
         Command::Restore(a) => cmd::l2::restore::run(a),
         Command::Verify(a) => cmd::l2::verify::run(a),
         Command::Status(a) => cmd::l2::status::run(a),

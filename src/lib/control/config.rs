@@ -127,6 +127,11 @@ pub struct ConfigLayer {
         hide_short_help = true
     )]
     pub collective_table: Option<usize>,
+    /// MPI jobs: copies of each L1 checkpoint, K (1: the rank's own only;
+    /// K > 1: K - 1 partners also hold it, minus the pages they already
+    /// have). Default 1.
+    #[arg(long, env = "REX_REPLICAS", value_name = "K", hide_short_help = true)]
+    pub replicas: Option<u32>,
     /// DeD-Table hash functions (default crc32).
     #[arg(long, env = "REX_HASH", value_enum, hide_short_help = true)]
     pub hash: Option<HashChoice>,
@@ -308,6 +313,7 @@ impl ConfigLayer {
             keep_chains_l1: self.keep_chains_l1.or(lower.keep_chains_l1),
             max_chain_length: self.max_chain_length.or(lower.max_chain_length),
             collective_table: self.collective_table.or(lower.collective_table),
+            replicas: self.replicas.or(lower.replicas),
             hash: self.hash.or(lower.hash),
             zstd_level: self.zstd_level.or(lower.zstd_level),
             threads: self.threads.or(lower.threads),
@@ -450,6 +456,8 @@ pub struct Config {
     pub max_chain_length: u64,
     /// MPI jobs: the size of the table of shared page hashes.
     pub collective_table: usize,
+    /// MPI jobs: copies of each L1 checkpoint (the rank's own included).
+    pub replicas: u32,
     /// DeD-Table hash.
     pub hash: HashChoice,
     /// What a push writes (container version, zstd level, threads).
@@ -744,6 +752,12 @@ impl Config {
                 "collective_table {collective_table} is not a power of two in 1024..=1048576"
             )));
         }
+        let replicas = l.replicas.unwrap_or(1);
+        if !(1..=16).contains(&replicas) {
+            return Err(Error::Invalid(format!(
+                "replicas {replicas} is not in 1..=16"
+            )));
+        }
         let threads = match l.threads {
             Some(0) => return Err(Error::Invalid("threads must be at least 1".into())),
             Some(n) => n,
@@ -780,6 +794,7 @@ impl Config {
             keep_chains_l1: l.keep_chains_l1.unwrap_or(1).max(1),
             max_chain_length,
             collective_table,
+            replicas,
             hash: l.hash.unwrap_or_default(),
             write_format,
             threads,

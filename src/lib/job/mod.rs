@@ -645,6 +645,20 @@ impl Rex {
     /// [`Error::Invalid`] prefixed with "L2:" (the L1 checkpoint is safe).
     fn collective_l2(&mut self) -> Result<()> {
         let written = self.join_writer();
+        // Partner copies of the new file (replicas = K > 1).
+        if self.cfg.replicas > 1 {
+            let comm = self.comm.as_deref().expect("an MPI job");
+            let path = self
+                .cfg
+                .l1
+                .join(ic_file_name(self.seq.expect("just written")));
+            let local = match &written {
+                Ok(()) => Ok(path.as_path()),
+                Err(e) => Err(e.report()),
+            };
+            crate::l2::partners::replicate(comm, &self.cfg.l1, local, self.cfg.replicas)
+                .map_err(|e| Error::Invalid(format!("L2: partner copies: {}", e.report())))?;
+        }
         let decision = written.and_then(|()| {
             let job = open_job(&self.cfg, self.job_root.as_ref())?;
             crate::control::flush::decide(&job, &self.cfg, now_ns())
@@ -689,9 +703,13 @@ impl Rex {
             table: self.cfg.collective_table,
             ..CollectiveOptions::default()
         };
-        push_collective(&job, root, comm, &opts, &copts, full_reason)
+        let pushed = push_collective(&job, root, comm, &opts, &copts, full_reason)
             .map_err(|e| Error::Invalid(format!("L2: {}", e.report())))?;
         self.collective_pushes += 1;
+        // Partner copies of what L2 now holds are not needed any more.
+        if let Some(m) = &pushed.push.manifest {
+            crate::l2::partners::prune(&self.cfg.l1, m.last_seq)?;
+        }
         Ok(())
     }
 
@@ -823,6 +841,21 @@ impl Rex {
     fn restart_test_collective(&mut self) -> Result<Option<u64>> {
         let (root, _) = self.job_root.clone().expect("an MPI job");
         let xrefs: Arc<dyn XrefSource> = JobXrefs::new(root.clone());
+        // A rank whose L1 directory is empty (its node was lost) gets its
+        // checkpoints back from the partners that hold copies.
+        if self.cfg.replicas > 1 {
+            let l1 = &self.cfg.l1;
+            let lost = crate::l1::list_ic_files(l1)
+                .and_then(|f| {
+                    let chain = ChainIndex::load(&crate::store::DirStore::open_or_empty(
+                        l1.join(crate::l2::push::L1_CHAIN_DIR),
+                    ))?;
+                    Ok(f.is_empty() && chain.manifests.is_empty())
+                })
+                .map_err(|e| e.report());
+            let comm = self.comm.as_deref().expect("an MPI job");
+            crate::l2::partners::recover(comm, l1, lost)?;
+        }
         let job = open_job(&self.cfg, self.job_root.as_ref());
         let local = job.and_then(|job| {
             let _w = begin_writing(&job, "librex restart")?;

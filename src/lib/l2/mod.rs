@@ -20,6 +20,7 @@ pub mod gc;
 pub mod jobgen;
 #[cfg(feature = "mpi")]
 pub mod mpi;
+pub mod partners;
 pub mod push;
 pub mod restore;
 pub mod status;

@@ -181,10 +181,15 @@ impl Comm for MpiComm {
         self.comm
             .all_gather_into(&count_of(mine.len()), &mut counts[..]);
         let displs = counts_displs(&counts);
-        let mut buf = vec![0u8; counts.iter().map(|&c| c as usize).sum()];
+        let total: usize = counts.iter().map(|&c| c as usize).sum();
+        // Never two empty slices (both the same dangling pointer, which
+        // MPI refuses as aliased buffers): one spare byte each.
+        let mut buf = vec![0u8; total + 1];
+        let send: Vec<u8> = mine.iter().copied().chain([0]).collect();
         {
             let mut p = PartitionMut::new(&mut buf[..], &counts[..], &displs[..]);
-            self.comm.all_gather_varcount_into(mine, &mut p);
+            self.comm
+                .all_gather_varcount_into(&send[..mine.len()], &mut p);
         }
         split(&buf, &counts)
     }
@@ -195,8 +200,11 @@ impl Comm for MpiComm {
         self.comm.all_to_all_into(&scounts[..], &mut rcounts[..]);
         let sdispls = counts_displs(&scounts);
         let rdispls = counts_displs(&rcounts);
-        let flat: Vec<u8> = send.concat();
-        let mut buf = vec![0u8; rcounts.iter().map(|&c| c as usize).sum()];
+        // One spare byte each: two empty buffers would share the dangling
+        // pointer of an empty Vec, which MPI refuses as aliased.
+        let mut flat: Vec<u8> = send.concat();
+        flat.push(0);
+        let mut buf = vec![0u8; rcounts.iter().map(|&c| c as usize).sum::<usize>() + 1];
         {
             let s = mpi::datatype::Partition::new(&flat[..], &scounts[..], &sdispls[..]);
             let mut r = PartitionMut::new(&mut buf[..], &rcounts[..], &rdispls[..]);

@@ -124,6 +124,12 @@ Examples:
   $ rexctl completions zsh > \"${fpath[1]}/_rexctl\"
       Zsh completion.";
 
+/// `rexctl replicate`.
+pub const REPLICATE: &str = "\
+Examples:
+  $ mpirun -np 4 rexctl replicate --l1 /local/ckpt --replicas 3
+      Every rank's checkpoints also on two partners, minus the pages they hold.";
+
 /// Every page's examples, by subcommand name (for the man pages).
 pub fn of(name: &str) -> Option<&'static str> {
     Some(match name {
@@ -131,6 +137,7 @@ pub fn of(name: &str) -> Option<&'static str> {
         "coalesce" => COALESCE,
         "inspect" => INSPECT,
         "push-l2" => PUSH_L2,
+        "replicate" => REPLICATE,
         "restore" => RESTORE,
         "verify" => VERIFY,
         "status" => STATUS,

@@ -3,6 +3,7 @@
 
 pub mod gc;
 pub mod push;
+pub mod replicate;
 pub mod restore;
 pub mod status;
 pub mod verify;

@@ -1,0 +1,72 @@
+//! `rexctl replicate`: partner copies of an MPI job's L1 checkpoints.
+
+use rexctl::control::config::ConfigLayer;
+
+/// Copy every rank's L1 checkpoints to K - 1 partner ranks (run under
+/// `mpirun -np N rexctl replicate ...`), for jobs that write their L1 files
+/// themselves; librex does it after each checkpoint (`replicas` in
+/// rex.toml(5)).
+///
+/// Rank R's checkpoints are in L1/R; a copy of rank S's checkpoint goes to
+/// L1/R/partner-S/, byte for byte S's file, checked by its CRCs. Pages a
+/// partner's own checkpoint of the same seq holds are not sent: the partner
+/// takes them from its own file. Partners are chosen per checkpoint with
+/// the whole job's view: the heaviest senders first, to the receivers with
+/// the least to receive. Every rank must hold the same seqs. Needs a rexctl
+/// built with the cargo feature `mpi`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(flatten)]
+    settings: ConfigLayer,
+}
+
+#[cfg(not(feature = "mpi"))]
+pub fn run(_: Args) -> anyhow::Result<i32> {
+    Err(rexctl::Error::Invalid(
+        "replicate needs MPI: this rexctl was built without the cargo feature `mpi`".into(),
+    )
+    .into())
+}
+
+#[cfg(feature = "mpi")]
+pub fn run(a: Args) -> anyhow::Result<i32> {
+    use rexctl::l2::collective::{Comm, agree};
+    use rexctl::l2::partners::replicate;
+    let s = crate::cmd::config_args::Settings::load(&a.settings)?;
+    let k = s.layer.replicas.unwrap_or(2);
+    let comm = rexctl::l2::mpi::MpiComm::init()?;
+    let rank = comm.rank();
+    let l1 = s.l1()?.join(rank.to_string());
+    // The seqs of every rank, which must agree.
+    let files = rexctl::l1::L1Dir::scan(&l1).map(|d| d.files);
+    let seqs = files
+        .as_ref()
+        .map(|f| f.iter().flat_map(|m| m.seq().to_le_bytes()).collect())
+        .map_err(|e| e.report());
+    let all = agree(&comm, seqs, "listing the checkpoints");
+    let files = files?;
+    let all = all?;
+    if all.iter().any(|b| *b != all[0]) {
+        return Err(rexctl::Error::Invalid(
+            "the ranks hold different checkpoints (seqs): every rank must hold the same".into(),
+        )
+        .into());
+    }
+    let (mut sent, mut full, mut natural, mut stored) = (0u64, 0u64, 0u64, 0u64);
+    let mut partners = 0;
+    for m in &files {
+        let r = replicate(&comm, &l1, Ok(m.path.as_path()), k)?;
+        sent += r.sent_bytes;
+        full += r.full_copy_bytes;
+        natural += r.natural_pages;
+        stored += r.stored;
+        partners = r.partners.len();
+    }
+    outln!(
+        "rank {rank}: {} checkpoints to {} partners each: sent {sent} bytes of {full} ({} full copies), {natural} pages not sent (the partner held them); stored {stored} copies of other ranks' checkpoints",
+        files.len(),
+        partners,
+        partners
+    );
+    Ok(0)
+}
