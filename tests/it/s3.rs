@@ -957,3 +957,75 @@ fn s3_flush_takes_the_bucket_and_credentials_from_rex_toml() {
     );
     job.restore_exact(false, &[], &seq2, "restore after flush");
 }
+
+/// An MPI job's location in a bucket: `push-l2 --collective` under
+/// `mpirun -np 4`, then every rank restored from the bucket alone, and the
+/// job's status and verification.
+#[cfg(feature = "mpi")]
+#[test]
+fn s3_an_mpi_job_pushes_collectively_and_every_rank_restores() {
+    let Some(server) = S3Server::start("rex-mpi") else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let (l1, truth) = (d.path().join("l1"), d.path().join("truth"));
+    let out = rexctl()
+        .args([
+            "gen", "--ranks", "4", "--shared", "0.9", "--pages", "200", "--count", "2",
+        ])
+        .arg(&l1)
+        .arg("--truth")
+        .arg(&truth)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&["gen"], &out));
+    let url = server.url("hpc");
+    let mut c = Command::new("mpirun");
+    c.args(["--oversubscribe", "--timeout", "180", "-np", "4"]);
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        c.arg("--allow-run-as-root");
+    }
+    c.arg(env!("CARGO_BIN_EXE_rexctl"))
+        .args(["push-l2", "--collective", "--l1", s(&l1), "--l2", &url])
+        .env("REX_JOB", "mpijob")
+        .envs(server.env());
+    let out = c.output().expect("run mpirun");
+    assert!(
+        out.status.success(),
+        "{}",
+        show(&["mpirun push-l2 --collective"], &out)
+    );
+    let job_dir = server.root().join(&server.bucket).join("hpc/mpijob");
+    assert!(
+        job_dir.join("job/j00000001.job").is_file(),
+        "layout: <prefix>/<job>/job/"
+    );
+    assert!(
+        job_dir.join("2/g00000001.xref").is_file(),
+        "layout: <prefix>/<job>/<rank>/"
+    );
+    let run = |args: &[&str]| {
+        rexctl()
+            .args(args)
+            .env("REX_JOB", "mpijob")
+            .envs(server.env())
+            .output()
+            .unwrap()
+    };
+    for r in 0..4 {
+        let img = d.path().join(format!("r{r}.rexic"));
+        let rank = r.to_string();
+        let out = run(&["restore", "--l2", &url, "--rank", &rank, "-o", s(&img)]);
+        assert!(out.status.success(), "{}", show(&["restore"], &out));
+        assert!(
+            compare_ic_files(&img, &truth.join(format!("{r}.rexic")))
+                .unwrap()
+                .is_equal(),
+            "rank {r} restored from the bucket differs"
+        );
+    }
+    let out = run(&["verify", "--l2", &url]);
+    assert!(out.status.success(), "{}", show(&["verify"], &out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("rank 3: generation 1"));
+}
