@@ -513,20 +513,27 @@ impl Rex {
     /// pages are copied; the file is written in the background.
     pub fn checkpoint(&mut self) -> Result<CheckpointReport> {
         let started = Instant::now();
-        if self.regions.is_empty() {
-            return Err(Error::Invalid(
+        // In an MPI job every failure below still takes part in the ranks'
+        // agreements (which then fail on every rank), so no rank waits for
+        // one that gave up.
+        let pre = if self.regions.is_empty() {
+            Err(Error::Invalid(
                 "no region is registered: nothing to checkpoint".into(),
-            ));
-        }
-        self.restored = None;
-        // The previous file must be out before the next seq is written.
-        self.join_writer()?;
-        let ps = self.ps;
+            ))
+        } else {
+            self.restored = None;
+            // The previous file must be out before the next seq is written.
+            self.join_writer()
+        };
+        let pre = match (pre, &self.comm) {
+            (Err(e), None) => return Err(e),
+            (pre, _) => pre,
+        };
         let mut full = self.need_full || self.chain.is_none();
-        let local_seq = match self.seq {
+        let local_seq = pre.and_then(|()| match self.seq {
             Some(s) => Ok(s + 1),
             None => self.newest_seq_anywhere().map(|n| n.map_or(0, |s| s + 1)),
-        };
+        });
         // In an MPI job every rank numbers the checkpoint alike: the
         // highest proposal; a rank below it starts a new run there.
         let seq = match &self.comm {
@@ -548,6 +555,25 @@ impl Rex {
                 top
             }
         };
+        let r = self.write_checkpoint(seq, full, started);
+        if self.comm.is_some() {
+            let l2 = self.collective_l2(r.as_ref().err().map(Error::report));
+            let r = r?;
+            l2?;
+            return Ok(r);
+        }
+        r
+    }
+
+    /// The L1 checkpoint `seq` itself: the dirty pages (all of them when
+    /// `full`) copied, the file handed to the writer thread.
+    fn write_checkpoint(
+        &mut self,
+        seq: u64,
+        full: bool,
+        started: Instant,
+    ) -> Result<CheckpointReport> {
+        let ps = self.ps;
         // Until the writer has this checkpoint's pages, a failure leaves the
         // tracker's bits taken: the next checkpoint must carry everything.
         self.need_full = true;
@@ -631,27 +657,30 @@ impl Rex {
         self.prev_table = Some(table);
         self.need_full = false;
         self.checkpoints += 1;
-        let stop_s = started.elapsed().as_secs_f64();
-        if self.comm.is_some() {
-            self.collective_l2()?;
-        }
-        Ok(CheckpointReport { stop_s, ..report })
+        Ok(CheckpointReport {
+            stop_s: started.elapsed().as_secs_f64(),
+            ..report
+        })
     }
 
-    /// An MPI job's L2 step after each checkpoint, on every rank: the L1
-    /// file made durable, each rank's controller asked, and a collective
+    /// An MPI job's L2 step after each checkpoint, on every rank (`failed`:
+    /// this rank's checkpoint failed; it still takes part): the L1 file made
+    /// durable, each rank's controller asked, and a collective
     /// push when any rank's says one is due (a complete coalescence on
     /// every rank when any rank's wants one). An L2 failure is reported as
     /// [`Error::Invalid`] prefixed with "L2:" (the L1 checkpoint is safe).
-    fn collective_l2(&mut self) -> Result<()> {
-        let written = self.join_writer();
+    fn collective_l2(&mut self, failed: Option<String>) -> Result<()> {
+        let written = match failed {
+            Some(e) => Err(Error::Invalid(e)),
+            None => self.join_writer(),
+        };
         // Partner copies of the new file (replicas = K > 1).
         if self.cfg.replicas > 1 {
             let comm = self.comm.as_deref().expect("an MPI job");
             let path = self
-                .cfg
-                .l1
-                .join(ic_file_name(self.seq.expect("just written")));
+                .seq
+                .map(|s| self.cfg.l1.join(ic_file_name(s)))
+                .unwrap_or_default();
             let local = match &written {
                 Ok(()) => Ok(path.as_path()),
                 Err(e) => Err(e.report()),
