@@ -128,6 +128,7 @@ fn success(o: &Output, what: &str) {
 
 #[test]
 fn ranks_sharing_memory_store_it_once_and_every_rank_restores_bit_identically() {
+    let _one_at_a_time = crate::util::exclusive();
     let t = tempfile::tempdir().unwrap();
     let (all, truth_final, truth3) = (
         t.path().join("all"),
@@ -291,6 +292,7 @@ fn ranks_sharing_memory_store_it_once_and_every_rank_restores_bit_identically() 
 
 #[test]
 fn a_rank_killed_during_a_collective_push_leaves_the_previous_job_generation() {
+    let _one_at_a_time = crate::util::exclusive();
     let t = tempfile::tempdir().unwrap();
     let (all, truth_final, truth2) = (
         t.path().join("all"),
@@ -364,6 +366,7 @@ fn a_rank_killed_during_a_collective_push_leaves_the_previous_job_generation() {
 
 #[test]
 fn damage_in_a_reference_or_in_the_page_it_names_is_named_never_restored() {
+    let _one_at_a_time = crate::util::exclusive();
     let t = tempfile::tempdir().unwrap();
     let (l1, truth) = (t.path().join("l1"), t.path().join("truth"));
     gen_ranks(&l1, "0.9", "300", "2", &truth);
@@ -487,6 +490,7 @@ fn outputs_equal(a: &str, b: &str) {
 
 #[test]
 fn an_mpi_job_checkpointing_itself_restarts_bit_identically_after_kills_and_a_lost_node() {
+    let _one_at_a_time = crate::util::exclusive();
     let t = tempfile::tempdir().unwrap();
     let exe = build_mpi_example(t.path());
     let args = |out: &Path| -> Vec<String> {

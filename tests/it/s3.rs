@@ -964,6 +964,7 @@ fn s3_flush_takes_the_bucket_and_credentials_from_rex_toml() {
 #[cfg(feature = "mpi")]
 #[test]
 fn s3_an_mpi_job_pushes_collectively_and_every_rank_restores() {
+    let _one_at_a_time = crate::util::exclusive();
     let Some(server) = S3Server::start("rex-mpi") else {
         return;
     };

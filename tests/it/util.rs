@@ -166,3 +166,11 @@ pub fn assert_no_failures(failures: &[String], total: usize) {
         failures.join("\n\n")
     );
 }
+
+/// Held by tests that load every core for a while (`mpirun -np 4` on the
+/// CI's two cores) and by tests whose outcome depends on measured times
+/// (the controller's cost rule reads push timings): they never overlap.
+pub fn exclusive() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
