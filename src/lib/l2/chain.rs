@@ -358,7 +358,7 @@ impl OpenGeneration {
 /// P-Table delta: each must name a page the generation wrote, and another
 /// rank than the generation's own.
 fn open_xrefs(p: &Path, m: &Manifest, ptable: &PTableDelta) -> Result<Vec<(u64, Xref)>> {
-    let x = XrefFile::read(p)?;
+    let x = XrefFile::read(p, ptable.pages.len() as u64)?;
     if x.generation != m.generation {
         return Err(Error::corrupt(
             p,

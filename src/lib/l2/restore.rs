@@ -838,7 +838,7 @@ fn verify_generation(
                 Role::Rps => ChunkedFile::open(&p, Kind::Rps).and_then(|c| c.verify_all()),
                 Role::Pf => ChunkedFile::open(&p, Kind::Pf).and_then(|c| c.verify_all()),
                 Role::Ptable => PTableDelta::read(&p).map(drop),
-                Role::Xref => crate::format::xref::XrefFile::read(&p).map(drop),
+                Role::Xref => crate::format::xref::XrefFile::read(&p, m.dirty_pages).map(drop),
             };
             return Err(located.err().unwrap_or_else(|| {
                 Error::corrupt(
