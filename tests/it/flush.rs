@@ -222,6 +222,11 @@ fn the_cost_rule_triggers_a_complete_coalescence() {
             s(&l2),
             "--mtbf",
             "0.001",
+            // The read rate as a setting, not measured from uploads to a
+            // local directory (microseconds, as noisy as the machine's
+            // load): delta is then the Δ's bytes at 0.1 MB/s.
+            "--read-rate",
+            "0.1",
             "--json",
         ]);
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
