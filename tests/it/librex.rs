@@ -112,9 +112,15 @@ fn c_header_is_current() {
 
 /// Builds `examples/<name>.c` as the README says a user does.
 fn build_example(name: &str, out_dir: &Path) -> PathBuf {
+    build_c("cc", name, out_dir)
+}
+
+/// Builds `examples/<name>.c` with `compiler` (`cc`, or `mpicc` for an MPI
+/// example) against the built C library.
+pub(crate) fn build_c(compiler: &str, name: &str, out_dir: &Path) -> PathBuf {
     let lib = lib_dir();
     let exe = out_dir.join(name);
-    let st = Command::new("cc")
+    let st = Command::new(compiler)
         .args(["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror"])
         .arg(repo().join(format!("examples/{name}.c")))
         .arg(format!("-I{}", repo().join("include").display()))
@@ -124,8 +130,8 @@ fn build_example(name: &str, out_dir: &Path) -> PathBuf {
         .arg("-o")
         .arg(&exe)
         .status()
-        .expect("run cc (the system C compiler)");
-    assert!(st.success(), "cc {name}.c failed");
+        .unwrap_or_else(|e| panic!("run {compiler} (scripts/deps installs it): {e}"));
+    assert!(st.success(), "{compiler} {name}.c failed");
     exe
 }
 

@@ -78,6 +78,17 @@ fn hold_back(from: &Path, to: &Path, last: u64) {
     }
 }
 
+/// Moves the checkpoints `hold_back` kept in `later` back into `l1`.
+fn release(later: &Path, l1: &Path) {
+    for r in 0..RANKS {
+        let (a, b) = (later.join(r.to_string()), l1.join(r.to_string()));
+        for e in std::fs::read_dir(&a).unwrap() {
+            let p = e.unwrap().path();
+            std::fs::rename(&p, b.join(p.file_name().unwrap())).unwrap();
+        }
+    }
+}
+
 fn restore_rank(l2: &Path, rank: u32, out: &Path, extra: &[&str]) -> Output {
     let r = rank.to_string();
     let mut args = vec!["restore", "--l2", s(l2), "--rank", &r, "-o", s(out), "-f"];
@@ -188,13 +199,7 @@ fn ranks_sharing_memory_store_it_once_and_every_rank_restores_bit_identically() 
     assert!(String::from_utf8_lossy(&o.stderr).contains("--rank"));
 
     // The next batch: a Δ on every rank, job generation 2.
-    for r in 0..RANKS {
-        let (a, b) = (later.join(r.to_string()), l1.join(r.to_string()));
-        for e in std::fs::read_dir(&a).unwrap() {
-            let p = e.unwrap().path();
-            std::fs::rename(&p, b.join(p.file_name().unwrap())).unwrap();
-        }
-    }
+    release(&later, &l1);
     let o = mpirun(
         &["push-l2", "--collective", "--l1", s(&l1), "--l2", s(&l2)],
         None,
@@ -313,13 +318,7 @@ fn a_rank_killed_during_a_collective_push_leaves_the_previous_job_generation() {
         ),
         "first collective push",
     );
-    for r in 0..RANKS {
-        let (a, b) = (later.join(r.to_string()), l1.join(r.to_string()));
-        for e in std::fs::read_dir(&a).unwrap() {
-            let p = e.unwrap().path();
-            std::fs::rename(&p, b.join(p.file_name().unwrap())).unwrap();
-        }
-    }
+    release(&later, &l1);
     let base = t.path().join("base");
     copy_tree(&t.path().join("l1"), &base.join("l1"));
     copy_tree(&l2, &base.join("l2"));
@@ -432,28 +431,6 @@ fn damage_in_a_reference_or_in_the_page_it_names_is_named_never_restored() {
     );
 }
 
-/// Builds `examples/mpi_ranks.c` with `mpicc`, as its comment says.
-fn build_mpi_example(out_dir: &Path) -> std::path::PathBuf {
-    let lib = crate::librex::lib_dir();
-    let exe = out_dir.join("mpi_ranks");
-    let st = Command::new("mpicc")
-        .args(["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror"])
-        .arg(crate::librex::repo().join("examples/mpi_ranks.c"))
-        .arg(format!(
-            "-I{}",
-            crate::librex::repo().join("include").display()
-        ))
-        .arg(format!("-L{}", lib.display()))
-        .arg("-lrexctl")
-        .arg(format!("-Wl,-rpath,{}", lib.display()))
-        .arg("-o")
-        .arg(&exe)
-        .status()
-        .expect("run mpicc (scripts/deps installs Open MPI)");
-    assert!(st.success(), "mpicc mpi_ranks.c failed");
-    exe
-}
-
 /// `mpirun -np RANKS EXE ARGS` with the job's L1 and L2 and extra
 /// variables.
 fn mpi_job(exe: &Path, args: &[&str], l1: &Path, l2: &Path, vars: &[(&str, &str)]) -> Output {
@@ -492,7 +469,7 @@ fn outputs_equal(a: &str, b: &str) {
 fn an_mpi_job_checkpointing_itself_restarts_bit_identically_after_kills_and_a_lost_node() {
     let _one_at_a_time = crate::util::exclusive();
     let t = tempfile::tempdir().unwrap();
-    let exe = build_mpi_example(t.path());
+    let exe = crate::librex::build_c("mpicc", "mpi_ranks", t.path());
     let args = |out: &Path| -> Vec<String> {
         ["48", "60", "5", s(out)]
             .iter()

@@ -815,6 +815,12 @@ impl IcFile {
         Ok(&self.map[start..end])
     }
 
+    /// The whole file as mapped (headers, metadata, pages), for copying it
+    /// elsewhere byte for byte; its pages are checked by [`IcFile::page`].
+    pub fn bytes(&self) -> &[u8] {
+        &self.map
+    }
+
     /// `len` raw bytes at file offset `off` within the page data, if in
     /// bounds. For re-reading bytes already CRC-checked through
     /// [`IcFile::page`] (the deduplication unit's pattern resolver).

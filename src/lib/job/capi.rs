@@ -134,6 +134,63 @@ fn region_id(id: c_int) -> Result<u32, (c_int, String)> {
 /// `config` is NULL or a NUL-terminated string.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn rex_init(config: *const c_char) -> c_int {
+    // SAFETY: passed on from the caller (same contract).
+    unsafe {
+        init_with(config, |cfg| {
+            // In an MPI job (MPI_Init done), the job's world, collectively.
+            #[cfg(feature = "mpi")]
+            if crate::l2::mpi::MpiComm::initialized() {
+                let comm = crate::l2::mpi::MpiComm::world_of_program()
+                    .map_err(|e| fail(e, REX_ECONFIG))?;
+                return Rex::with_comm(cfg, Box::new(comm)).map_err(|e| fail(e, REX_ECONFIG));
+            }
+            Rex::with_config(cfg).map_err(|e| fail(e, REX_ECONFIG))
+        })
+    }
+}
+
+/// As `rex_init`, in an MPI job, over the communicator whose Fortran
+/// handle is `comm` (pass `MPI_Comm_c2f(comm)`; `rex_init` itself uses
+/// `MPI_COMM_WORLD`). Collective: every rank of `comm` calls it. Rank R's
+/// L1 directory is `l1/R`, and `l2` is the job's location (R's chain in
+/// `R/`, the job manifests in `job/`). `REX_ECONFIG` when this librex was
+/// built without MPI or MPI is not initialized.
+///
+/// # Safety
+/// `config` is NULL or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rex_init_comm(config: *const c_char, comm: c_int) -> c_int {
+    // SAFETY: passed on from the caller (same contract).
+    unsafe {
+        init_with(config, |cfg| {
+            #[cfg(feature = "mpi")]
+            {
+                let c = crate::l2::mpi::MpiComm::from_fortran(comm)
+                    .map_err(|e| fail(e, REX_ECONFIG))?;
+                Rex::with_comm(cfg, Box::new(c)).map_err(|e| fail(e, REX_ECONFIG))
+            }
+            #[cfg(not(feature = "mpi"))]
+            {
+                let _ = (cfg, comm);
+                Err((
+                    REX_ECONFIG,
+                    "this librex was built without MPI (the cargo feature `mpi`)".into(),
+                ))
+            }
+        })
+    }
+}
+
+/// The part of `rex_init` and `rex_init_comm` they share: the
+/// configuration read from `config` (NULL: the usual layers), refused when
+/// librex is already initialized; `start` makes the job from it.
+///
+/// # Safety
+/// `config` is NULL or a NUL-terminated string.
+unsafe fn init_with(
+    config: *const c_char,
+    start: impl FnOnce(crate::control::config::Config) -> Result<Rex, (c_int, String)>,
+) -> c_int {
     let path = if config.is_null() {
         None
     } else {
@@ -152,64 +209,8 @@ pub unsafe extern "C" fn rex_init(config: *const c_char) -> c_int {
         // is a configuration error.
         let cfg = crate::control::config::Config::load(Default::default(), path.as_deref())
             .map_err(|e| (REX_ECONFIG, e.report()))?;
-        // In an MPI job (MPI_Init done), the job's world, collectively.
-        #[cfg(feature = "mpi")]
-        if crate::l2::mpi::MpiComm::initialized() {
-            let comm =
-                crate::l2::mpi::MpiComm::world_of_program().map_err(|e| fail(e, REX_ECONFIG))?;
-            let rex = Rex::with_comm(cfg, Box::new(comm)).map_err(|e| fail(e, REX_ECONFIG))?;
-            *g = Some(rex);
-            return Ok(REX_OK);
-        }
-        let rex = Rex::with_config(cfg).map_err(|e| fail(e, REX_ECONFIG))?;
-        *g = Some(rex);
+        *g = Some(start(cfg)?);
         Ok(REX_OK)
-    })
-}
-
-/// As `rex_init`, in an MPI job, over the communicator whose Fortran
-/// handle is `comm` (pass `MPI_Comm_c2f(comm)`; `rex_init` itself uses
-/// `MPI_COMM_WORLD`). Collective: every rank of `comm` calls it. Rank R's
-/// L1 directory is `l1/R`, and `l2` is the job's location (R's chain in
-/// `R/`, the job manifests in `job/`). `REX_ECONFIG` when this librex was
-/// built without MPI or MPI is not initialized.
-///
-/// # Safety
-/// `config` is NULL or a NUL-terminated string.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn rex_init_comm(config: *const c_char, comm: c_int) -> c_int {
-    let path = if config.is_null() {
-        None
-    } else {
-        // SAFETY: the caller passes a NUL-terminated string (rex.h).
-        let c = unsafe { CStr::from_ptr(config) };
-        Some(Path::new(std::ffi::OsStr::from_bytes(c.to_bytes())).to_path_buf())
-    };
-    with_rex(|g| {
-        if g.is_some() {
-            return Err((
-                REX_ESTATE,
-                "librex is already initialized (rex_finalize first)".into(),
-            ));
-        }
-        let cfg = crate::control::config::Config::load(Default::default(), path.as_deref())
-            .map_err(|e| (REX_ECONFIG, e.report()))?;
-        #[cfg(feature = "mpi")]
-        {
-            let c =
-                crate::l2::mpi::MpiComm::from_fortran(comm).map_err(|e| fail(e, REX_ECONFIG))?;
-            let rex = Rex::with_comm(cfg, Box::new(c)).map_err(|e| fail(e, REX_ECONFIG))?;
-            *g = Some(rex);
-            Ok(REX_OK)
-        }
-        #[cfg(not(feature = "mpi"))]
-        {
-            let _ = (cfg, comm);
-            Err((
-                REX_ECONFIG,
-                "this librex was built without MPI (the cargo feature `mpi`)".into(),
-            ))
-        }
     })
 }
 

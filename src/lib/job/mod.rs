@@ -57,7 +57,7 @@ use crate::format::region::{Region, RegionTable, page_number, split_page};
 use crate::l1::ic_file_name;
 use crate::l1::lock::JobLock;
 use crate::l2::chain::{ChainIndex, XrefSource};
-use crate::l2::collective::{CollectiveOptions, Comm, agree, fail_early, push_collective};
+use crate::l2::collective::{CollectiveOptions, Comm, agree, fail_early, le64, push_collective};
 use crate::l2::jobgen::{JobIndex, JobXrefs, rollback};
 use crate::l2::push::{Job, JobIdentity, PushOptions, begin_writing};
 use crate::l2::restore::{RestoreOptions, RestoreReport, restore_l1_l2};
@@ -548,7 +548,7 @@ impl Rex {
                     "numbering the checkpoint",
                 );
                 let mine = local_seq?;
-                let top = all?.iter().map(|b| le_u64(b)).max().unwrap_or(mine);
+                let top = all?.iter().map(|b| le64(b, 0)).max().unwrap_or(mine);
                 if top != mine {
                     full = true;
                 }
@@ -919,7 +919,7 @@ impl Rex {
         let all = all?;
         let seqs: Vec<Option<u64>> = all
             .iter()
-            .map(|b| (b.first() == Some(&1)).then(|| le_u64(&b[1..])))
+            .map(|b| (b.first() == Some(&1)).then(|| le64(b, 1)))
             .collect();
         if seqs.iter().all(Option::is_none) {
             return Ok(None);
@@ -965,7 +965,7 @@ impl Rex {
             r?;
         }
         for (r, b) in all?.iter().enumerate() {
-            let s = (b.first() == Some(&1)).then(|| le_u64(&b[1..]));
+            let s = (b.first() == Some(&1)).then(|| le64(b, 1));
             if s != Some(target) {
                 self.restored = None;
                 return Err(Error::chain(
@@ -1105,14 +1105,6 @@ impl Drop for Rex {
             let _ = self.tracker.untrack(r.range);
         }
     }
-}
-
-/// The first 8 bytes of `b` as a little-endian u64 (0 when shorter).
-fn le_u64(b: &[u8]) -> u64 {
-    b.get(..8)
-        .and_then(|x| x.try_into().ok())
-        .map(u64::from_le_bytes)
-        .unwrap_or(0)
 }
 
 /// Refuses a restart whose registered regions differ from the checkpoint's.

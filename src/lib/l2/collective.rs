@@ -278,12 +278,15 @@ pub fn push_collective(
                 ),
             ));
         }
-        let mut max = committed.unwrap_or(0);
-        for o in root.job_store(false)?.list()? {
-            if let Some(j) = crate::format::job_manifest::parse_job_manifest_name(&o.name) {
-                max = max.max(j);
-            }
-        }
+        // Above every job manifest there is, valid or not: a number is
+        // never reused.
+        let max = jobs
+            .manifests
+            .keys()
+            .chain(jobs.invalid.iter().map(|(j, _)| j))
+            .copied()
+            .max()
+            .unwrap_or(0);
         report.rolled_back = rollback(job, committed)?;
         Ok((w, max + 1))
     });
@@ -314,7 +317,7 @@ pub fn agree(comm: &dyn Comm, local: Local<Vec<u8>>, stage: &'static str) -> Res
 /// (its L1 directory or L2 store cannot be opened), so that the other ranks
 /// fail with its error instead of waiting for it.
 pub fn fail_early(comm: &dyn Comm, e: &Error) {
-    let _ = comm.all_gather(&outcome(Err(e.report())));
+    let _ = agree(comm, Err(e.report()), "starting the collective push");
 }
 
 struct Hooks<'a> {
@@ -359,7 +362,7 @@ fn payloads(all: Vec<Vec<u8>>, stage: &'static str) -> Result<Vec<Vec<u8>>> {
     Ok(all.into_iter().map(|mut b| b.split_off(1)).collect())
 }
 
-fn le64(b: &[u8], at: usize) -> u64 {
+pub(crate) fn le64(b: &[u8], at: usize) -> u64 {
     b.get(at..at + 8)
         .and_then(|s| s.try_into().ok())
         .map(u64::from_le_bytes)
@@ -373,7 +376,7 @@ impl Hooks<'_> {
         stage: &'static str,
     ) -> Result<Vec<Vec<u8>>> {
         let failed = local.as_ref().err().cloned();
-        let all = payloads(self.comm.all_gather(&outcome(local)), stage);
+        let all = agree(self.comm, local, stage);
         match failed {
             // This rank's own error is reported by its caller.
             Some(e) => Err(Error::Invalid(e)),

@@ -309,8 +309,11 @@ pub fn rollback(job: &Job, committed: Option<u64>) -> Result<Vec<String>> {
         }
     }
     let mut notes = Vec::new();
-    for (store, level) in [(job.l2.as_ref(), "L2"), (&job.l1_chain as &dyn Store, "L1")] {
-        let index = ChainIndex::load(store)?;
+    let l1_index = ChainIndex::load(&job.l1_chain)?;
+    for (store, index, level) in [
+        (job.l2.as_ref(), &l2_index, "L2"),
+        (&job.l1_chain as &dyn Store, &l1_index, "L1"),
+    ] {
         for m in index.manifests.values().rev().filter(|m| uncommitted(m)) {
             store.delete(&manifest_name(m.generation))?;
             for f in &m.files {
