@@ -1,0 +1,28 @@
+/* xdelta3 - delta compression tools and library -*- Mode: objc *-*
+   Copyright 2016 Joshua MacDonald
+
+   Licensed under the Apache License, Version 2.0 (the "License");
+   you may not use this file except in compliance with the License.
+   You may obtain a copy of the License at
+
+   http://www.apache.org/licenses/LICENSE-2.0
+
+   Unless required by applicable law or agreed to in writing, software
+   distributed under the License is distributed on an "AS IS" BASIS,
+   WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+   See the License for the specific language governing permissions and
+   limitations under the License.
+*/
+
+#import <UIKit/UIKit.h>
+
+@interface Xd3iOSViewController : UIViewController <UITextViewDelegate> {
+    NSString *inputSeed;
+}
+- (IBAction)startTest:(id)sender;
+@property (weak, nonatomic) IBOutlet UITextField *theSeed;
+@property (weak, nonatomic) IBOutlet UITextView *theView;
+@property (atomic, retain) NSMutableString *theOutput;
+@property (nonatomic) BOOL inTest;
+
+@end
