@@ -97,9 +97,19 @@ fn restore_rank(l2: &Path, rank: u32, out: &Path, extra: &[&str]) -> Output {
 }
 
 fn assert_ranks_restore(l2: &Path, truth: &Path, tmp: &Path, ctx: &str) {
+    assert_ranks_restore_with(l2, truth, tmp, ctx, &[]);
+}
+
+/// Every rank restores from L2 plus its L1 directory (`L1/R`): the newest
+/// job generation and the rank's pending checkpoints.
+fn assert_ranks_restore_l1(l1: &Path, l2: &Path, truth: &Path, tmp: &Path, ctx: &str) {
+    assert_ranks_restore_with(l2, truth, tmp, ctx, &["--l1", s(l1)]);
+}
+
+fn assert_ranks_restore_with(l2: &Path, truth: &Path, tmp: &Path, ctx: &str, extra: &[&str]) {
     for r in 0..RANKS {
         let out = tmp.join(format!("restored-{r}.rexic"));
-        let o = restore_rank(l2, r, &out, &[]);
+        let o = restore_rank(l2, r, &out, extra);
         assert!(o.status.success(), "{ctx}: {}", show(&["restore"], &o));
         assert_image(
             &out,
@@ -198,8 +208,29 @@ fn ranks_sharing_memory_store_it_once_and_every_rank_restores_bit_identically() 
     assert_eq!(o.status.code(), Some(3), "{}", show(&["restore"], &o));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--rank"));
 
-    // The next batch: a Δ on every rank, job generation 2.
+    // The next batch, still in L1: each rank restores from L1 plus L2 (a
+    // transient fault), its pending checkpoints on top of job generation 1.
     release(&later, &l1);
+    assert_ranks_restore_l1(&l1, &l2, &truth_final, t.path(), "L1 + job generation 1");
+    let o = restore_rank(
+        &l2,
+        1,
+        &t.path().join("r1.rexic"),
+        &["--l1", s(&l1), "--json"],
+    );
+    success(&o, "restore of rank 1 from L1 + L2");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["generation"], 1, "{v}");
+    assert_eq!(v["seq"], 6, "{v}");
+    assert!(v["pages_from_l1_ics"].as_u64().unwrap() > 0, "{v}");
+    // A rank's L1 directory is L1/R: one that is missing is named.
+    let no_ranks = t.path().join("l1-without-ranks");
+    std::fs::create_dir_all(&no_ranks).unwrap();
+    let o = restore_rank(&l2, 1, &t.path().join("x"), &["--l1", s(&no_ranks)]);
+    assert_eq!(o.status.code(), Some(5), "{}", show(&["restore"], &o));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--l2-only"));
+
+    // The next batch: a Δ on every rank, job generation 2.
     let o = mpirun(
         &["push-l2", "--collective", "--l1", s(&l1), "--l2", s(&l2)],
         None,
@@ -245,6 +276,25 @@ fn ranks_sharing_memory_store_it_once_and_every_rank_restores_bit_identically() 
         assert!(l2.join(format!("{r}/g00000002.manifest")).is_file());
     }
     std::fs::rename(t.path().join("j2"), &j2).unwrap();
+    // A newest job manifest that is damaged is refused, never passed over
+    // for the older job generation: the restore names it and the older one.
+    let good = std::fs::read(&j2).unwrap();
+    let mut bad = good.clone();
+    bad[good.len() / 2] ^= 0x10;
+    std::fs::write(&j2, &bad).unwrap();
+    for extra in [&[][..], &["--l1", s(&l1)][..]] {
+        let out = t.path().join("stale.rexic");
+        let o = restore_rank(&l2, 0, &out, extra);
+        assert_eq!(o.status.code(), Some(3), "{}", show(&["restore"], &o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains("job generation 2, the newest, is invalid")
+                && err.contains("--job-generation 1"),
+            "{err}"
+        );
+        assert!(!out.exists());
+    }
+    std::fs::write(&j2, &good).unwrap();
 
     // A complete coalescence on every rank rewrites the pages other ranks
     // stored (read from them) and chooses the shared pages again.
@@ -350,6 +400,16 @@ fn a_rank_killed_during_a_collective_push_leaves_the_previous_job_generation() {
         // committed, else the previous one.
         let want = if committed { &truth_final } else { &truth2 };
         assert_ranks_restore(&tl2, want, &trial, &format!("killed at {n}"));
+        // From L1 plus L2, every rank has its newest checkpoint: the
+        // generations that never committed are left out, and the
+        // checkpoints they hold are still in L1.
+        assert_ranks_restore_l1(
+            &tl1,
+            &tl2,
+            &truth_final,
+            &trial,
+            &format!("L1 after a kill at {n}"),
+        );
         // The next run rolls back what did not commit and completes.
         let o = mpirun(
             &["push-l2", "--collective", "--l1", s(&tl1), "--l2", s(&tl2)],

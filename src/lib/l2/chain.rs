@@ -106,6 +106,29 @@ impl ChainIndex {
         ChainIndex { manifests, invalid }
     }
 
+    /// Without the generations of job generations after `committed` (an MPI
+    /// job's rank: they never committed; `None`: nothing committed yet), and
+    /// without the invalid manifests after the newest generation kept (a
+    /// torn uncommitted generation; whether it committed is the job
+    /// manifests' to say, and the caller checked them).
+    pub fn committed(self, committed: Option<u64>) -> ChainIndex {
+        let manifests: BTreeMap<u64, Manifest> = self
+            .manifests
+            .into_iter()
+            .filter(|(_, m)| {
+                m.job_generation
+                    .is_none_or(|j| committed.is_some_and(|c| j <= c))
+            })
+            .collect();
+        let newest = manifests.keys().next_back().copied();
+        let invalid = self
+            .invalid
+            .into_iter()
+            .filter(|(g, _)| newest.is_some_and(|n| *g < n))
+            .collect();
+        ChainIndex { manifests, invalid }
+    }
+
     /// Generations `<= g` in descending order (candidates for a fallback).
     pub fn older_than(&self, g: u64) -> impl Iterator<Item = &Manifest> {
         self.manifests.range(..g).rev().map(|(_, m)| m)

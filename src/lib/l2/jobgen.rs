@@ -25,7 +25,7 @@ use crate::format::manifest::{Manifest, manifest_name};
 use crate::format::xref::Xref;
 use crate::l2::chain::{ChainIndex, LivePage, OpenChain, XrefSource, read_manifest};
 use crate::l2::push::Job;
-use crate::l2::restore::{RestoreOptions, RestoreReport, VerifyReport, restore_l2};
+use crate::l2::restore::{RestoreOptions, RestoreReport, VerifyReport, restore_l1_l2, restore_l2};
 use crate::store::{JobRoot, Store};
 
 /// The valid job manifests of a job.
@@ -219,24 +219,46 @@ impl XrefSource for JobXrefs {
     }
 }
 
-/// The generation of rank `rank` that the newest valid job generation
-/// names, checked against its committed manifest bytes, and that job
-/// generation.
-pub fn newest_member(root: &JobRoot, rank: u32, store: &dyn Store) -> Result<(JobManifest, u64)> {
-    let jobs = JobIndex::load(root.job_store(false)?.as_ref())?;
-    let Some(jm) = jobs.newest() else {
-        let why = jobs
-            .invalid
-            .last()
-            .map(|(j, e)| format!(" (job generation {j} is invalid: {})", e.report()))
-            .unwrap_or_default();
+/// The newest committed job generation (`None`: nothing committed yet).
+/// A job manifest newer than it that cannot be read is refused, never
+/// passed over: the job generation it was may have committed, and the
+/// older one is then not the job's newest state (`--job-generation` names
+/// an older one explicitly).
+pub fn newest_committed(root: &JobRoot, jobs: &JobIndex) -> Result<Option<JobManifest>> {
+    let newest = jobs.newest();
+    let newer_bad = jobs
+        .invalid
+        .iter()
+        .filter(|(j, _)| newest.is_none_or(|m| *j > m.job_generation))
+        .max_by_key(|(j, _)| *j);
+    if let Some((j, e)) = newer_bad {
         return Err(Error::chain(
             root.describe(),
-            format!("no complete job generation{why}"),
+            format!(
+                "job generation {j}, the newest, is invalid: {}{}",
+                e.report(),
+                match newest {
+                    Some(m) => format!(
+                        "; give --job-generation {} to restore the one before it",
+                        m.job_generation
+                    ),
+                    None => String::new(),
+                }
+            ),
         ));
+    }
+    Ok(newest.cloned())
+}
+
+/// The generation of rank `rank` that the newest job generation names,
+/// checked against its committed manifest bytes, and that job generation.
+pub fn newest_member(root: &JobRoot, rank: u32, store: &dyn Store) -> Result<(JobManifest, u64)> {
+    let jobs = JobIndex::load(root.job_store(false)?.as_ref())?;
+    let Some(jm) = newest_committed(root, &jobs)? else {
+        return Err(Error::chain(root.describe(), "no complete job generation"));
     };
-    let g = check_member(store, jm, rank)?;
-    Ok((jm.clone(), g))
+    let g = check_member(store, &jm, rank)?;
+    Ok((jm, g))
 }
 
 /// Restores rank `rank` of the job at `root` from L2 alone: its generation
@@ -265,6 +287,56 @@ pub fn restore_rank(
     };
     let r = restore_l2(store.as_ref(), &opts, out)?;
     Ok((r, jm.job_generation))
+}
+
+/// Restores rank `rank` of the job at `root` from its L1 directory `l1`
+/// plus L2 (a transient fault: the node kept its L1): the rank's
+/// generation of the newest job generation, from L2 or L1's copy, plus the
+/// rank's checkpoints still pending in `l1` (those of a collective push
+/// that never committed among them). Nothing is changed: the rank's
+/// generations that never committed are left out, not rolled back (the
+/// next push does that). Returns the report and the job generation the
+/// state builds on (`None`: the pending checkpoints alone).
+pub fn restore_rank_l1(
+    root: &JobRoot,
+    rank: u32,
+    l1: &Path,
+    opts: &RestoreOptions,
+    out: &Path,
+) -> Result<(RestoreReport, Option<u64>)> {
+    let jobs = JobIndex::load(root.job_store(false)?.as_ref())?;
+    let committed = newest_committed(root, &jobs)?;
+    let job = Job::open_read(l1, root.rank_store(rank, false)?)?;
+    // The member's manifest bytes are checked in L2, else in L1's copy
+    // (each restores the generation, L2's copy first).
+    let member = committed
+        .as_ref()
+        .map(|jm| {
+            check_member(job.l2.as_ref(), jm, rank)
+                .or_else(|e| check_member(&job.l1_chain, jm, rank).map_err(|_| e))
+        })
+        .transpose()?;
+    let opts = RestoreOptions {
+        generation: None,
+        fallback: false,
+        xref_source: Some(JobXrefs::new(root.clone())),
+        job_committed: Some(committed.as_ref().map(|m| m.job_generation)),
+        ..opts.clone()
+    };
+    let r = restore_l1_l2(&job, &opts, out)?;
+    if r.generation != member {
+        // Not reachable through a push; a generation outside every job
+        // generation (a single-rank push onto a rank's chain) would be it.
+        let _ = std::fs::remove_file(out);
+        return Err(Error::chain(
+            job.l2.describe(),
+            format!(
+                "rank {rank} restored generation {:?}, but its generation in the newest job generation is {member:?}",
+                r.generation
+            ),
+        ));
+    }
+    Ok((r, committed.map(|m| m.job_generation)))
 }
 
 /// Deletes rank `job`'s generations of job generations newer than the

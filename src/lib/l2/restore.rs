@@ -101,6 +101,12 @@ pub struct RestoreOptions {
     /// Where pages other ranks store are read from (a rank of an MPI job,
     /// `crate::l2::jobgen`); without it, such a page is an error.
     pub xref_source: Option<Arc<dyn XrefSource>>,
+    /// For a rank of an MPI job restored from L1 plus L2: the newest
+    /// committed job generation (`Some(None)`: none yet). The rank's
+    /// generations of later job generations never committed and are left
+    /// out; the checkpoints they hold are still pending in L1 (a collective
+    /// push deletes them only after the commit), and apply from there.
+    pub job_committed: Option<Option<u64>>,
 }
 
 impl RestoreOptions {
@@ -174,7 +180,10 @@ pub fn restore_l2(l2: &dyn Store, opts: &RestoreOptions, out: &Path) -> Result<R
 /// one, before any older generation.
 pub fn restore_l1_l2(job: &Job, opts: &RestoreOptions, out: &Path) -> Result<RestoreReport> {
     let l1_index = ChainIndex::load(&job.l1_chain)?;
-    let index = ChainIndex::load(job.l2.as_ref())?.overlaid_with(&l1_index);
+    let mut index = ChainIndex::load(job.l2.as_ref())?.overlaid_with(&l1_index);
+    if let Some(committed) = opts.job_committed {
+        index = index.committed(committed);
+    }
     let newest = index.newest().map(|m| m.generation);
     if newest.is_none() && opts.generation.is_none() && index.invalid.is_empty() {
         // Nothing in L2 yet: the L1 checkpoints alone.

@@ -29,6 +29,15 @@ use crate::ui;
 /// `--pages`, only the headers, chunk tables and P-Tables are fetched, and
 /// each chunk of an RPS or Pointer File when a page first needs it. The
 /// summary (and `l2_transfer` in the JSON) gives the bytes fetched.
+///
+/// A rank of an MPI job (`--rank R` on the location `push-l2 --collective`
+/// or librex writes) restores its part of the newest job generation, with
+/// the pages other ranks store read from their chains. With an L1
+/// directory, rank R's is its subdirectory R, and its pending checkpoints
+/// apply on top (those of a collective push that never committed too:
+/// they are still in L1). Each rank restores its own newest state; a job
+/// restarting all its ranks restores the same seq on every rank (librex's
+/// restart agrees on it).
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Output file; an existing file is replaced only with --force.
@@ -60,7 +69,8 @@ pub struct Args {
     generation: Option<u64>,
     /// With --rank R, when the L2 location is an MPI job's (as `push-l2
     /// --collective` writes it: a chain per rank and the job manifests):
-    /// restore this job generation of rank R instead of the newest.
+    /// restore this job generation of rank R instead of the newest (from
+    /// L2 alone).
     #[arg(long, value_name = "J")]
     job_generation: Option<u64>,
     /// Restore the newest valid state instead of failing: without the
@@ -96,6 +106,33 @@ fn job_rank(s: &Settings) -> anyhow::Result<Option<(rexctl::store::JobRoot, u32)
     Ok(Some((root, r)))
 }
 
+/// Refuses an L1 directory that does not exist (a typo, or a lost node
+/// whose restore should say `--l2-only`).
+fn no_l1_dir(l1: &std::path::Path, s: &Settings) -> anyhow::Result<()> {
+    if l1.is_dir() {
+        return Ok(());
+    }
+    Err(rexctl::Error::Invalid(format!(
+        "L1 directory {}: no such directory (--l1, REX_L1 or `l1` in {}{}): give --l2-only to restore from L2 alone",
+        l1.display(),
+        if s.sources.is_empty() {
+            "rex.toml".to_string()
+        } else {
+            s.sources
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        },
+        if s.layer.rank.is_some() {
+            "; a rank's is its subdirectory R"
+        } else {
+            ""
+        }
+    ))
+    .into())
+}
+
 /// The ranges of `--pages`.
 #[derive(Clone, Debug)]
 struct Pages(Vec<(u64, u64)>);
@@ -123,6 +160,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             None => 0,
         },
         xref_source: None,
+        job_committed: None,
     };
     // `--rank R` on an MPI job's location: rank R's part of a job
     // generation, from L2 alone.
@@ -139,10 +177,14 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         )
         .into());
     }
-    let l1 = if a.l2_only || job_rank.is_some() {
-        None
-    } else {
-        s.layer.l1.clone()
+    // A rank's L1 directory is L1/R (as `push-l2 --collective` and librex
+    // keep it); an older job generation is L2's alone.
+    let l1 = match (&job_rank, &s.layer.l1) {
+        _ if a.l2_only => None,
+        (Some(_), _) if a.job_generation.is_some() => None,
+        (Some((_, rank)), Some(l1)) => Some(l1.join(rank.to_string())),
+        (None, l1) => l1.clone(),
+        (Some(_), None) => None,
     };
     // The output is renamed into place: only a regular file may be
     // replaced (never a device, a FIFO, a directory or a symlink's link).
@@ -169,20 +211,19 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     l2.read_on_demand(opts.pages.is_some() || opts.region.is_some());
     let pb = ui::spinner("restoring");
     let (report, stats) = match (&l1, job_rank) {
-        (_, Some((root, rank))) => {
+        (Some(l1), Some((root, rank))) => {
+            no_l1_dir(l1, &s)?;
+            let r =
+                rexctl::l2::jobgen::restore_rank_l1(&root, rank, l1, &opts, &a.out).map(|(r, _)| r);
+            (r.map_err(|e| l2.public_error(e)), l2.stats())
+        }
+        (None, Some((root, rank))) => {
             let r = rexctl::l2::jobgen::restore_rank(&root, rank, a.job_generation, &opts, &a.out)
                 .map(|(r, _)| r);
             (r.map_err(|e| l2.public_error(e)), l2.stats())
         }
         (Some(l1), None) => {
-            if !l1.is_dir() {
-                return Err(rexctl::Error::Invalid(format!(
-                    "L1 directory {}: no such directory (--l1, REX_L1 or `l1` in {}): give --l2-only to restore from L2 alone",
-                    l1.display(),
-                    if s.sources.is_empty() { "rex.toml".to_string() } else { s.sources.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ") }
-                ))
-                .into());
-            }
+            no_l1_dir(l1, &s)?;
             let job = Job::open_read(l1, l2)?;
             let r = restore_l1_l2(&job, &opts, &a.out);
             (r.map_err(|e| job.l2.public_error(e)), job.l2.stats())
