@@ -27,8 +27,8 @@ bytes() { find "$1" -type f -name 'g*' -printf '%s\n' | awk '{s+=$1} END {print 
 now() { date +%s.%N; }
 
 k=${K:-3}
-echo "| ranks | shared | per-rank L2 | collective L2 | ratio | ideal | per-rank push s | collective push s | time ratio | K=$k copies: sent / whole copies |"
-echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+echo "| ranks | shared | per-rank L2 | collective L2 | ratio | ideal | per-rank push s | collective push s | time ratio | K=$k copies: sent / whole copies | page views: filter / hash list | pages resent |"
+echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 for n in $ranks_list; do
     for sh in $shared_list; do
         d=$root/$n-$sh
@@ -45,8 +45,10 @@ for n in $ranks_list; do
         mpi "$n" "$bin" -q push-l2 --collective --l1 "$d/l1" --l2 "$d/l2"
         t2=$(now)
         rep=$(mpi "$n" "$bin" replicate --l1 "$d/l1-rep" --replicas "$k" |
-            awk '{ for (i = 1; i <= NF; i++) { if ($i == "sent") s += $(i + 1); if ($i == "of") f += $(i + 1) } }
-                 END { printf "%.3f", (f > 0 ? s / f : 0) }')
+            awk '{ for (i = 1; i <= NF; i++) { if ($i == "sent") s += $(i + 1); if ($i == "of") f += $(i + 1)
+                                               if ($i == "views") v += $(i + 1); if ($i == "lists:") h += $(i + 1)
+                                               if ($i == "resent") r += $(i - 2) } }
+                 END { printf "%.3f | %.3f | %d", (f > 0 ? s / f : 0), (h > 0 ? v / h : 0), r }')
         a=$(bytes "$d/l2-alone")
         c=$(bytes "$d/l2")
         awk -v n="$n" -v sh="$sh" -v a="$a" -v c="$c" -v t0="$t0" -v t1="$t1" -v t2="$t2" -v rep="$rep" 'BEGIN {

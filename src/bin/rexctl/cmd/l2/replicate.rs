@@ -53,6 +53,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         .into());
     }
     let (mut sent, mut full, mut natural, mut stored) = (0u64, 0u64, 0u64, 0u64);
+    let (mut view, mut hash_list, mut resent) = (0u64, 0u64, 0u64);
     let mut partners = 0;
     for m in &files {
         let r = replicate(&comm, &l1, Ok(m.path.as_path()), k)?;
@@ -60,10 +61,13 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         full += r.full_copy_bytes;
         natural += r.natural_pages;
         stored += r.stored;
+        view += r.view_bytes;
+        hash_list += r.hash_list_bytes;
+        resent += r.resent_pages;
         partners = r.partners.len();
     }
     outln!(
-        "rank {rank}: {} checkpoints to {} partners each: sent {sent} bytes of {full} ({} full copies), {natural} pages not sent (the partner held them); stored {stored} copies of other ranks' checkpoints",
+        "rank {rank}: {} checkpoints to {} partners each: sent {sent} bytes of {full} ({} full copies), {natural} pages not sent (the partner held them); stored {stored} copies of other ranks' checkpoints; views {view} bytes (hash lists: {hash_list}), {resent} pages resent (filter false positives)",
         files.len(),
         partners,
         partners
