@@ -208,6 +208,22 @@ fn ranks_sharing_memory_store_it_once_and_every_rank_restores_bit_identically() 
     assert_eq!(o.status.code(), Some(3), "{}", show(&["restore"], &o));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--rank"));
 
+    // A rank's chain is pushed by every rank together: a single-rank push
+    // or flush of rank 1 refuses before anything changes.
+    let before = std::fs::read_dir(l1.join("1")).unwrap().count();
+    for cmd in ["push-l2", "flush"] {
+        let (a, b) = (l1.join("1"), l2.join("1"));
+        let o = run(&[cmd, "--l1", s(&a), "--l2", s(&b), "--rank", "1"]);
+        assert_eq!(o.status.code(), Some(3), "{}", show(&[cmd], &o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains("job generation 1") && err.contains("--collective"),
+            "{err}"
+        );
+    }
+    assert_eq!(std::fs::read_dir(l1.join("1")).unwrap().count(), before);
+    assert!(!l2.join("1/g00000002.manifest").exists());
+
     // The next batch, still in L1: each rank restores from L1 plus L2 (a
     // transient fault), its pending checkpoints on top of job generation 1.
     release(&later, &l1);

@@ -297,7 +297,7 @@ pub fn flush(job: &Job, cfg: &Config, dry_run: bool) -> Result<FlushReport> {
     }
     let _writer = begin_writing(job, "flush")?;
     let mut rec_report = PushReport::default();
-    recover(job, &opts, &mut rec_report)?;
+    recover(job, &opts, false, &mut rec_report)?;
     let decision = decide(job, cfg, crate::format::ic::now_ns())?;
     let push = if decision.due {
         let reason = if decision.full {

@@ -293,6 +293,31 @@ pub fn begin_writing(job: &Job, what: &str) -> Result<Writer> {
     })
 }
 
+/// Refuses a rank's chain of an MPI job (its newest generation, in L2 or
+/// in L1's copy, belongs to a job generation) to a single-rank push.
+fn refuse_job_chain(job: &Job) -> Result<()> {
+    let newest = [
+        ChainIndex::load(job.l2.as_ref())?,
+        ChainIndex::load(&job.l1_chain)?,
+    ]
+    .into_iter()
+    .filter_map(|i| i.newest().cloned())
+    .max_by_key(|m| m.generation);
+    match newest.and_then(|m| m.job_generation.map(|j| (m, j))) {
+        Some((m, j)) => Err(Error::chain(
+            job.l2.describe(),
+            format!(
+                "generation {} is {}'s part of job generation {j} of an MPI job: its chain is pushed by every rank together (`mpirun -np N rexctl push-l2 --collective`, or librex in the job), never alone; the pending checkpoints are kept",
+                m.generation,
+                m.rank
+                    .as_ref()
+                    .map_or("a rank".to_string(), |r| format!("rank {r}"))
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// The chain state after recovery.
 pub struct Recovered {
     /// The newest generation durable in both places.
@@ -386,7 +411,7 @@ fn prepare(
     collective: bool,
     report: &mut PushReport,
 ) -> Result<Prep> {
-    let rec = recover(job, opts, report)?;
+    let rec = recover(job, opts, collective, report)?;
     let t0 = Instant::now();
     let l1 = L1Dir::scan_after(&job.l1, rec.newest.as_ref().map(Covered::from))?;
     let batch = &l1.files;
@@ -839,7 +864,21 @@ fn remove_generation_files(store: &dyn Store, g: u64) -> Result<()> {
 
 /// Brings L1 and L2 back to one consistent state after an interrupted push
 /// (see the module doc). Call with the job lock held.
-pub fn recover(job: &Job, opts: &PushOptions, report: &mut PushReport) -> Result<Recovered> {
+///
+/// Unless `collective`, a chain whose newest generation is a rank's part of
+/// an MPI job's job generation is refused before anything is changed: a
+/// single-rank push (`push-l2`, `flush`) would complete or build on a
+/// generation whose job generation may never have committed, and delete
+/// the checkpoints the job's rollback needs.
+pub fn recover(
+    job: &Job,
+    opts: &PushOptions,
+    collective: bool,
+    report: &mut PushReport,
+) -> Result<Recovered> {
+    if !collective {
+        refuse_job_chain(job)?;
+    }
     // A live producer (a job checkpointing itself through librex) holds the
     // producer lock and may be writing its next IC file under a temporary
     // name right now: its temporaries are not stale, and it removes its own
