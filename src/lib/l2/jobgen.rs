@@ -325,8 +325,9 @@ pub fn restore_rank_l1(
     };
     let r = restore_l1_l2(&job, &opts, out)?;
     if r.generation != member {
-        // Not reachable through a push; a generation outside every job
-        // generation (a single-rank push onto a rank's chain) would be it.
+        // Not reachable through pushes: a generation outside every job
+        // generation would be it (a single-rank push onto a rank's chain,
+        // which `push::recover` refuses).
         let _ = std::fs::remove_file(out);
         return Err(Error::chain(
             job.l2.describe(),

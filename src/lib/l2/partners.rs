@@ -119,7 +119,11 @@ fn decode_view(rank: usize, b: &[u8]) -> Result<(usize, u64, PageFilter)> {
     let values = &b[32..];
     let slots = values.len() as u64;
     let most = (pages.saturating_add(pages / 4)).max(4).next_power_of_two();
-    if !(512..=1 << 24).contains(&ps) || pages.saturating_mul(ps) > len {
+    let ps_ok = u32::try_from(ps).is_ok_and(|p| {
+        p.is_power_of_two()
+            && (crate::format::ic::MIN_PAGE_SIZE..=crate::format::ic::MAX_PAGE_SIZE).contains(&p)
+    });
+    if !ps_ok || pages.saturating_mul(ps) > len {
         return Err(bad("page size or page count out of range"));
     }
     if !slots.is_power_of_two() || !(4..=most).contains(&slots) || count > slots {
