@@ -297,7 +297,7 @@ fn choose_partners(file_lens: &[u64], cost: &[Vec<u64>], k: u32) -> Vec<Vec<usiz
         // costs (a partner that holds the pages already), then by rank.
         let mut cands: Vec<(u64, u64, usize)> = (0..n)
             .filter(|&p| p != r)
-            .map(|p| (load[p] + cost[r][p], cost[r][p], p))
+            .map(|p| (load[p].saturating_add(cost[r][p]), cost[r][p], p))
             .collect();
         cands.sort_unstable();
         for &(l, _, p) in cands.iter().take(want) {
