@@ -40,6 +40,7 @@ use std::time::{Duration, SystemTime};
 
 use criterion::{BenchmarkGroup, Criterion, Throughput, measurement::WallTime};
 use rexctl::eval::workload::{Workload, profile};
+use rexctl::format::chunked::{DEFAULT_LEVEL, Encoding, WriteFormat};
 use rexctl::format::ic::{IcFile, IcMeta};
 use rexctl::l1::coalesce::CList;
 use rexctl::l2::chain::{ChainIndex, OpenChain};
@@ -165,7 +166,7 @@ fn dedup_group(c: &mut Criterion, name: &str, fx: &Fixture) {
     let delta_clist = CList::build(&delta_batch).unwrap();
     let full_batch = metas(&fx.ics[..1]);
     let full_clist = CList::build(&full_batch).unwrap();
-    let run = |batch: &[IcMeta], clist: &CList, delta: bool, xxh3: bool| {
+    let run = |batch: &[IcMeta], clist: &CList, delta: bool, xxh3: bool, level: i32| {
         // Opening the chain belongs to the stage: its chunks are verified
         // lazily as the deduplication touches them.
         let chain = delta.then(|| OpenChain::open(&store, &index, g1).unwrap());
@@ -178,7 +179,13 @@ fn dedup_group(c: &mut Criterion, name: &str, fx: &Fixture) {
             chain: chain.as_ref(),
             full: !delta,
             dir: &fx.out,
-            format: Default::default(),
+            format: WriteFormat {
+                encoding: Encoding {
+                    level,
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
             xrefs: &[],
         };
         if xxh3 {
@@ -187,13 +194,19 @@ fn dedup_group(c: &mut Criterion, name: &str, fx: &Fixture) {
             deduplicate(&job, Crc32Hasher).unwrap()
         }
     };
-    let delta_bytes = run(&delta_batch, &delta_clist, true, false).bytes_in;
-    let full_bytes = run(&full_batch, &full_clist, false, false).bytes_in;
-    for (id, delta, xxh3) in [
-        ("delta-crc32", true, false),
-        ("delta-xxh3", true, true),
-        ("full-crc32", false, false),
-        ("full-xxh3", false, true),
+    let delta_bytes = run(&delta_batch, &delta_clist, true, false, 0).bytes_in;
+    let full_bytes = run(&full_batch, &full_clist, false, false, 0).bytes_in;
+    // `-raw`: the Deduplication Unit alone (chunks stored raw, CRCs still
+    // computed); the others include the entropy stage (zstd at the default
+    // level) on the same thread, as a push with `threads = 1` runs it.
+    let zstd = DEFAULT_LEVEL;
+    for (id, delta, xxh3, level) in [
+        ("delta-crc32", true, false, zstd),
+        ("delta-xxh3", true, true, zstd),
+        ("delta-xxh3-raw", true, true, 0),
+        ("full-crc32", false, false, zstd),
+        ("full-xxh3", false, true, zstd),
+        ("full-xxh3-raw", false, true, 0),
     ] {
         let (batch, clist, bytes) = if delta {
             (&delta_batch, &delta_clist, delta_bytes)
@@ -201,7 +214,9 @@ fn dedup_group(c: &mut Criterion, name: &str, fx: &Fixture) {
             (&full_batch, &full_clist, full_bytes)
         };
         register(&mut g, &group, id, bytes);
-        g.bench_function(id, |b| b.iter(|| black_box(run(batch, clist, delta, xxh3))));
+        g.bench_function(id, |b| {
+            b.iter(|| black_box(run(batch, clist, delta, xxh3, level)))
+        });
     }
     memcpy_bench(&mut g, &group, delta_bytes);
     g.finish();

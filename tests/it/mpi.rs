@@ -245,6 +245,25 @@ fn ranks_sharing_memory_store_it_once_and_every_rank_restores_bit_identically() 
     let o = restore_rank(&l2, 1, &t.path().join("x"), &["--l1", s(&no_ranks)]);
     assert_eq!(o.status.code(), Some(5), "{}", show(&["restore"], &o));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--l2-only"));
+    // A job restarting every rank at one seq (the smallest of the ranks'
+    // newest): `--seq 3` leaves the pending checkpoints after it out, on
+    // every rank; a seq before the newest job generation is refused.
+    assert_ranks_restore_with(
+        &l2,
+        &truth3,
+        t.path(),
+        "L1 + job generation 1 at --seq 3",
+        &["--l1", s(&l1), "--seq", "3"],
+    );
+    let out = t.path().join("seq2.rexic");
+    let o = restore_rank(&l2, 1, &out, &["--l1", s(&l1), "--seq", "2"]);
+    assert_eq!(o.status.code(), Some(3), "{}", show(&["restore"], &o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--job-generation"),
+        "{}",
+        show(&["restore"], &o)
+    );
+    assert!(!out.exists());
 
     // The next batch: a Δ on every rank, job generation 2.
     let o = mpirun(

@@ -1535,3 +1535,85 @@ fn a_flipped_bit_in_a_compressed_chunk_names_the_file_and_chunk() {
     assert!(total >= 6, "{total} cases");
     assert_no_failures(&failures, total);
 }
+
+// ---------------------------------------------------------------------------
+// restore --seq S: the state at S exactly, or a refusal
+// ---------------------------------------------------------------------------
+
+/// `restore --seq S` (the seq every rank of a job restarts from) gives the
+/// state at checkpoint S: the newest generation ending at or before S plus
+/// the pending checkpoints up to S. A seq that was coalesced inside a
+/// generation, or whose checkpoint left L1 with its push, is refused before
+/// anything is written, never answered with the nearest other state.
+#[test]
+fn a_restore_of_seq_s_is_the_state_at_s_or_refused() {
+    let t = tempfile::tempdir().unwrap();
+    let (l1, l2, truth) = (
+        t.path().join("l1"),
+        t.path().join("l2"),
+        t.path().join("truth"),
+    );
+    std::fs::create_dir_all(&l2).unwrap();
+    let mut w = workload("balanced", 64, 7);
+    let mut truths = Vec::new();
+    // Generation 1 holds seq 0..=3, generation 2 seq 4..=5 (their IC files
+    // leave L1 with the push); seq 6..=8 are pending in L1.
+    for (last, push) in [(3, true), (5, true), (8, false)] {
+        while truths.len() as u64 <= last {
+            let seq = truths.len() as u64;
+            truths.push(take_until(&mut w, &l1, seq, &truth));
+        }
+        if push {
+            let o = rex(&["push-l2", "--l1", s(&l1), "--l2", s(&l2)]);
+            assert!(o.status.success(), "{}", show(&["push-l2"], &o));
+        }
+    }
+    for (seq, want) in truths.iter().enumerate() {
+        for l2_only in [false, true] {
+            let out = t.path().join(format!("seq-{seq}-{l2_only}.rexic"));
+            let n = seq.to_string();
+            let mut args = vec!["restore", "--l2", s(&l2), "--seq", &n, "-o", s(&out)];
+            if !l2_only {
+                args.extend(["--l1", s(&l1)]);
+            }
+            let o = rex(&args);
+            let ctx = format!("seq {seq}, L2 only {l2_only}: {}", show(&args, &o));
+            let restorable = match seq {
+                3 | 5 => true,
+                6..=8 => !l2_only,
+                _ => false,
+            };
+            if restorable {
+                assert!(o.status.success(), "{ctx}");
+                assert!(
+                    String::from_utf8_lossy(&o.stdout).contains(&format!("of seq {seq}")),
+                    "{ctx}"
+                );
+                assert_image(&out, want, &ctx);
+            } else {
+                assert_eq!(o.status.code(), Some(3), "{ctx}");
+                let err = stderr(&o);
+                assert!(err.contains(&format!("checkpoint {seq}")), "{ctx}");
+                assert!(!err.contains("panicked"), "{ctx}");
+                assert!(!out.exists(), "{ctx}: an output was left");
+                assert_eq!(
+                    names_in(t.path())
+                        .iter()
+                        .filter(|n| n.contains(".tmp") || n.starts_with(".seq"))
+                        .count(),
+                    0,
+                    "{ctx}: a temporary file was left"
+                );
+            }
+        }
+    }
+    // --seq names one state: with --generation or --fallback it is a usage
+    // error.
+    for extra in [["--generation", "1"].as_slice(), ["--fallback"].as_slice()] {
+        let out = t.path().join("x.rexic");
+        let mut args = vec!["restore", "--l2", s(&l2), "--seq", "3", "-o", s(&out)];
+        args.extend_from_slice(extra);
+        let o = rex(&args);
+        assert_eq!(o.status.code(), Some(2), "{}", show(&args, &o));
+    }
+}

@@ -203,13 +203,7 @@ impl L1Dir {
     /// Reads the header and metadata of every IC file in `dir` (never page
     /// data) and checks that they form a chain starting at a FULL file.
     pub fn scan(dir: impl AsRef<Path>) -> Result<L1Dir> {
-        let dir = dir.as_ref();
-        let (orphans, files) = order_chain(dir, read_all(dir)?)?;
-        Ok(L1Dir {
-            path: dir.to_path_buf(),
-            files,
-            orphans,
-        })
+        Self::scan_after_up_to(dir, None, None)
     }
 
     /// Reads the IC files of `dir` when an L2 generation already covers
@@ -223,12 +217,31 @@ impl L1Dir {
     /// error, and so is an older FULL file (an old L1 pointed at a newer
     /// L2): such files are never taken as pushed, hence never deleted.
     pub fn scan_after(dir: impl AsRef<Path>, covered: Option<Covered>) -> Result<L1Dir> {
+        Self::scan_after_up_to(dir, covered, None)
+    }
+
+    /// [`L1Dir::scan_after`] of the files up to seq `up_to` alone (a
+    /// restore of the state at that seq): later files are not checked or
+    /// used.
+    pub fn scan_after_up_to(
+        dir: impl AsRef<Path>,
+        covered: Option<Covered>,
+        up_to: Option<u64>,
+    ) -> Result<L1Dir> {
         let dir = dir.as_ref();
+        let mut all = read_all(dir)?;
+        if let Some(s) = up_to {
+            all.retain(|m| m.seq() <= s);
+        }
         let Some(cov) = covered else {
-            return Self::scan(dir);
+            let (orphans, files) = order_chain(dir, all)?;
+            return Ok(L1Dir {
+                path: dir.to_path_buf(),
+                files,
+                orphans,
+            });
         };
         let last = cov.last_seq;
-        let all = read_all(dir)?;
         let (mut files, pending): (Vec<IcMeta>, Vec<IcMeta>) =
             all.into_iter().partition(|m| cov.covers(m));
         check_unique_seqs(dir, &files)?;

@@ -129,6 +129,28 @@ impl ChainIndex {
         ChainIndex { manifests, invalid }
     }
 
+    /// Without the generations that end after checkpoint `seq` (a restore
+    /// of the state at `seq`, `--seq`), and without the invalid manifests
+    /// after the newest generation kept: what they held is after `seq`, or
+    /// the restore's exact-seq check refuses the state it finds instead.
+    pub fn up_to_seq(self, seq: Option<u64>) -> ChainIndex {
+        let Some(seq) = seq else {
+            return self;
+        };
+        let manifests: BTreeMap<u64, Manifest> = self
+            .manifests
+            .into_iter()
+            .filter(|(_, m)| m.last_seq <= seq)
+            .collect();
+        let newest = manifests.keys().next_back().copied();
+        let invalid = self
+            .invalid
+            .into_iter()
+            .filter(|(g, _)| newest.is_some_and(|n| *g < n))
+            .collect();
+        ChainIndex { manifests, invalid }
+    }
+
     /// Generations `<= g` in descending order (candidates for a fallback).
     pub fn older_than(&self, g: u64) -> impl Iterator<Item = &Manifest> {
         self.manifests.range(..g).rev().map(|(_, m)| m)

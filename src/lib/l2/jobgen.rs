@@ -316,6 +316,22 @@ pub fn restore_rank_l1(
                 .or_else(|e| check_member(&job.l1_chain, jm, rank).map_err(|_| e))
         })
         .transpose()?;
+    // `--seq S` before the member: the job generation's state is newer than
+    // S, and the rank's own chain has no older state to offer (L2 has it,
+    // by an older job generation).
+    if let (Some(s), Some(g), Some(jm)) = (opts.seq, member, committed.as_ref()) {
+        let index =
+            ChainIndex::load(job.l2.as_ref())?.overlaid_with(&ChainIndex::load(&job.l1_chain)?);
+        if let Some(m) = index.get(g).filter(|m| m.last_seq > s) {
+            return Err(Error::chain(
+                job.l2.describe(),
+                format!(
+                    "checkpoint {s} is older than rank {rank}'s part of the newest job generation {} (generation {g}, seq {}..={}): restore an older job generation with --job-generation",
+                    jm.job_generation, m.first_seq, m.last_seq
+                ),
+            ));
+        }
+    }
     let opts = RestoreOptions {
         generation: None,
         fallback: false,

@@ -107,6 +107,12 @@ pub struct RestoreOptions {
     /// out; the checkpoints they hold are still pending in L1 (a collective
     /// push deletes them only after the commit), and apply from there.
     pub job_committed: Option<Option<u64>>,
+    /// Restore the state at exactly this checkpoint seq instead of the
+    /// newest: the newest generation ending at or before it plus the
+    /// pending checkpoints up to it. Any other state is refused before
+    /// anything is written (the seq is inside a generation that coalesced
+    /// it, or its checkpoint is gone).
+    pub seq: Option<u64>,
 }
 
 impl RestoreOptions {
@@ -163,7 +169,7 @@ pub struct RestoreReport {
 
 /// Restores from L2 alone (permanent failure) into `out`.
 pub fn restore_l2(l2: &dyn Store, opts: &RestoreOptions, out: &Path) -> Result<RestoreReport> {
-    let index = ChainIndex::load(l2)?;
+    let index = ChainIndex::load(l2)?.up_to_seq(opts.seq);
     restore_with_fallback(&index, &l2.describe(), opts, |g, _| {
         let mut chain = OpenChain::open(l2, &index, g)?;
         opts.attach(&mut chain);
@@ -184,10 +190,23 @@ pub fn restore_l1_l2(job: &Job, opts: &RestoreOptions, out: &Path) -> Result<Res
     if let Some(committed) = opts.job_committed {
         index = index.committed(committed);
     }
+    let oldest = index.manifests.values().next().cloned();
+    index = index.up_to_seq(opts.seq);
+    if let (Some(want), Some(o), None) = (opts.seq, &oldest, index.newest()) {
+        // Every generation ends after S: the checkpoints before them are
+        // coalesced into them and gone from L1.
+        return Err(Error::chain(
+            "--seq",
+            format!(
+                "checkpoint {want} cannot be restored: no generation ends at or before it (the oldest, generation {}, holds seq {}..={} coalesced)",
+                o.generation, o.first_seq, o.last_seq
+            ),
+        ));
+    }
     let newest = index.newest().map(|m| m.generation);
     if newest.is_none() && opts.generation.is_none() && index.invalid.is_empty() {
         // Nothing in L2 yet: the L1 checkpoints alone.
-        let pending = match L1Dir::scan(&job.l1) {
+        let pending = match L1Dir::scan_after_up_to(&job.l1, None, opts.seq) {
             Ok(l1) => l1.files,
             Err(e) if opts.fallback => {
                 return restore_pending_prefix(job, opts, out, e);
@@ -281,7 +300,7 @@ pub fn restore_l1_l2(job: &Job, opts: &RestoreOptions, out: &Path) -> Result<Res
             return Ok(report);
         }
         let last = m.last_seq;
-        let strict = L1Dir::scan_after(&job.l1, Some(covered))
+        let strict = L1Dir::scan_after_up_to(&job.l1, Some(covered), opts.seq)
             .and_then(|l1| write_state(&chain, &l1.files, opts, out, &mut report));
         match strict {
             Ok(()) => Ok(report),
@@ -346,6 +365,7 @@ fn write_state(
     out: &Path,
     report: &mut RestoreReport,
 ) -> Result<()> {
+    let pending = up_to(pending, opts);
     match pending.iter().rposition(|p| p.is_full()) {
         Some(i) => write_image(None, &pending[i..], opts, out, report),
         None => write_image(Some(chain), pending, opts, out, report),
@@ -414,9 +434,13 @@ fn restore_with_fallback(
                     .first()
                     .map(|(g, e)| format!(" (generation {g}: {})", e.report()))
                     .unwrap_or_default();
+                let upto = opts
+                    .seq
+                    .map(|s| format!(" that ends at or before checkpoint {s} (--seq)"))
+                    .unwrap_or_default();
                 return Err(Error::chain(
                     place,
-                    format!("no valid generation to restore{why}"),
+                    format!("no valid generation to restore{upto}{why}"),
                 ));
             }
         },
@@ -492,6 +516,66 @@ fn open_mixed(
     Ok((OpenChain::from_generations(gens), notes))
 }
 
+/// The pending checkpoints a restore of `--seq S` applies: those up to S
+/// (all of them without `--seq`). `pending` is in seq order.
+fn up_to<'p>(pending: &'p [IcMeta], opts: &RestoreOptions) -> &'p [IcMeta] {
+    match opts.seq {
+        Some(s) => &pending[..pending.partition_point(|m| m.seq() <= s)],
+        None => pending,
+    }
+}
+
+/// Refuses, before anything is written, a restore of `--seq S` whose state
+/// (`chain` plus `pending`) is not the state at seq S.
+fn check_seq(chain: Option<&OpenChain>, pending: &[IcMeta], opts: &RestoreOptions) -> Result<()> {
+    let Some(want) = opts.seq else {
+        return Ok(());
+    };
+    let got = seq_of(chain, pending);
+    if chain.is_none() && pending.is_empty() {
+        return Err(Error::chain(
+            "--seq",
+            format!(
+                "checkpoint {want} cannot be restored: no generation ends at or before it, and no pending checkpoint in L1 is at or before it"
+            ),
+        ));
+    }
+    if got == want {
+        return Ok(());
+    }
+    let base = match (chain, pending.first()) {
+        (_, Some(f)) if f.is_full() => format!("the pending FULL checkpoint of seq {}", f.seq()),
+        (Some(c), _) => {
+            let m = c.manifest();
+            format!(
+                "generation {} (seq {}..={})",
+                m.generation, m.first_seq, m.last_seq
+            )
+        }
+        (None, _) => "the pending checkpoints".to_string(),
+    };
+    let why = if got > want {
+        "it is inside that generation, which coalesced its checkpoints"
+    } else {
+        "no pending checkpoint of that seq is in L1 (or it was coalesced into a later generation)"
+    };
+    Err(Error::chain(
+        "--seq",
+        format!(
+            "checkpoint {want} cannot be restored exactly: the newest state at or before it is seq {got}, from {base}{}; {why}",
+            if pending.is_empty() || pending[0].is_full() {
+                String::new()
+            } else {
+                format!(
+                    " with the pending checkpoints of seq {}..={}",
+                    pending[0].seq(),
+                    pending[pending.len() - 1].seq()
+                )
+            }
+        ),
+    ))
+}
+
 /// The seq of the state `chain` plus `pending` restores.
 fn seq_of(chain: Option<&OpenChain>, pending: &[IcMeta]) -> u64 {
     pending
@@ -554,6 +638,8 @@ fn write_image(
     out: &Path,
     report: &mut RestoreReport,
 ) -> Result<()> {
+    let pending = up_to(pending, opts);
+    check_seq(chain, pending, opts)?;
     let started = Instant::now();
     // The regions of the state restored: those of its newest checkpoint.
     let regions = match pending.last() {

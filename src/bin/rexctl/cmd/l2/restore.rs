@@ -36,8 +36,9 @@ use crate::ui;
 /// directory, rank R's is its subdirectory R, and its pending checkpoints
 /// apply on top (those of a collective push that never committed too:
 /// they are still in L1). Each rank restores its own newest state; a job
-/// restarting all its ranks restores the same seq on every rank (librex's
-/// restart agrees on it).
+/// restarting all its ranks must restore the same seq on every rank
+/// (librex's restart agrees on it): give every rank `--seq S`, S the
+/// smallest of the seqs the ranks restore alone.
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Output file; an existing file is replaced only with --force.
@@ -73,6 +74,14 @@ pub struct Args {
     /// L2 alone).
     #[arg(long, value_name = "J")]
     job_generation: Option<u64>,
+    /// Restore the state at checkpoint seq S instead of the newest: the
+    /// newest generation ending at or before S, plus the pending L1
+    /// checkpoints up to S. Refused (exit 3) when that is not exactly the
+    /// state at S: S is inside a generation that coalesced it, or its
+    /// checkpoint is no longer in L1. The ranks of a job restarting from
+    /// L1 give the same S (the smallest of their newest seqs).
+    #[arg(long, value_name = "S", conflicts_with_all = ["generation", "job_generation", "fallback"])]
+    seq: Option<u64>,
     /// Restore the newest valid state instead of failing: without the
     /// damaged pending checkpoints (a later FULL one restarts the state),
     /// from a pending FULL checkpoint when the generation is unreadable, else
@@ -161,6 +170,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         },
         xref_source: None,
         job_committed: None,
+        seq: a.seq,
     };
     // `--rank R` on an MPI job's location: rank R's part of a job
     // generation, from L2 alone.
