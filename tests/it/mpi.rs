@@ -264,6 +264,22 @@ fn ranks_sharing_memory_store_it_once_and_every_rank_restores_bit_identically() 
         show(&["restore"], &o)
     );
     assert!(!out.exists());
+    // From L2 alone, --seq is the job generation's own seq or a refusal.
+    assert_ranks_restore_with(
+        &l2,
+        &truth3,
+        t.path(),
+        "job generation 1 at --seq 3",
+        &["--seq", "3"],
+    );
+    let o = restore_rank(&l2, 1, &out, &["--seq", "5"]);
+    assert_eq!(o.status.code(), Some(3), "{}", show(&["restore"], &o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--l1"),
+        "{}",
+        show(&["restore"], &o)
+    );
+    assert!(!out.exists());
 
     // The next batch: a Δ on every rank, job generation 2.
     let o = mpirun(

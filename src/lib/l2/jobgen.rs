@@ -280,6 +280,19 @@ pub fn restore_rank(
             (jm, g)
         }
     };
+    // `--seq S` from L2 alone: S must be the job generation's own state.
+    if let Some(s) = opts.seq {
+        let index = ChainIndex::load(store.as_ref())?;
+        if let Some(m) = index.get(g).filter(|m| m.last_seq != s) {
+            return Err(Error::chain(
+                store.describe(),
+                format!(
+                    "checkpoint {s} is not rank {rank}'s state in job generation {} (generation {g}, seq {}..={}): from L2 alone a rank restores a job generation's state; give --l1 for its pending checkpoints",
+                    jm.job_generation, m.first_seq, m.last_seq
+                ),
+            ));
+        }
+    }
     let opts = RestoreOptions {
         generation: Some(g),
         xref_source: Some(JobXrefs::new(root.clone())),
