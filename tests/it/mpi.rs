@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use crate::util::{assert_image, copy_tree, ok, run, s, show};
+use crate::util::{assert_image, copy_tree, names_in, ok, run, s, show};
 
 const RANKS: u32 = 4;
 
@@ -264,6 +264,96 @@ fn ranks_sharing_memory_store_it_once_and_every_rank_restores_bit_identically() 
         show(&["restore"], &o)
     );
     assert!(!out.exists());
+    // The whole job restarted at once (`restore --collective`): rank 2
+    // never wrote checkpoints 4..6 and rank 1's node is lost (no L1/1), so
+    // every rank restores seq 3, rank 1 from L2 alone.
+    let aside = t.path().join("aside");
+    std::fs::create_dir_all(aside.join("2")).unwrap();
+    for seq in 4..=6 {
+        let n = format!("ckpt-{seq:08}.rexic");
+        std::fs::rename(l1.join("2").join(&n), aside.join("2").join(&n)).unwrap();
+    }
+    std::fs::rename(l1.join("1"), aside.join("1")).unwrap();
+    let coll = t.path().join("collective");
+    std::fs::create_dir_all(&coll).unwrap();
+    let pattern = coll.join("image-{rank}.rexic");
+    let o = mpirun(
+        &[
+            "restore",
+            "--collective",
+            "--l1",
+            s(&l1),
+            "--l2",
+            s(&l2),
+            "-o",
+            s(&pattern),
+        ],
+        None,
+    );
+    success(&o, "collective restore, one rank behind and one node lost");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("restoring from L2 alone"));
+    for r in 0..RANKS {
+        let got = coll.join(format!("image-{r}.rexic"));
+        assert_image(
+            &got,
+            &truth3.join(format!("{r}.rexic")),
+            &format!("collective, rank {r}"),
+        );
+    }
+    // Every rank's checkpoints back: every rank at seq 6.
+    for seq in 4..=6 {
+        let n = format!("ckpt-{seq:08}.rexic");
+        std::fs::rename(aside.join("2").join(&n), l1.join("2").join(&n)).unwrap();
+    }
+    std::fs::rename(aside.join("1"), l1.join("1")).unwrap();
+    let o = mpirun(
+        &[
+            "restore",
+            "--collective",
+            "--l1",
+            s(&l1),
+            "--l2",
+            s(&l2),
+            "-o",
+            s(&pattern),
+            "-f",
+        ],
+        None,
+    );
+    success(&o, "collective restore, every rank at seq 6");
+    for r in 0..RANKS {
+        let got = coll.join(format!("image-{r}.rexic"));
+        assert_image(
+            &got,
+            &truth_final.join(format!("{r}.rexic")),
+            &format!("collective at 6, rank {r}"),
+        );
+    }
+    // One output name for every rank is refused on every rank, and no
+    // image appears.
+    let one = coll.join("one.rexic");
+    let o = mpirun(
+        &[
+            "restore",
+            "--collective",
+            "--l1",
+            s(&l1),
+            "--l2",
+            s(&l2),
+            "-o",
+            s(&one),
+        ],
+        None,
+    );
+    assert!(!o.status.success(), "{}", show(&["restore"], &o));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("{rank}"));
+    assert!(!one.exists());
+    assert_eq!(
+        names_in(&coll).len(),
+        RANKS as usize,
+        "{:?}",
+        names_in(&coll)
+    );
     // From L2 alone, --seq is the job generation's own seq or a refusal.
     assert_ranks_restore_with(
         &l2,

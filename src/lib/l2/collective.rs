@@ -727,6 +727,85 @@ pub fn table_of(cap: usize, entries: &[(u128, u32)]) -> HashTable {
     HashTable { cap, entries }
 }
 
+/// A whole job's restart from the command line (`mpirun rexctl restore
+/// --collective`), on every rank: each restores its newest state (from
+/// `l1_root/R` plus L2, or from L2 alone when that directory is gone: its
+/// node was lost), the ranks agree on the smallest seq restored, a rank
+/// ahead restores exactly that seq instead (`--seq`), and each publishes
+/// its image at `out` only once every rank holds an image of that seq.
+/// Until then the image is staged under a temporary name beside `out`, so
+/// a failure on any rank leaves no output on any rank.
+pub fn restore_job(
+    comm: &dyn Comm,
+    root: &JobRoot,
+    l1_root: Option<&std::path::Path>,
+    opts: &crate::l2::restore::RestoreOptions,
+    out: &std::path::Path,
+) -> Result<crate::l2::restore::RestoreReport> {
+    use crate::l2::jobgen::{restore_rank, restore_rank_l1};
+    let rank = comm.rank();
+    let name = out
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let staged = out.with_file_name(format!(".{name}.tmp-{}-job", std::process::id()));
+    let l1 = l1_root
+        .map(|r| r.join(rank.to_string()))
+        .filter(|d| d.is_dir());
+    let restore = |o: &crate::l2::restore::RestoreOptions| match &l1 {
+        Some(l1) => restore_rank_l1(root, rank, l1, o, &staged).map(|(r, _)| r),
+        None => restore_rank(root, rank, None, o, &staged).map(|(r, _)| r),
+    };
+    let seq_of = |r: &Result<crate::l2::restore::RestoreReport>| -> Local<Vec<u8>> {
+        r.as_ref()
+            .map(|r| r.seq.to_le_bytes().to_vec())
+            .map_err(Error::report)
+    };
+    let result = (|| {
+        let first = restore(opts);
+        let all = agree(comm, seq_of(&first), "restoring each rank's newest state");
+        let first = first?;
+        let target = all?
+            .iter()
+            .map(|b| le64(b, 0))
+            .min()
+            .expect("one rank at least");
+        let report = if first.seq == target {
+            Ok(first)
+        } else {
+            crate::durable::remove_file(&staged)?;
+            restore(&crate::l2::restore::RestoreOptions {
+                seq: Some(target),
+                ..opts.clone()
+            })
+        };
+        let all = agree(comm, seq_of(&report), "restoring the job's common seq");
+        let report = report?;
+        for (r, b) in all?.iter().enumerate() {
+            if le64(b, 0) != target {
+                return Err(Error::chain(
+                    root.describe(),
+                    format!(
+                        "rank {r} restored seq {}, not the job's common seq {target}",
+                        le64(b, 0)
+                    ),
+                ));
+            }
+        }
+        std::fs::rename(&staged, out).map_err(|e| Error::io(out, "rename into place", e))?;
+        let dir = match out.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => std::path::Path::new("."),
+        };
+        crate::durable::fsync_dir(dir)?;
+        Ok(report)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&staged);
+    }
+    result
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

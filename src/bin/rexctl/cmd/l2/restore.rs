@@ -89,6 +89,15 @@ pub struct Args {
     /// what it left out and why on standard error.
     #[arg(long)]
     fallback: bool,
+    /// Restart a whole MPI job (run under `mpirun -np N rexctl restore
+    /// --collective --l1 L1 --l2 JOB -o 'image-{rank}.rexic'`): every rank
+    /// restores from L1/R plus L2 (from L2 alone when L1/R is gone: its node
+    /// was lost), the ranks agree on the smallest seq restored, ranks ahead
+    /// restore that seq, and each image appears at `--out`, `{rank}`
+    /// replaced by the rank, only once every rank has its image of that seq.
+    /// Needs a rexctl built with the cargo feature `mpi`.
+    #[arg(long, conflicts_with_all = ["generation", "job_generation", "fallback"])]
+    collective: bool,
     /// Print a JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -172,6 +181,9 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         job_committed: None,
         seq: a.seq,
     };
+    if a.collective {
+        return collective(&a, &s, &opts);
+    }
     // `--rank R` on an MPI job's location: rank R's part of a job
     // generation, from L2 alone.
     let job_rank = job_rank(&s)?;
@@ -196,24 +208,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         (None, l1) => l1.clone(),
         (Some(_), None) => None,
     };
-    // The output is renamed into place: only a regular file may be
-    // replaced (never a device, a FIFO, a directory or a symlink's link).
-    if let Ok(m) = std::fs::symlink_metadata(&a.out) {
-        if !m.file_type().is_file() {
-            return Err(rexctl::Error::Invalid(format!(
-                "{}: exists and is not a regular file: the image is written under a temporary name and renamed into place, which would replace it",
-                a.out.display()
-            ))
-            .into());
-        }
-        if !a.force {
-            return Err(rexctl::Error::Invalid(format!(
-                "{}: exists; give --force (-f) to replace it",
-                a.out.display()
-            ))
-            .into());
-        }
-    }
+    check_out(&a.out, a.force)?;
     // An L2 directory no push has made yet reads as empty: with L1, its
     // checkpoints alone restore; without, "no valid generation under ...".
     let l2 = rexctl::store::open_l2_read(&s.l2()?, &s.store()?)?;
@@ -244,7 +239,85 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         }
     };
     pb.finish_and_clear();
-    let report = report?;
+    print_report(&a, &a.out, &report?, stats)?;
+    Ok(0)
+}
+
+/// The output is renamed into place: only a regular file may be replaced
+/// (never a device, a FIFO, a directory or a symlink's link), and only with
+/// `--force`.
+fn check_out(out: &std::path::Path, force: bool) -> rexctl::Result<()> {
+    if let Ok(m) = std::fs::symlink_metadata(out) {
+        if !m.file_type().is_file() {
+            return Err(rexctl::Error::Invalid(format!(
+                "{}: exists and is not a regular file: the image is written under a temporary name and renamed into place, which would replace it",
+                out.display()
+            )));
+        }
+        if !force {
+            return Err(rexctl::Error::Invalid(format!(
+                "{}: exists; give --force (-f) to replace it",
+                out.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(not(feature = "mpi"))]
+fn collective(_: &Args, _: &Settings, _: &RestoreOptions) -> anyhow::Result<i32> {
+    Err(rexctl::Error::Invalid(
+        "--collective needs MPI: this rexctl was built without the cargo feature `mpi`".into(),
+    )
+    .into())
+}
+
+/// `restore --collective`: this process is one rank of `mpirun`.
+#[cfg(feature = "mpi")]
+fn collective(a: &Args, s: &Settings, opts: &RestoreOptions) -> anyhow::Result<i32> {
+    use rexctl::l2::collective::{Comm, agree};
+    let comm = rexctl::l2::mpi::MpiComm::init()?;
+    let rank = comm.rank();
+    let text = a.out.to_string_lossy();
+    let out = PathBuf::from(text.replace("{rank}", &rank.to_string()));
+    let setup = (|| -> rexctl::Result<rexctl::store::JobRoot> {
+        if comm.size() > 1 && !text.contains("{rank}") {
+            return Err(rexctl::Error::Invalid(format!(
+                "--out {text}: every rank writes its own image; put {{rank}} in the name (it is replaced by the rank)"
+            )));
+        }
+        check_out(&out, a.force)?;
+        rexctl::store::JobRoot::new(s.l2()?, &s.store()?)
+    })();
+    let root = match setup {
+        Ok(r) => r,
+        Err(e) => {
+            // The other ranks fail with this error instead of waiting.
+            let _ = agree(&comm, Err(e.report()), "starting the collective restore");
+            return Err(e.into());
+        }
+    };
+    let _ = agree(&comm, Ok(Vec::new()), "starting the collective restore")?;
+    let l1 = if a.l2_only { None } else { s.layer.l1.clone() };
+    if let Some(l1) = &l1
+        && !l1.join(rank.to_string()).is_dir()
+    {
+        warnln!(
+            "rank {rank}: {} is missing (a lost node): restoring from L2 alone",
+            l1.join(rank.to_string()).display()
+        );
+    }
+    let report = rexctl::l2::collective::restore_job(&comm, &root, l1.as_deref(), opts, &out)?;
+    print_report(a, &out, &report, None)?;
+    Ok(0)
+}
+
+fn print_report(
+    a: &Args,
+    out: &std::path::Path,
+    report: &RestoreReport,
+    stats: Option<StoreStats>,
+) -> anyhow::Result<()> {
     if let Some(why) = &report.fell_back {
         warnln!("FALLBACK: {why}");
     }
@@ -253,7 +326,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     }
     if a.json {
         ui::print_json(&Output {
-            report: &report,
+            report,
             l2_transfer: stats,
         })?;
     } else {
@@ -272,7 +345,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             } else {
                 String::new()
             },
-            a.out.display(),
+            out.display(),
             report.seconds,
             report.bytes as f64 / secs / 1e6,
             report
@@ -288,7 +361,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             );
         }
     }
-    Ok(0)
+    Ok(())
 }
 
 /// The JSON output: the restore's report and, for a remote store, what
