@@ -770,13 +770,16 @@ pub fn restore_job(
             .map(|b| le64(b, 0))
             .min()
             .expect("one rank at least");
+        // No early return before the next agreement: the other ranks wait
+        // in it.
         let report = if first.seq == target {
             Ok(first)
         } else {
-            crate::durable::remove_file(&staged)?;
-            restore(&crate::l2::restore::RestoreOptions {
-                seq: Some(target),
-                ..opts.clone()
+            crate::durable::remove_file(&staged).and_then(|()| {
+                restore(&crate::l2::restore::RestoreOptions {
+                    seq: Some(target),
+                    ..opts.clone()
+                })
             })
         };
         let all = agree(comm, seq_of(&report), "restoring the job's common seq");
