@@ -277,19 +277,13 @@ fn ranks_sharing_memory_store_it_once_and_every_rank_restores_bit_identically() 
     let coll = t.path().join("collective");
     std::fs::create_dir_all(&coll).unwrap();
     let pattern = coll.join("image-{rank}.rexic");
-    let o = mpirun(
-        &[
-            "restore",
-            "--collective",
-            "--l1",
-            s(&l1),
-            "--l2",
-            s(&l2),
-            "-o",
-            s(&pattern),
-        ],
-        None,
-    );
+    let collective = |out: &Path, extra: &[&str]| {
+        let mut args = vec!["restore", "--collective", "--l1", s(&l1), "--l2", s(&l2)];
+        args.extend(["-o", s(out)]);
+        args.extend_from_slice(extra);
+        mpirun(&args, None)
+    };
+    let o = collective(&pattern, &[]);
     success(&o, "collective restore, one rank behind and one node lost");
     assert!(String::from_utf8_lossy(&o.stderr).contains("restoring from L2 alone"));
     for r in 0..RANKS {
@@ -306,20 +300,7 @@ fn ranks_sharing_memory_store_it_once_and_every_rank_restores_bit_identically() 
         std::fs::rename(aside.join("2").join(&n), l1.join("2").join(&n)).unwrap();
     }
     std::fs::rename(aside.join("1"), l1.join("1")).unwrap();
-    let o = mpirun(
-        &[
-            "restore",
-            "--collective",
-            "--l1",
-            s(&l1),
-            "--l2",
-            s(&l2),
-            "-o",
-            s(&pattern),
-            "-f",
-        ],
-        None,
-    );
+    let o = collective(&pattern, &["-f"]);
     success(&o, "collective restore, every rank at seq 6");
     for r in 0..RANKS {
         let got = coll.join(format!("image-{r}.rexic"));
@@ -332,19 +313,7 @@ fn ranks_sharing_memory_store_it_once_and_every_rank_restores_bit_identically() 
     // One output name for every rank is refused on every rank, and no
     // image appears.
     let one = coll.join("one.rexic");
-    let o = mpirun(
-        &[
-            "restore",
-            "--collective",
-            "--l1",
-            s(&l1),
-            "--l2",
-            s(&l2),
-            "-o",
-            s(&one),
-        ],
-        None,
-    );
+    let o = collective(&one, &[]);
     assert!(!o.status.success(), "{}", show(&["restore"], &o));
     assert!(String::from_utf8_lossy(&o.stderr).contains("{rank}"));
     assert!(!one.exists());

@@ -112,13 +112,19 @@ impl ChainIndex {
     /// torn uncommitted generation; whether it committed is the job
     /// manifests' to say, and the caller checked them).
     pub fn committed(self, committed: Option<u64>) -> ChainIndex {
+        self.keep(|m| {
+            m.job_generation
+                .is_none_or(|j| committed.is_some_and(|c| j <= c))
+        })
+    }
+
+    /// Only the generations `keep` accepts, and the invalid manifests
+    /// older than the newest of them.
+    fn keep(self, keep: impl Fn(&Manifest) -> bool) -> ChainIndex {
         let manifests: BTreeMap<u64, Manifest> = self
             .manifests
             .into_iter()
-            .filter(|(_, m)| {
-                m.job_generation
-                    .is_none_or(|j| committed.is_some_and(|c| j <= c))
-            })
+            .filter(|(_, m)| keep(m))
             .collect();
         let newest = manifests.keys().next_back().copied();
         let invalid = self
@@ -134,21 +140,10 @@ impl ChainIndex {
     /// after the newest generation kept: what they held is after `seq`, or
     /// the restore's exact-seq check refuses the state it finds instead.
     pub fn up_to_seq(self, seq: Option<u64>) -> ChainIndex {
-        let Some(seq) = seq else {
-            return self;
-        };
-        let manifests: BTreeMap<u64, Manifest> = self
-            .manifests
-            .into_iter()
-            .filter(|(_, m)| m.last_seq <= seq)
-            .collect();
-        let newest = manifests.keys().next_back().copied();
-        let invalid = self
-            .invalid
-            .into_iter()
-            .filter(|(g, _)| newest.is_some_and(|n| *g < n))
-            .collect();
-        ChainIndex { manifests, invalid }
+        match seq {
+            Some(seq) => self.keep(|m| m.last_seq <= seq),
+            None => self,
+        }
     }
 
     /// Generations `<= g` in descending order (candidates for a fallback).
