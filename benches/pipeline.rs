@@ -187,6 +187,7 @@ fn dedup_group(c: &mut Criterion, name: &str, fx: &Fixture) {
                 ..Default::default()
             },
             xrefs: &[],
+            upload: None,
         };
         if xxh3 {
             deduplicate(&job, Xxh3Hasher).unwrap()

@@ -203,6 +203,90 @@ impl Drop for AtomicFile {
     }
 }
 
+/// One piece of a file streamed to another place while it is written (see
+/// [`Mirror`]).
+#[derive(Debug)]
+pub enum Piece {
+    /// The next bytes of the file.
+    Data(Vec<u8>),
+    /// The end of the file: these bytes replace its first `len()` bytes
+    /// (a header written last, over placeholders streamed first).
+    End(Vec<u8>),
+}
+
+/// The bytes of a file being written, streamed in order through a bounded
+/// channel to a reader that stores them elsewhere at the same time (a
+/// push's L2 upload running beside the Deduplication Unit, so that the
+/// push takes the longer of the two rather than their sum).
+///
+/// Bytes go out in pieces of [`Mirror::PIECE`], and [`Mirror::end`] sends
+/// the file's final first bytes. A mirror dropped without `end` closes the
+/// channel: the reader sees the stream stop before its end and must
+/// publish nothing. The channel's bound is the memory the copy may hold
+/// and the writer's back-pressure: a slow reader slows the writer.
+pub struct Mirror {
+    tx: std::sync::mpsc::SyncSender<Piece>,
+    buf: Vec<u8>,
+    what: PathBuf,
+}
+
+/// The operation named by the error a [`Mirror`] returns when its reader
+/// stopped (whose own error says why).
+pub const MIRROR_STOPPED: &str = "stream a copy";
+
+impl Mirror {
+    /// Bytes per piece sent.
+    pub const PIECE: usize = 1 << 20;
+
+    /// A mirror of the file `what` (named in errors) and the reader's end,
+    /// with at most `depth` pieces in the channel.
+    pub fn channel(
+        what: impl AsRef<Path>,
+        depth: usize,
+    ) -> (Mirror, std::sync::mpsc::Receiver<Piece>) {
+        let (tx, rx) = std::sync::mpsc::sync_channel(depth);
+        let m = Mirror {
+            tx,
+            buf: Vec::with_capacity(Self::PIECE),
+            what: what.as_ref().to_path_buf(),
+        };
+        (m, rx)
+    }
+
+    fn send(&self, p: Piece) -> Result<()> {
+        self.tx.send(p).map_err(|_| {
+            Error::io(
+                &self.what,
+                MIRROR_STOPPED,
+                std::io::Error::other("the copy's reader stopped"),
+            )
+        })
+    }
+
+    /// Appends `bytes`.
+    pub fn write(&mut self, mut bytes: &[u8]) -> Result<()> {
+        while !bytes.is_empty() {
+            let n = (Self::PIECE - self.buf.len()).min(bytes.len());
+            self.buf.extend_from_slice(&bytes[..n]);
+            bytes = &bytes[n..];
+            if self.buf.len() == Self::PIECE {
+                let full = std::mem::replace(&mut self.buf, Vec::with_capacity(Self::PIECE));
+                self.send(Piece::Data(full))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends the stream: `head` replaces the first `head.len()` bytes.
+    pub fn end(mut self, head: &[u8]) -> Result<()> {
+        if !self.buf.is_empty() {
+            let rest = std::mem::take(&mut self.buf);
+            self.send(Piece::Data(rest))?;
+        }
+        self.send(Piece::End(head.to_vec()))
+    }
+}
+
 /// Writes `bytes` to `target` atomically and durably.
 pub fn write_file(target: impl AsRef<Path>, bytes: &[u8]) -> Result<()> {
     let mut f = AtomicFile::create(target)?;

@@ -899,6 +899,7 @@ fn lib_push<H: PatternHasher>(l1: &Path, l2: &DirStore, hasher: H) -> Manifest {
         dir: l2.root(),
         format: Default::default(),
         xrefs: &[],
+        upload: None,
     };
     let out = deduplicate(&job, hasher).unwrap();
     let (parent, chain_base) = match (&chain, full) {
@@ -940,6 +941,75 @@ fn lib_push<H: PatternHasher>(l1: &Path, l2: &DirStore, hasher: H) -> Manifest {
     l2.put_bytes(&manifest_name(generation), &m.encode())
         .unwrap();
     m
+}
+
+/// The Deduplication Unit streams the RPS and the Pointer File to the store
+/// while it writes them: the store ends up with the very bytes of the local
+/// files, which the output lists as uploaded (the P-Table, written at the
+/// end, is left to the caller). When the store fails, the store's own error
+/// is reported, not the stopped stream it caused.
+#[test]
+fn dedup_streams_its_files_to_the_store_and_reports_the_stores_failure() {
+    use rexctl::l2::dedup::Upload;
+    use rexctl::store::NoProgress;
+    let d = tempfile::tempdir().unwrap();
+    let (l1, truth) = (d.path().join("l1"), d.path().join("truth"));
+    let mut w = workload("balanced", 4096, 3);
+    take_until(&mut w, &l1, 2, &truth);
+    let l1d = L1Dir::scan_after(&l1, None).unwrap();
+    let clist = CList::build(&l1d.files).unwrap();
+    let job = |dir: &Path, store: &dyn Store| {
+        deduplicate(
+            &DedupJob {
+                generation: 1,
+                page_size: clist.page_size,
+                pattern_size: 32,
+                batch: &l1d.files,
+                clist: &clist,
+                chain: None,
+                full: true,
+                dir,
+                format: Default::default(),
+                xrefs: &[],
+                upload: Some(Upload {
+                    store,
+                    progress: &NoProgress,
+                }),
+            },
+            Crc32Hasher,
+        )
+    };
+    let local = d.path().join("local");
+    std::fs::create_dir_all(&local).unwrap();
+    let l2 = DirStore::create(d.path().join("l2")).unwrap();
+    let out = job(&local, &l2).unwrap();
+    assert_eq!(out.uploaded, ["g00000001.rps", "g00000001.pf"]);
+    for f in &out.files {
+        let mine = std::fs::read(local.join(&f.name)).unwrap();
+        assert_eq!(crc32fast::hash(&mine), f.crc32, "{}", f.name);
+        if out.uploaded.contains(&f.name) {
+            assert!(
+                std::fs::read(l2.root().join(&f.name)).unwrap() == mine,
+                "{}",
+                f.name
+            );
+        } else {
+            assert!(!l2.root().join(&f.name).exists(), "{} uploaded", f.name);
+        }
+    }
+    assert!(
+        out.files[0].bytes > 4 << 20,
+        "the RPS should outgrow the upload queue"
+    );
+
+    // The store's directory disappears: its error names it.
+    let gone = DirStore::create(d.path().join("gone")).unwrap();
+    std::fs::remove_dir(gone.root()).unwrap();
+    let local2 = d.path().join("local2");
+    std::fs::create_dir_all(&local2).unwrap();
+    let err = job(&local2, &gone).unwrap_err().report();
+    assert!(err.contains(&gone.root().display().to_string()), "{err}");
+    assert!(!err.contains("reader stopped"), "{err}");
 }
 
 /// Pushes seq 0..=2 (full) and 3..=5 (Δ) of a workload through the library

@@ -149,6 +149,11 @@ impl<'a> Job<'a> {
 
     /// The store, through the library (for listing and planting objects).
     fn store(&self) -> Box<dyn Store> {
+        self.store_with_parts(rexctl::store::settings::DEFAULT_S3_PART_SIZE)
+    }
+
+    /// The store, with multipart uploads of `part_size` parts (S3).
+    fn store_with_parts(&self, part_size: u64) -> Box<dyn Store> {
         let mut settings = StoreSettings {
             job: Some(self.name.clone()),
             rank: self.rank.clone(),
@@ -163,6 +168,7 @@ impl<'a> Job<'a> {
                 access_key_id: Some(server::ACCESS_KEY.into()),
                 secret_access_key: Some(Secret(server::SECRET_KEY.into())),
                 max_retries: 2,
+                part_size,
                 ..Default::default()
             };
         }
@@ -371,11 +377,91 @@ fn conformance(job: &Job) {
     job.ok(&["verify", "--l2", &l2]);
 }
 
+/// Streamed objects ([`Store::put_stream`], how a push uploads the RPS and
+/// the Pointer File while it writes them): the object is stored exactly,
+/// its placeholder head replaced by the final one, with the length and
+/// CRC-32 of what was stored, whether it fits one request or needs a
+/// multipart upload (5 MiB parts; the part holding the head goes up last);
+/// a stream that stops before its end, or ends with a head of another
+/// length, publishes nothing. `leftovers` lists what an unfinished upload
+/// could leave in the backend (temporaries, parts, intents).
+fn streamed_objects(job: &Job, leftovers: &dyn Fn() -> Vec<String>) {
+    use rexctl::durable::Piece;
+    use rexctl::store::NoProgress;
+    let store = job.store_with_parts(5 << 20);
+    // Irregular pieces: a placeholder head of 64 bytes, then a body cut in
+    // pieces of 1 byte to 1.5 MiB.
+    let stream = |body: &[u8], head: &[u8]| -> Vec<Piece> {
+        let mut v = vec![Piece::Data(vec![0; 64])];
+        let mut at = 0;
+        for k in [1usize, 4096, 3 << 19, 777].into_iter().cycle() {
+            if at == body.len() {
+                break;
+            }
+            let n = k.min(body.len() - at);
+            v.push(Piece::Data(body[at..at + n].to_vec()));
+            at += n;
+        }
+        v.push(Piece::End(head.to_vec()));
+        v
+    };
+    let head: Vec<u8> = (0..64u8).map(|b| b.wrapping_mul(7) | 1).collect();
+    let mut body = vec![0u8; (12 << 20) + 12345];
+    rand::Rng::fill_bytes(
+        &mut <rand_chacha::ChaCha8Rng as rand::SeedableRng>::seed_from_u64(51),
+        &mut body,
+    );
+    for (name, len) in [("g00000051.rps", body.len()), ("g00000052.pf", 100_000)] {
+        let got = store
+            .put_stream(
+                name,
+                64,
+                &mut stream(&body[..len], &head).into_iter(),
+                &NoProgress,
+            )
+            .unwrap();
+        let mut whole = head.clone();
+        whole.extend_from_slice(&body[..len]);
+        assert_eq!(got, (whole.len() as u64, crc32fast::hash(&whole)), "{name}");
+        assert!(
+            std::fs::read(job.object_file(name)).unwrap() == whole,
+            "{name} was not stored exactly"
+        );
+    }
+    // Stopped half way (its writer failed), or ended with a wrong head.
+    let mut cut = stream(&body, &head);
+    cut.pop();
+    for (name, pieces) in [
+        ("g00000053.rps", cut),
+        ("g00000054.rps", stream(&body, &head[..10])),
+    ] {
+        let r = store.put_stream(name, 64, &mut pieces.into_iter(), &NoProgress);
+        assert!(r.is_err(), "{name}: an unfinished stream was stored");
+        assert!(!job.names().contains(name), "{name} was published");
+    }
+    assert_eq!(
+        leftovers(),
+        Vec::<String>::new(),
+        "an unfinished upload left these"
+    );
+    for name in ["g00000051.rps", "g00000052.pf"] {
+        store.delete(name).unwrap();
+    }
+}
+
 #[test]
 fn conformance_directory() {
     let d = tempfile::tempdir().unwrap();
     let job = Job::new(d.path(), "dirjob", Backend::Dir(d.path().join("l2")));
     conformance(&job);
+    let l2 = d.path().join("l2");
+    streamed_objects(&job, &|| {
+        std::fs::read_dir(&l2)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with('.') && n != ".rex.lock")
+            .collect()
+    });
 }
 
 #[test]
@@ -393,6 +479,17 @@ fn conformance_s3() {
         },
     );
     conformance(&job);
+    let intents = server
+        .root()
+        .join(&server.bucket)
+        .join("site/ckpt/s3job/0/.uploads");
+    streamed_objects(&job, &|| {
+        let mut left = server.pending_parts();
+        if let Ok(r) = std::fs::read_dir(&intents) {
+            left.extend(r.map(|e| e.unwrap().file_name().to_string_lossy().into_owned()));
+        }
+        left
+    });
     // Everything under the job's own prefix.
     let dir = server.root().join(&server.bucket).join("site/ckpt/s3job/0");
     assert!(
@@ -664,6 +761,63 @@ fn s3_server_killed_mid_push_fails_cleanly_and_the_next_push_recovers() {
     );
     job.restore_exact(false, &[], &seq2, "restore --l2 after the next push");
     job.ok(&["verify", "--l2", &l2, "--l1", s(&job.l1)]);
+}
+
+/// rexctl is killed (SIGKILL) while its push streams the RPS to the bucket,
+/// at the first part the server holds and, in a second job, a few parts
+/// later: no manifest appears, the last good generation restores from L2
+/// alone and the pending batch from L1 plus L2, and the next push aborts
+/// the dead upload (no parts left), pushes, and restores exactly.
+#[test]
+fn s3_push_killed_while_streaming_keeps_the_last_good_generation() {
+    let Some(server) = S3Server::start("rex-push-killed") else {
+        return;
+    };
+    for (round, parts) in [1usize, 3].into_iter().enumerate() {
+        let d = tempfile::tempdir().unwrap();
+        let name = format!("killed{round}");
+        let (job, seq0, seq2) = big_push_setup(d.path(), &server, &name);
+        let l2 = job.l2();
+        let args = ["push-l2", "--l1", s(&job.l1), "--l2", &l2, "--full"];
+        let mut child = job
+            .cmd(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let mut reached = false;
+        while !reached && child.try_wait().unwrap().is_none() && Instant::now() < deadline {
+            reached = server.pending_parts().len() >= parts;
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let _ = child.kill();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            reached,
+            "round {round}: the push ended before {parts} parts reached the server:\n{}",
+            show(&args, &out)
+        );
+        assert!(
+            !job.names().contains("g00000002.manifest"),
+            "round {round}: a manifest appeared for the killed push: {:?}",
+            job.names()
+        );
+        job.restore_exact(false, &[], &seq0, "restore --l2 after the killed push");
+        job.restore_exact(true, &[], &seq2, "restore --l1 --l2 after the killed push");
+        let out = job.push(&["--full"]);
+        assert!(
+            out.contains("aborted an unfinished multipart upload of g00000002."),
+            "round {round}: {out}"
+        );
+        assert!(
+            server.pending_parts().is_empty(),
+            "round {round}: parts left: {:?}",
+            server.pending_parts()
+        );
+        job.restore_exact(false, &[], &seq2, "restore --l2 after the next push");
+        job.ok(&["verify", "--l2", &l2, "--l1", s(&job.l1)]);
+    }
 }
 
 /// The server dies while a push uploads and comes back a moment later:

@@ -228,8 +228,9 @@ fn spin(pb: ProgressBar, what: &str) -> ProgressBar {
 
 /// Draws the progress of uploads on a bar that started as a spinner (see
 /// [`spinner`]): the first upload turns it into a byte count with the
-/// throughput; each further object adds its size. Hidden like the spinner
-/// when progress is off.
+/// throughput; each further object adds its size (a streamed one, whose
+/// size is not known in advance, its bytes as they go). Hidden like the
+/// spinner when progress is off.
 pub struct UploadBar {
     pb: ProgressBar,
     started: std::sync::atomic::AtomicBool,
@@ -266,6 +267,9 @@ impl rexctl::store::Progress for UploadBar {
     }
 
     fn advance(&self, bytes: u64) {
+        // A streamed upload starts with no size: its bytes grow the total.
+        let past = (self.pb.position() + bytes).saturating_sub(self.pb.length().unwrap_or(0));
+        self.pb.inc_length(past);
         self.pb.inc(bytes);
     }
 }

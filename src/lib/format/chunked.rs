@@ -40,7 +40,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use super::pointer_coding::{self, State};
-use crate::durable::AtomicFile;
+use crate::durable::{AtomicFile, Mirror};
 use crate::error::{Error, IoContext, Result};
 
 /// Header length.
@@ -1380,6 +1380,17 @@ pub struct ChunkedWriter {
     /// Payload bytes written.
     bytes: u64,
     v2: Option<V2>,
+    /// A copy of every byte written, streamed elsewhere (an L2 upload).
+    mirror: Option<Mirror>,
+}
+
+/// Writes `b` to the file and to its mirror, if any.
+fn emit(out: &mut AtomicFile, mirror: &mut Option<Mirror>, b: &[u8]) -> Result<()> {
+    out.write_all(b)?;
+    match mirror {
+        Some(m) => m.write(b),
+        None => Ok(()),
+    }
 }
 
 impl ChunkedWriter {
@@ -1467,7 +1478,23 @@ impl ChunkedWriter {
             file_hasher: crc32fast::Hasher::new(),
             bytes: 0,
             v2,
+            mirror: None,
         })
+    }
+
+    /// Streams a copy of the file, as it is written, through `m` (whose
+    /// reader uploads it beside the writing; [`finish`](Self::finish) ends
+    /// the stream with the header). Only before the first record.
+    pub fn mirror(&mut self, mut m: Mirror) -> Result<()> {
+        if self.bytes != 0 || self.mirror.is_some() {
+            return Err(Error::Invalid(format!(
+                "{}: a mirror must be set before the first record",
+                self.out.target().display()
+            )));
+        }
+        m.write(&[0u8; HEADER_LEN as usize])?;
+        self.mirror = Some(m);
+        Ok(())
     }
 
     /// Pointer coding: the pattern space's first new pointer of this
@@ -1509,7 +1536,7 @@ impl ChunkedWriter {
             }
             return Ok(());
         }
-        self.out.write_all(data)?;
+        emit(&mut self.out, &mut self.mirror, data)?;
         let cs = cs as u64;
         while !data.is_empty() {
             let n = ((cs - self.in_chunk) as usize).min(data.len());
@@ -1579,7 +1606,7 @@ impl ChunkedWriter {
                         e.stored_crc,
                         u64::from(len),
                     ));
-                self.out.write_all(&e.stored)?;
+                emit(&mut self.out, &mut self.mirror, &e.stored)?;
             }
             let v = self.v2.as_mut().expect("version 2");
             let in_flight = v.sent - v.written;
@@ -1633,7 +1660,7 @@ impl ChunkedWriter {
         };
         let tcrc = crc32fast::hash(&table);
         table.extend_from_slice(&tcrc.to_le_bytes());
-        self.out.write_all(&table)?;
+        emit(&mut self.out, &mut self.mirror, &table)?;
         self.file_hasher.update(&table);
         self.header.record_count = self.records();
         let hb = self.header.encode(stored);
@@ -1645,6 +1672,11 @@ impl ChunkedWriter {
         self.out.write_all(&hb)?;
         self.out.seek(SeekFrom::End(0)).ctx(&temp, "seek")?;
         let len = HEADER_LEN + stored + table.len() as u64;
+        // The copy's end first: its reader publishes it while this file is
+        // fsynced.
+        if let Some(m) = self.mirror.take() {
+            m.end(&hb)?;
+        }
         self.out.commit()?;
         Ok((len, whole.finalize()))
     }

@@ -30,8 +30,9 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+use crate::durable::{MIRROR_STOPPED, Mirror};
 use crate::error::{Error, Result};
-use crate::format::chunked::{ChunkedWriter, Kind, WriteFormat};
+use crate::format::chunked::{ChunkedWriter, HEADER_LEN, Kind, WriteFormat};
 use crate::format::ic::{DropRange, IcMeta};
 use crate::format::manifest::{FileEntry, Role, object_name};
 use crate::format::ptable::{PTableDelta, check_sizes};
@@ -39,6 +40,7 @@ use crate::format::xref::{Xref, XrefFile};
 use crate::l1::coalesce::{CList, CListEntry, PageLayer, merge_layers};
 use crate::l2::chain::{LivePage, OpenChain};
 use crate::l2::dedup_table::{DedupTable, PatternHash, PatternHasher};
+use crate::store::{Progress, Store};
 
 /// The hash functions of the DeD-Table.
 #[derive(
@@ -95,6 +97,13 @@ pub struct DedupOutput {
     pub xref_pages: u64,
     /// Seconds spent.
     pub seconds: f64,
+    /// Data files already in the store (streamed while written; see
+    /// [`DedupJob::upload`]).
+    #[serde(skip)]
+    pub uploaded: Vec<String>,
+    /// Seconds spent waiting for those uploads after the unit finished.
+    #[serde(skip)]
+    pub upload_wait_s: f64,
 }
 
 /// The pattern space would pass 2^32 patterns.
@@ -528,6 +537,17 @@ pub struct DedupJob<'a> {
     /// push), ascending by page: each must be a page the generation writes;
     /// its pointers are zero and its bytes are another rank's.
     pub xrefs: &'a [Xref],
+    /// Upload the RPS and PF to this store while they are written.
+    pub upload: Option<Upload<'a>>,
+}
+
+/// Where [`deduplicate`] streams the RPS and PF while it writes them.
+#[derive(Clone, Copy)]
+pub struct Upload<'a> {
+    /// The L2 store.
+    pub store: &'a dyn Store,
+    /// Receives the uploads' progress.
+    pub progress: &'a dyn Progress,
 }
 
 /// Where the bytes of a page to write come from.
@@ -666,7 +686,92 @@ impl<'a> PlanPages<'a> {
 
 /// Runs the Deduplication Unit with the hasher `hasher`, writing the
 /// generation's RPS, PF and P-Table into `job.dir`.
+///
+/// With `job.upload`, the RPS and the Pointer File also go to the store
+/// while they are written: each streams through a bounded channel
+/// ([`Mirror`]) to an upload thread, so a push takes about the longer of
+/// deduplication and upload instead of their sum. Each upload's length and
+/// CRC must match the local file's, and the uploaded names are listed in
+/// [`DedupOutput::uploaded`]; the small files written at the end (P-Table,
+/// cross-rank references) are left to the caller. On failure nothing is
+/// published in the store (an upload whose stream stops publishes
+/// nothing), and an upload's own error is reported rather than the
+/// stopped stream it caused.
 pub fn deduplicate<H: PatternHasher>(job: &DedupJob<'_>, hasher: H) -> Result<DedupOutput> {
+    let Some(up) = job.upload else {
+        return run(job, hasher, [None, None]);
+    };
+    let names = [
+        object_name(job.generation, "rps"),
+        object_name(job.generation, "pf"),
+    ];
+    std::thread::scope(|s| {
+        let mut mirrors = [None, None];
+        let mut uploads = Vec::new();
+        for (name, m) in names.iter().zip(&mut mirrors) {
+            let (mirror, rx) = Mirror::channel(job.dir.join(name), UPLOAD_QUEUE);
+            *m = Some(mirror);
+            uploads.push(s.spawn(move || {
+                up.progress.start(name, 0);
+                up.store
+                    .put_stream(name, HEADER_LEN, &mut rx.into_iter(), up.progress)
+            }));
+        }
+        let r = run(job, hasher, mirrors);
+        let waited = Instant::now();
+        let sent: Vec<Result<(u64, u32)>> = uploads
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(Error::Invalid("an upload thread panicked".into())))
+            })
+            .collect();
+        let mut out = match r {
+            Err(Error::Io { op, .. }) if op == MIRROR_STOPPED => {
+                return Err(sent
+                    .into_iter()
+                    .find_map(Result::err)
+                    .unwrap_or_else(|| Error::Invalid("an upload stopped".into())));
+            }
+            other => other?,
+        };
+        for (name, sent) in names.iter().zip(sent) {
+            let (bytes, crc) = sent?;
+            let f = out
+                .files
+                .iter()
+                .find(|f| &f.name == name)
+                .expect("the unit writes the RPS and the PF");
+            if (bytes, crc) != (f.bytes, f.crc32) {
+                return Err(Error::corrupt(
+                    job.dir.join(name),
+                    0,
+                    "upload",
+                    format!(
+                        "{bytes} bytes with CRC {crc:08x} reached {}, the Deduplication Unit wrote {} bytes with CRC {:08x}",
+                        up.store.describe(),
+                        f.bytes,
+                        f.crc32
+                    ),
+                ));
+            }
+            out.uploaded.push(name.clone());
+        }
+        out.upload_wait_s = waited.elapsed().as_secs_f64();
+        Ok(out)
+    })
+}
+
+/// Pieces of 1 MiB queued per streamed upload: with the store's own
+/// buffers, the memory an upload may hold beside the unit.
+const UPLOAD_QUEUE: usize = 4;
+
+/// [`deduplicate`] itself, the RPS and PF mirrored to `mirrors`.
+fn run<H: PatternHasher>(
+    job: &DedupJob<'_>,
+    hasher: H,
+    mirrors: [Option<Mirror>; 2],
+) -> Result<DedupOutput> {
     let started = Instant::now();
     check_sizes(job.page_size, job.pattern_size).map_err(|(_, _, why)| Error::Invalid(why))?;
     if job.clist.page_size != job.page_size && !job.clist.is_empty() {
@@ -723,7 +828,7 @@ pub fn deduplicate<H: PatternHasher>(job: &DedupJob<'_>, hasher: H) -> Result<De
         object_name(job.generation, "ptab"),
     ];
     let fmt = &job.format;
-    let rps = ChunkedWriter::create_with(
+    let mut rps = ChunkedWriter::create_with(
         job.dir.join(&names[0]),
         fmt.header(Kind::Rps, job.pattern_size, job.generation, base, 0),
         fmt.encoding,
@@ -733,6 +838,13 @@ pub fn deduplicate<H: PatternHasher>(job: &DedupJob<'_>, hasher: H) -> Result<De
         fmt.header(Kind::Pf, 4, job.generation, 0, alpha),
         fmt.encoding,
     )?;
+    let [rps_mirror, pf_mirror] = mirrors;
+    if let Some(m) = rps_mirror {
+        rps.mirror(m)?;
+    }
+    if let Some(m) = pf_mirror {
+        pf.mirror(m)?;
+    }
     // New pointers count from the pattern base (`base` < 2^32: the
     // manifest of the chain checked its pattern end).
     pf.set_next_new(base as u32);
@@ -781,6 +893,8 @@ pub fn deduplicate<H: PatternHasher>(job: &DedupJob<'_>, hasher: H) -> Result<De
             table_bytes: 0,
             xref_pages: 0,
             seconds: 0.0,
+            uploaded: Vec::new(),
+            upload_wait_s: 0.0,
         },
     };
     let mut ptab = PTableDelta {

@@ -12,7 +12,12 @@
 //! 3. Deduplicate into the L1 chain directory (`L1/rex/`): RPS, PF and
 //!    P-Table, each written under a temporary name, fsynced, renamed.
 //! 4. Upload those data files to L2 (same discipline), checking each
-//!    upload's CRC against what the Deduplication Unit wrote.
+//!    upload's length and CRC against what the Deduplication Unit wrote.
+//!    The RPS and the PF stream to L2 while they are written (upload
+//!    threads beside the unit, [`crate::store::Store::put_stream`]), so the
+//!    push waits only for the end of their uploads; an object whose stream
+//!    stops is never published. The P-Table (and an MPI rank's cross-rank
+//!    references), written at the end, go up after.
 //! 5. For a Δ, check the parent's lineage in L2 ([`check_lineage`]: manifests
 //!    and object sizes) and refuse to build on a broken one. Write the
 //!    manifest to L1, then to L2. A generation exists once its manifest
@@ -57,7 +62,7 @@ use crate::l1::coalesce::{CList, CoalesceStats};
 use crate::l1::lock::JobLock;
 use crate::l1::{Covered, L1Dir};
 use crate::l2::chain::{ChainIndex, OpenChain, XrefSource};
-use crate::l2::dedup::{DedupJob, DedupOutput, HashChoice, PlanPages, deduplicate};
+use crate::l2::dedup::{DedupJob, DedupOutput, HashChoice, PlanPages, Upload, deduplicate};
 use crate::l2::dedup_table::{Crc32Hasher, Xxh3Hasher};
 use crate::store::{DirStore, NoProgress, Progress, Store};
 
@@ -553,6 +558,10 @@ pub fn push_with(
         dir: job.l1_chain.root(),
         format: opts.format,
         xrefs: &[],
+        upload: Some(Upload {
+            store: job.l2.as_ref(),
+            progress: job.progress(),
+        }),
     };
     // A collective push chooses the pages other ranks store, among the
     // pages this generation writes.
@@ -689,9 +698,9 @@ fn seal(
     };
     let full = full_reason.is_some();
 
-    // Upload the data files, checking what arrived.
+    // Upload the data files the unit did not stream, checking what arrived.
     let t_up = Instant::now();
-    for f in &out.files {
+    for f in out.files.iter().filter(|f| !out.uploaded.contains(&f.name)) {
         let src = job.l1_chain.open_local(&f.name)?;
         let (bytes, crc) = job.l2.put_file(&f.name, &src, job.progress())?;
         if (bytes, crc) != (f.bytes, f.crc32) {
@@ -709,7 +718,7 @@ fn seal(
             ));
         }
     }
-    let upload_s = t_up.elapsed().as_secs_f64();
+    let upload_s = out.upload_wait_s + t_up.elapsed().as_secs_f64();
 
     let bytes_in: u64 = batch.iter().map(|m| m.layout.file_len).sum();
     let bytes_out: u64 = out.files.iter().map(|f| f.bytes).sum();

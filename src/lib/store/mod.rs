@@ -11,6 +11,14 @@
 //! the page cache); the S3 backend fetches the object into a per-run cache
 //! directory first, with several ranged GETs in flight.
 //!
+//! Objects are written whole from a local file ([`Store::put_file`]) or
+//! from a stream of pieces while their file is being written
+//! ([`Store::put_stream`], fed by a [`durable::Mirror`]): a push uploads its
+//! RPS and Pointer File beside the Deduplication Unit instead of after it.
+//! Either way the object is published only complete, and `put_file` is
+//! `put_stream` over the file's bytes, so both backends have one write
+//! path.
+//!
 //! # The L2 location
 //!
 //! [`open_l2`] takes the location as given on the command line or in the
@@ -38,7 +46,7 @@ mod s3;
 pub mod settings;
 
 use std::fs;
-use std::io::Read;
+use std::io::{Read, Seek};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -47,7 +55,7 @@ use serde::Serialize;
 pub use job_root::{JOB_DIR, JobRoot};
 pub use s3::S3Store;
 
-use crate::durable::{self, AtomicFile};
+use crate::durable::{self, AtomicFile, Piece};
 use crate::error::{Error, IoContext, Result};
 use crate::format::chunked::{ChunkedFile, Kind};
 use crate::format::manifest::{MAX_MANIFEST_BYTES as MAX_SMALL_OBJECT, generation_of};
@@ -93,6 +101,68 @@ pub struct StoreStats {
     pub requests: u64,
 }
 
+/// What a [`Store::put_stream`] received: its length, and the CRC of the
+/// bytes after the placeholder head.
+pub(crate) struct Received {
+    head_len: u64,
+    len: u64,
+    rest: crc32fast::Hasher,
+}
+
+impl Received {
+    pub(crate) fn new(head_len: u64) -> Received {
+        Received {
+            head_len,
+            len: 0,
+            rest: crc32fast::Hasher::new(),
+        }
+    }
+
+    /// Bytes received so far.
+    pub(crate) fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// The placeholder head's length.
+    pub(crate) fn head_len(&self) -> u64 {
+        self.head_len
+    }
+
+    /// Counts the next data piece.
+    pub(crate) fn data(&mut self, b: &[u8]) {
+        let skip = self.head_len.saturating_sub(self.len).min(b.len() as u64) as usize;
+        self.rest.update(&b[skip..]);
+        self.len += b.len() as u64;
+    }
+
+    /// Checks the final head and returns the CRC-32 of the whole object.
+    pub(crate) fn end(&self, what: &Path, head: &[u8]) -> Result<u32> {
+        if head.len() as u64 != self.head_len || self.len < self.head_len {
+            return Err(Error::Invalid(format!(
+                "{}: a streamed copy of {} bytes ended with a head of {} bytes, {} announced",
+                what.display(),
+                self.len,
+                head.len(),
+                self.head_len
+            )));
+        }
+        let mut h = crc32fast::Hasher::new();
+        h.update(head);
+        h.combine(&self.rest);
+        Ok(h.finalize())
+    }
+}
+
+/// The error of a streamed copy whose pieces stopped before their end (its
+/// writer failed or gave up: nothing was published).
+pub(crate) fn stopped(what: &Path) -> Error {
+    Error::io(
+        what,
+        "upload",
+        std::io::Error::other("the bytes to store stopped before their end; nothing was published"),
+    )
+}
+
 /// A place that holds a job's L2 objects.
 pub trait Store: Send + Sync {
     /// A human description ("directory /scratch/l2", "s3://bucket/p/job/0").
@@ -110,7 +180,55 @@ pub trait Store: Send + Sync {
     /// Meant for data files, which a push writes before any manifest names
     /// them: an object of that name left by an interrupted push is replaced
     /// whole.
-    fn put_file(&self, name: &str, src: &Path, progress: &dyn Progress) -> Result<(u64, u32)>;
+    fn put_file(&self, name: &str, src: &Path, progress: &dyn Progress) -> Result<(u64, u32)> {
+        let mut input = fs::File::open(src).ctx(src, "open")?;
+        progress.start(name, input.metadata().map(|m| m.len()).unwrap_or(0));
+        let mut failed = None;
+        let mut ended = false;
+        let mut pieces = std::iter::from_fn(|| {
+            if ended {
+                return None;
+            }
+            let mut buf = vec![0u8; durable::Mirror::PIECE];
+            let mut n = 0;
+            while n < buf.len() {
+                match input.read(&mut buf[n..]) {
+                    Ok(0) => break,
+                    Ok(k) => n += k,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        failed = Some(Error::io(src, "read", e));
+                        return None;
+                    }
+                }
+            }
+            if n == 0 {
+                ended = true;
+                return Some(Piece::End(Vec::new()));
+            }
+            buf.truncate(n);
+            Some(Piece::Data(buf))
+        });
+        let r = self.put_stream(name, 0, &mut pieces, progress);
+        match failed {
+            Some(e) => Err(e),
+            None => r,
+        }
+    }
+    /// Stores the bytes `pieces` yields as `name`, with the discipline of
+    /// [`put_file`](Self::put_file), while they are produced (a file being
+    /// written, through a [`durable::Mirror`]): its first `head_len` bytes
+    /// are placeholders that the final [`Piece::End`] replaces. Nothing is
+    /// published if the pieces stop before their end. Returns (bytes,
+    /// CRC-32) of the object as stored, header included. Data pieces are
+    /// reported to `progress` as they are sent (starting is the caller's).
+    fn put_stream(
+        &self,
+        name: &str,
+        head_len: u64,
+        pieces: &mut dyn Iterator<Item = Piece>,
+        progress: &dyn Progress,
+    ) -> Result<(u64, u32)>;
     /// Reads a whole (small) object.
     fn read(&self, name: &str) -> Result<Vec<u8>>;
     /// A local path holding the object's bytes, for memory mapping.
@@ -401,25 +519,37 @@ impl Store for DirStore {
         durable::write_file(self.path(name)?, bytes)
     }
 
-    fn put_file(&self, name: &str, src: &Path, progress: &dyn Progress) -> Result<(u64, u32)> {
-        let mut input = fs::File::open(src).ctx(src, "open")?;
-        progress.start(name, input.metadata().map(|m| m.len()).unwrap_or(0));
-        let mut out = AtomicFile::create(self.path(name)?)?;
-        let mut buf = vec![0u8; 1 << 20];
-        let mut h = crc32fast::Hasher::new();
-        let mut n = 0u64;
-        loop {
-            let k = input.read(&mut buf).ctx(src, "read")?;
-            if k == 0 {
-                break;
+    fn put_stream(
+        &self,
+        name: &str,
+        head_len: u64,
+        pieces: &mut dyn Iterator<Item = Piece>,
+        progress: &dyn Progress,
+    ) -> Result<(u64, u32)> {
+        let path = self.path(name)?;
+        let mut out = AtomicFile::create(&path)?;
+        let mut got = Received::new(head_len);
+        for piece in pieces {
+            match piece {
+                Piece::Data(b) => {
+                    got.data(&b);
+                    out.write_all(&b)?;
+                    progress.advance(b.len() as u64);
+                }
+                Piece::End(head) => {
+                    let crc = got.end(&path, &head)?;
+                    if !head.is_empty() {
+                        let temp = out.temp_path().to_path_buf();
+                        out.seek(std::io::SeekFrom::Start(0)).ctx(&temp, "seek")?;
+                        out.write_all(&head)?;
+                    }
+                    out.commit()?;
+                    return Ok((got.len, crc));
+                }
             }
-            h.update(&buf[..k]);
-            out.write_all(&buf[..k])?;
-            n += k as u64;
-            progress.advance(k as u64);
         }
-        out.commit()?;
-        Ok((n, h.finalize()))
+        // Dropping `out` removes the temporary file.
+        Err(stopped(&path))
     }
 
     fn read(&self, name: &str) -> Result<Vec<u8>> {

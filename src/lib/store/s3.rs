@@ -25,6 +25,12 @@
 //!   After each upload a HEAD checks the size that arrived; the payload's
 //!   SHA-256 is part of every request's signature, so the server rejects
 //!   bytes that changed on the way.
+//! * A push streams the RPS and the Pointer File while it writes them
+//!   ([`Store::put_stream`]): parts go up as they fill, except the first,
+//!   whose first bytes are the header the writer completes last; it goes up
+//!   at the end (parts may be sent in any order, all of one size but the
+//!   last). A streamed upload holds at most `s3_parts_in_flight` + 2 parts
+//!   in memory.
 //! * A multipart upload whose parts were uploaded but which could not be
 //!   completed is aborted, so no invisible parts are left billing the user.
 //!   Because a crash (of rexctl or of the server) can prevent that, every
@@ -84,7 +90,8 @@ use object_store::{
 use tokio::task::JoinSet;
 
 use super::settings::StoreSettings;
-use super::{ObjectInfo, Progress, Store, StoreStats, check_name};
+use super::{ObjectInfo, Progress, Received, Store, StoreStats, check_name};
+use crate::durable::Piece;
 use crate::error::{Error, IoContext, RemoteKind, Result};
 use crate::format::chunked::{ChunkFill, ChunkedFile, HEADER_LEN, Kind, table_offset};
 use crate::format::manifest::parse_manifest_name;
@@ -432,17 +439,24 @@ impl S3Store {
         Ok(b.to_vec())
     }
 
-    /// Uploads `len` bytes of `file` as a multipart upload; returns the
-    /// CRC-32 of what was sent. Aborts the upload on failure.
+    /// Uploads a stream as a multipart upload of `part_size` parts: `cur`
+    /// holds its first bytes (more than a part), `got` counts what came, the
+    /// rest comes from `pieces`. When the stream has a placeholder head, the
+    /// first part is kept until the stream's end brings the head (parts may
+    /// arrive in any order); the others go up as they fill, at most
+    /// `parts_in_flight` at a time, which also bounds the memory held.
+    /// Returns the CRC-32 of the object. Aborts the upload on failure, and
+    /// when the pieces stop.
     fn put_multipart(
         &self,
         name: &str,
         key: &Key,
-        file: &File,
-        src: &Path,
-        len: u64,
+        mut cur: Vec<u8>,
+        got: &mut Received,
+        pieces: &mut dyn Iterator<Item = Piece>,
         progress: &dyn Progress,
     ) -> Result<u32> {
+        let what = Path::new(name);
         let intent = self.intent_key(name);
         // An intent left for this name: abort that upload first.
         self.abort_intent(name, &intent)?;
@@ -458,12 +472,11 @@ impl S3Store {
                     .put(&intent, PutPayload::from(id.clone().into_bytes())),
             )
             .map_err(|e| self.remote(&intent, "record upload intent", &e))?;
-        let part = self.part_size;
-        let parts = len.div_ceil(part) as usize;
+        let part = self.part_size as usize;
+        let hold_first = got.head_len() > 0;
         let sent = self.rt.block_on(async {
             let mut set: JoinSet<(usize, u64, object_store::Result<PartId>)> = JoinSet::new();
-            let mut done: Vec<Option<PartId>> = vec![None; parts];
-            let mut h = crc32fast::Hasher::new();
+            let mut done: Vec<Option<PartId>> = Vec::new();
             let collect = |r: std::result::Result<
                 (usize, u64, object_store::Result<PartId>),
                 tokio::task::JoinError,
@@ -471,29 +484,61 @@ impl S3Store {
                            done: &mut Vec<Option<PartId>>|
              -> Result<()> {
                 let (i, n, r) =
-                    r.map_err(|e| Error::io(src, "upload part", std::io::Error::other(e)))?;
+                    r.map_err(|e| Error::io(what, "upload part", std::io::Error::other(e)))?;
                 done[i] = Some(r.map_err(|e| self.remote(key, "upload part", &e))?);
                 self.uploaded.fetch_add(n, Ordering::Relaxed);
                 progress.advance(n);
                 Ok(())
             };
-            for i in 0..parts {
-                while set.len() >= self.parts_in_flight {
-                    let r = set.join_next().await.expect("a part in flight");
-                    collect(r, &mut done)?;
+            let spawn =
+                |set: &mut JoinSet<_>, done: &mut Vec<Option<PartId>>, i: usize, buf: Vec<u8>| {
+                    if done.len() <= i {
+                        done.resize(i + 1, None);
+                    }
+                    let n = buf.len() as u64;
+                    let (s3, key, id) = (Arc::clone(&self.s3), key.clone(), id.clone());
+                    self.count();
+                    set.spawn(async move {
+                        let r = s3.put_part(&key, &id, i, PutPayload::from(buf)).await;
+                        (i, n, r)
+                    });
+                };
+            let mut held: Option<Vec<u8>> = None;
+            let mut next = 0usize;
+            let crc = loop {
+                while cur.len() >= part {
+                    let rest = cur.split_off(part);
+                    let full = std::mem::replace(&mut cur, rest);
+                    if next == 0 && hold_first {
+                        held = Some(full);
+                    } else {
+                        while set.len() >= self.parts_in_flight {
+                            let r = set.join_next().await.expect("a part in flight");
+                            collect(r, &mut done)?;
+                        }
+                        spawn(&mut set, &mut done, next, full);
+                    }
+                    next += 1;
                 }
-                let off = i as u64 * part;
-                let n = part.min(len - off);
-                let mut buf = vec![0u8; n as usize];
-                file.read_exact_at(&mut buf, off).ctx(src, "read")?;
-                h.update(&buf);
-                let (s3, key, id) = (Arc::clone(&self.s3), key.clone(), id.clone());
-                self.count();
-                set.spawn(async move {
-                    let r = s3.put_part(&key, &id, i, PutPayload::from(buf)).await;
-                    (i, n, r)
-                });
-            }
+                match pieces.next() {
+                    Some(Piece::Data(b)) => {
+                        got.data(&b);
+                        cur.extend_from_slice(&b);
+                    }
+                    Some(Piece::End(head)) => {
+                        let crc = got.end(what, &head)?;
+                        if let Some(mut first) = held.take() {
+                            first[..head.len()].copy_from_slice(&head);
+                            spawn(&mut set, &mut done, 0, first);
+                        }
+                        if !cur.is_empty() {
+                            spawn(&mut set, &mut done, next, std::mem::take(&mut cur));
+                        }
+                        break crc;
+                    }
+                    None => return Err(super::stopped(what)),
+                }
+            };
             while let Some(r) = set.join_next().await {
                 collect(r, &mut done)?;
             }
@@ -506,7 +551,7 @@ impl S3Store {
                 .complete_multipart(key, &id, done)
                 .await
                 .map_err(|e| self.remote(key, "complete multipart upload", &e))?;
-            Ok::<u32, Error>(h.finalize())
+            Ok::<u32, Error>(crc)
         });
         match sent {
             Ok(crc) => {
@@ -920,26 +965,48 @@ impl Store for S3Store {
         }
     }
 
-    fn put_file(&self, name: &str, src: &Path, progress: &dyn Progress) -> Result<(u64, u32)> {
+    fn put_stream(
+        &self,
+        name: &str,
+        head_len: u64,
+        pieces: &mut dyn Iterator<Item = Piece>,
+        progress: &dyn Progress,
+    ) -> Result<(u64, u32)> {
         let key = self.key(name)?;
         self.forget(name);
-        let file = File::open(src).ctx(src, "open")?;
-        let len = file.metadata().ctx(src, "stat")?.len();
-        progress.start(name, len);
-        let crc = if len <= self.part_size {
-            let mut buf = vec![0u8; len as usize];
-            file.read_exact_at(&mut buf, 0).ctx(src, "read")?;
-            let crc = crc32fast::hash(&buf);
-            self.count();
-            self.rt
-                .block_on(self.s3.put(&key, PutPayload::from(buf)))
-                .map_err(|e| self.remote(&key, "put", &e))?;
-            self.uploaded.fetch_add(len, Ordering::Relaxed);
-            progress.advance(len);
-            crc
-        } else {
-            self.put_multipart(name, &key, &file, src, len, progress)?
+        let mut got = Received::new(head_len);
+        // Up to a part and a piece: a stream that ends within one part goes
+        // up with one PUT.
+        let mut first = Vec::new();
+        let end = loop {
+            match pieces.next() {
+                Some(Piece::Data(b)) => {
+                    got.data(&b);
+                    first.extend_from_slice(&b);
+                    if first.len() as u64 > self.part_size {
+                        break None;
+                    }
+                }
+                Some(Piece::End(head)) => break Some(head),
+                None => return Err(super::stopped(Path::new(name))),
+            }
         };
+        let crc = match end {
+            Some(head) => {
+                let crc = got.end(Path::new(name), &head)?;
+                first[..head.len()].copy_from_slice(&head);
+                let n = first.len() as u64;
+                self.count();
+                self.rt
+                    .block_on(self.s3.put(&key, PutPayload::from(first)))
+                    .map_err(|e| self.remote(&key, "put", &e))?;
+                self.uploaded.fetch_add(n, Ordering::Relaxed);
+                progress.advance(n);
+                crc
+            }
+            None => self.put_multipart(name, &key, first, &mut got, pieces, progress)?,
+        };
+        let len = got.len();
         let arrived = self.head_size(&key)?;
         if arrived != len {
             return Err(Error::Remote {
