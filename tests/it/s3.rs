@@ -731,6 +731,14 @@ fn s3_server_killed_mid_push_fails_cleanly_and_the_next_push_recovers() {
         !server.pending_parts().is_empty(),
         "the dead push's parts should still be on the server"
     );
+    after_a_dead_push(&job, &server, &seq0, &seq2);
+}
+
+/// After a `--full` push of generation 2 died uploading (see
+/// [`big_push_setup`]): no manifest appeared, the last good generation
+/// restores from L2 alone and the batch from L1 plus L2; the next push
+/// aborts the dead upload (no parts left), pushes, and restores exactly.
+fn after_a_dead_push(job: &Job, server: &S3Server, seq0: &Path, seq2: &Path) {
     assert!(
         !job.names().contains("g00000002.manifest"),
         "a manifest appeared for the failed push: {:?}",
@@ -739,16 +747,15 @@ fn s3_server_killed_mid_push_fails_cleanly_and_the_next_push_recovers() {
     job.restore_exact(
         false,
         &[],
-        &seq0,
+        seq0,
         "restore --l2 after the failed push: the last good generation",
     );
     job.restore_exact(
         true,
         &[],
-        &seq2,
+        seq2,
         "restore --l1 --l2 after the failed push: L1 still has the batch",
     );
-
     let out = job.push(&["--full"]);
     assert!(
         out.contains("aborted an unfinished multipart upload of g00000002.rps"),
@@ -759,8 +766,8 @@ fn s3_server_killed_mid_push_fails_cleanly_and_the_next_push_recovers() {
         "parts left: {:?}",
         server.pending_parts()
     );
-    job.restore_exact(false, &[], &seq2, "restore --l2 after the next push");
-    job.ok(&["verify", "--l2", &l2, "--l1", s(&job.l1)]);
+    job.restore_exact(false, &[], seq2, "restore --l2 after the next push");
+    job.ok(&["verify", "--l2", &job.l2(), "--l1", s(&job.l1)]);
 }
 
 /// rexctl is killed (SIGKILL) while its push streams the RPS to the bucket,
@@ -798,25 +805,7 @@ fn s3_push_killed_while_streaming_keeps_the_last_good_generation() {
             "round {round}: the push ended before {parts} parts reached the server:\n{}",
             show(&args, &out)
         );
-        assert!(
-            !job.names().contains("g00000002.manifest"),
-            "round {round}: a manifest appeared for the killed push: {:?}",
-            job.names()
-        );
-        job.restore_exact(false, &[], &seq0, "restore --l2 after the killed push");
-        job.restore_exact(true, &[], &seq2, "restore --l1 --l2 after the killed push");
-        let out = job.push(&["--full"]);
-        assert!(
-            out.contains("aborted an unfinished multipart upload of g00000002."),
-            "round {round}: {out}"
-        );
-        assert!(
-            server.pending_parts().is_empty(),
-            "round {round}: parts left: {:?}",
-            server.pending_parts()
-        );
-        job.restore_exact(false, &[], &seq2, "restore --l2 after the next push");
-        job.ok(&["verify", "--l2", &l2, "--l1", s(&job.l1)]);
+        after_a_dead_push(&job, &server, &seq0, &seq2);
     }
 }
 
