@@ -947,7 +947,8 @@ fn lib_push<H: PatternHasher>(l1: &Path, l2: &DirStore, hasher: H) -> Manifest {
 /// while it writes them: the store ends up with the very bytes of the local
 /// files, which the output lists as uploaded (the P-Table, written at the
 /// end, is left to the caller). When the store fails, the store's own error
-/// is reported, not the stopped stream it caused.
+/// is reported, not the stopped stream it caused, whether it fails at the
+/// start or when it publishes.
 #[test]
 fn dedup_streams_its_files_to_the_store_and_reports_the_stores_failure() {
     use rexctl::l2::dedup::Upload;
@@ -1010,6 +1011,18 @@ fn dedup_streams_its_files_to_the_store_and_reports_the_stores_failure() {
     let err = job(&local2, &gone).unwrap_err().report();
     assert!(err.contains(&gone.root().display().to_string()), "{err}");
     assert!(!err.contains("reader stopped"), "{err}");
+
+    // Only the Pointer File's upload fails, when it publishes (a directory
+    // holds its name): that is the error, naming the object.
+    let blocked = DirStore::create(d.path().join("blocked")).unwrap();
+    std::fs::create_dir_all(blocked.root().join("g00000001.pf/x")).unwrap();
+    let local3 = d.path().join("local3");
+    std::fs::create_dir_all(&local3).unwrap();
+    let err = job(&local3, &blocked).unwrap_err().report();
+    assert!(
+        err.contains(&blocked.root().join("g00000001.pf").display().to_string()),
+        "{err}"
+    );
 }
 
 /// Pushes seq 0..=2 (full) and 3..=5 (Δ) of a workload through the library

@@ -727,11 +727,18 @@ pub fn deduplicate<H: PatternHasher>(job: &DedupJob<'_>, hasher: H) -> Result<De
             })
             .collect();
         let mut out = match r {
-            Err(Error::Io { op, .. }) if op == MIRROR_STOPPED => {
+            // The upload of the file whose copy stopped says why (the other
+            // one only saw its stream stop in turn).
+            Err(Error::Io { path, op, .. }) if op == MIRROR_STOPPED => {
+                let failed = names.iter().position(|n| path.ends_with(n));
                 return Err(sent
                     .into_iter()
-                    .find_map(Result::err)
-                    .unwrap_or_else(|| Error::Invalid("an upload stopped".into())));
+                    .enumerate()
+                    .filter(|(i, _)| failed.is_none_or(|f| f == *i))
+                    .find_map(|(_, r)| r.err())
+                    .unwrap_or_else(|| {
+                        Error::Invalid(format!("the upload of {} stopped", path.display()))
+                    }));
             }
             other => other?,
         };
