@@ -22,9 +22,11 @@ use crate::ui;
 /// missing; a relative one only when named with ./), file:///DIR, or
 /// s3://BUCKET/PREFIX, where the job's objects go under PREFIX/JOB/RANK/
 /// (the job named by --job, REX_JOB, rex.toml or the scheduler; endpoint,
-/// region and credentials from rex.toml(5) or the AWS_* variables). Large objects go up as multipart uploads, a few parts at a
-/// time, with a progress bar on a terminal; the summary line gives the bytes
-/// uploaded and the throughput.
+/// region and credentials from rex.toml(5) or the AWS_* variables). The
+/// RPS and the Pointer File go up while they are written, so the push waits
+/// only for the end of their upload; large objects go up as multipart
+/// uploads, a few parts at a time, with a progress bar on a terminal; the
+/// summary line gives the bytes uploaded and the throughput.
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Force a complete coalescence: a fresh full RPS and a new chain.
