@@ -6,7 +6,10 @@
 //! new one, never a torn one. Temporary files are named `.<name>.tmp-<pid>-<n>`
 //! in the target directory (so the final `rename` never crosses a file
 //! system) and start with a dot so directory scanners skip them; a crashed
-//! writer's leftovers are removed by [`remove_stale_temps`].
+//! writer's leftovers are removed by [`remove_stale_temps`]. A file being
+//! written can also stream a copy of its bytes to a reader that stores them
+//! elsewhere at the same time ([`Mirror`]), which publishes the copy only
+//! once it has the whole file.
 //!
 //! The module also hosts the crash-test failpoint: with `REX_FAILPOINT=N` in
 //! the environment, the process aborts (as `kill -9` would leave it) at the
