@@ -148,6 +148,15 @@ impl<'a> Job<'a> {
     }
 
     /// The store, through the library (for listing and planting objects).
+    /// Starts `rexctl args` with its output captured.
+    fn spawn(&self, args: &[&str]) -> std::process::Child {
+        self.cmd(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
     fn store(&self) -> Box<dyn Store> {
         self.store_with_parts(rexctl::store::settings::DEFAULT_S3_PART_SIZE)
     }
@@ -633,11 +642,7 @@ fn s3_ranks_push_to_one_bucket_at_once() {
         .iter()
         .map(|j| {
             let l2 = j.l2();
-            j.cmd(&["push-l2", "--l1", s(&j.l1), "--l2", &l2])
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap()
+            j.spawn(&["push-l2", "--l1", s(&j.l1), "--l2", &l2])
         })
         .collect();
     for c in children {
@@ -654,15 +659,16 @@ fn s3_ranks_push_to_one_bucket_at_once() {
 // Faults
 // ---------------------------------------------------------------------------
 
-/// Waits until the server holds a multipart part of an upload in progress,
-/// then runs `then`. Returns false if `child` ended first.
+/// Waits until the server holds `parts` multipart parts of uploads in
+/// progress, then runs `then`. Returns false if `child` ended first.
 fn when_parts_arrive(
     server: &S3Server,
     child: &mut std::process::Child,
+    parts: usize,
     then: impl FnOnce(),
 ) -> bool {
     let deadline = Instant::now() + Duration::from_secs(120);
-    while server.pending_parts().is_empty() {
+    while server.pending_parts().len() < parts {
         if child.try_wait().unwrap().is_some() || Instant::now() > deadline {
             return false;
         }
@@ -703,14 +709,9 @@ fn s3_server_killed_mid_push_fails_cleanly_and_the_next_push_recovers() {
     job.env.push(("REX_S3_MAX_RETRIES".into(), "1".into()));
     let l2 = job.l2();
     let args = ["push-l2", "--l1", s(&job.l1), "--l2", &l2, "--full"];
-    let mut child = job
-        .cmd(&args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = job.spawn(&args);
     let endpoint = server.endpoint();
-    let killed = when_parts_arrive(&server, &mut child, || server.kill());
+    let killed = when_parts_arrive(&server, &mut child, 1, || server.kill());
     let out = child.wait_with_output().unwrap();
     assert!(
         killed,
@@ -786,18 +787,8 @@ fn s3_push_killed_while_streaming_keeps_the_last_good_generation() {
         let (job, seq0, seq2) = big_push_setup(d.path(), &server, &name);
         let l2 = job.l2();
         let args = ["push-l2", "--l1", s(&job.l1), "--l2", &l2, "--full"];
-        let mut child = job
-            .cmd(&args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(120);
-        let mut reached = false;
-        while !reached && child.try_wait().unwrap().is_none() && Instant::now() < deadline {
-            reached = server.pending_parts().len() >= parts;
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        let mut child = job.spawn(&args);
+        let reached = when_parts_arrive(&server, &mut child, parts, || {});
         let _ = child.kill();
         let out = child.wait_with_output().unwrap();
         assert!(
@@ -821,13 +812,8 @@ fn s3_server_restarted_mid_push_is_retried() {
     job.env.push(("REX_S3_MAX_RETRIES".into(), "10".into()));
     let l2 = job.l2();
     let args = ["push-l2", "--l1", s(&job.l1), "--l2", &l2, "--full"];
-    let mut child = job
-        .cmd(&args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let bounced = when_parts_arrive(&server, &mut child, || {
+    let mut child = job.spawn(&args);
+    let bounced = when_parts_arrive(&server, &mut child, 1, || {
         server.kill();
         std::thread::sleep(Duration::from_millis(700));
         server.restart();
