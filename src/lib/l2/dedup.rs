@@ -39,7 +39,7 @@ use crate::format::ptable::{PTableDelta, check_sizes};
 use crate::format::xref::{Xref, XrefFile};
 use crate::l1::coalesce::{CList, CListEntry, PageLayer, merge_layers};
 use crate::l2::chain::{LivePage, OpenChain};
-use crate::l2::dedup_table::{DedupTable, PatternHash, PatternHasher};
+use crate::l2::dedup_table::{DedupTable, PatternHash, PatternHasher, same};
 use crate::store::{Progress, Store};
 
 /// The hash functions of the DeD-Table.
@@ -151,24 +151,6 @@ fn is_zero(p: &[u8]) -> bool {
     p.chunks_exact(8).fold(0u64, |a, w| {
         a | u64::from_ne_bytes(w.try_into().expect("8 bytes"))
     }) == 0
-}
-
-/// Pattern equality for the usual sizes as fixed-size arrays (inlined
-/// compares rather than a `bcmp` call).
-#[inline(always)]
-fn same(a: &[u8], b: &[u8]) -> bool {
-    #[inline(always)]
-    fn fixed<const N: usize>(a: &[u8], b: &[u8]) -> Option<bool> {
-        Some(<&[u8; N]>::try_from(a).ok()? == <&[u8; N]>::try_from(b).ok()?)
-    }
-    match a.len() {
-        32 => fixed::<32>(a, b),
-        16 => fixed::<16>(a, b),
-        64 => fixed::<64>(a, b),
-        128 => fixed::<128>(a, b),
-        _ => None,
-    }
-    .unwrap_or_else(|| a == b)
 }
 
 /// Shared state of one deduplication run.

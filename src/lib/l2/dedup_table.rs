@@ -421,9 +421,10 @@ fn alt(b: usize, s: usize, n: usize) -> usize {
 }
 
 /// Pattern equality, with the usual pattern sizes compared as fixed-size
-/// arrays so that the comparison is inlined rather than a `bcmp` call.
+/// arrays so that the comparison is inlined rather than a `bcmp` call
+/// (also the Deduplication Unit's test for a surviving pattern).
 #[inline(always)]
-fn same(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn same(a: &[u8], b: &[u8]) -> bool {
     #[inline(always)]
     fn fixed<const N: usize>(a: &[u8], b: &[u8]) -> Option<bool> {
         match (<&[u8; N]>::try_from(a), <&[u8; N]>::try_from(b)) {
