@@ -292,7 +292,8 @@ fn main() {
          flight. Push = coalesce + deduplicate + upload, the RPS and Pointer File streaming to L2 while they are \
          written; upload wait = the manifest's `upload_s`, what the push waited for its uploads once the \
          Deduplication Unit was done; restore = \
-         `restore --l2` of the whole image (objects fetched into the cache first, for S3); pages = \
+         `restore --l2` of the whole image (for S3, the RPS and Pointer File stream into the cache while \
+         the restore decodes them); pages = \
          `restore --l2 --pages` of 16 pages (bytes fetched: what that restore fetched from the bucket).\n\n",
         results[0].image_bytes as f64 / (1u64 << 20) as f64
     ));
@@ -332,8 +333,9 @@ fn main() {
         ));
     }
     table.push_str(
-        "\nfetch MB/s: the restore's fetch phase alone (every object of the generation into the cache, \
-         ranged GETs of 8 MiB, 8 in flight); one GET / one PUT MB/s: a plain GET of the RPS / PUT of \
+        "\nfetch MB/s: fetching alone, nothing decoded (every object of the generation into the cache, \
+         ranged GETs of 8 MiB, 8 in flight); the restore streams the objects it decodes, so its time \
+         is about this fetch's where the link is the slower stage; one GET / one PUT MB/s: a plain GET of the RPS / PUT of \
          as many bytes, one request, through `object_store` directly, which is what the server and \
          the link give one stream. \
          `s3s-fs` stores no ETag for an object completed by a multipart upload, so it recomputes the \

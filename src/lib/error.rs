@@ -197,6 +197,56 @@ impl Error {
         s
     }
 
+    /// A copy of this error, for one failure that several waiters report
+    /// (the readers of a stream that stopped): the same variant, message and
+    /// exit code; an I/O error's cause keeps its kind and message.
+    pub fn again(&self) -> Error {
+        match self {
+            Error::Io { path, op, source } => Error::Io {
+                path: path.clone(),
+                op,
+                source: std::io::Error::new(source.kind(), source.to_string()),
+            },
+            Error::Corrupt {
+                path,
+                offset,
+                field,
+                reason,
+            } => Error::corrupt(path, *offset, field, reason.clone()),
+            Error::Chain { path, reason } => Error::chain(path, reason.clone()),
+            Error::Invalid(s) => Error::Invalid(s.clone()),
+            Error::PatternSpaceFull(s) => Error::PatternSpaceFull(s.clone()),
+            Error::Busy { path, holder } => Error::Busy {
+                path: path.clone(),
+                holder: holder.clone(),
+            },
+            Error::Process { pid, reason } => Error::Process {
+                pid: *pid,
+                reason: reason.clone(),
+            },
+            Error::Remote {
+                endpoint,
+                bucket,
+                key,
+                op,
+                kind,
+                reason,
+            } => Error::Remote {
+                endpoint: endpoint.clone(),
+                bucket: bucket.clone(),
+                key: key.clone(),
+                op,
+                kind: *kind,
+                reason: reason.clone(),
+            },
+            Error::Peer(p) => Error::Peer(PeerFailure {
+                rank: p.rank,
+                stage: p.stage,
+                reason: p.reason.clone(),
+            }),
+        }
+    }
+
     /// Builds an [`Error::Io`] for `path`.
     pub fn io(path: impl AsRef<Path>, op: &'static str, source: std::io::Error) -> Self {
         Error::Io {

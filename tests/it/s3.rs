@@ -7,7 +7,8 @@
 //! * multipart uploads, pages fetched by a `--pages` restore, many ranks of
 //!   a job pushing to one bucket at once;
 //! * faults: the server killed in the middle of a push (and restarted
-//!   after the push gave up, or while it retries), wrong credentials, a
+//!   after the push gave up, or while it retries), the link lost while a
+//!   restore streams the objects it decodes, wrong credentials, a
 //!   bucket that does not exist, an unreachable endpoint, objects altered
 //!   or deleted behind rexctl's back.
 //!
@@ -15,6 +16,7 @@
 //! --features binary`; CI does): a missing server fails these tests, unless
 //! `REX_SKIP_S3_TESTS=1` skips them explicitly.
 
+mod link;
 mod server;
 
 use std::collections::BTreeSet;
@@ -769,6 +771,59 @@ fn after_a_dead_push(job: &Job, server: &S3Server, seq0: &Path, seq2: &Path) {
     );
     job.restore_exact(false, &[], seq2, "restore --l2 after the next push");
     job.ok(&["verify", "--l2", &job.l2(), "--l1", s(&job.l1)]);
+}
+
+/// The link to the bucket goes down while a full restore streams the RPS
+/// (decoding the chunks that arrived while the rest is on its way): the
+/// restore fails with the I/O exit code, naming the endpoint, the bucket
+/// and the object, and leaves no image and no temporary file; over a
+/// working link the same restore is exact.
+#[test]
+fn s3_link_lost_while_a_restore_streams_fails_cleanly() {
+    let Some(server) = S3Server::start("rex-link") else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let mut job = s3_job(d.path(), &server, "link");
+    let truth = job.work.join("truth");
+    let mut w = workload("incompressible", 12288, 7);
+    let seq0 = take_until(&mut w, &job.l1, 0, &truth);
+    job.push(&[]);
+    let rps = job
+        .store()
+        .list()
+        .unwrap()
+        .into_iter()
+        .find(|o| o.name == "g00000001.rps")
+        .expect("the RPS was pushed")
+        .bytes;
+    // Down after half the RPS: its header, chunk table, the manifest and
+    // the P-Table came through, and the restore has begun decoding.
+    let link = link::Link::to(server.port, rps / 2);
+    job.env.push(("AWS_ENDPOINT_URL".into(), link.endpoint()));
+    job.env.push(("REX_S3_MAX_RETRIES".into(), "1".into()));
+    let dir = job.work.join("restored");
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("image.rexic");
+    let l2 = job.l2();
+    let args = ["restore", "--l2", &l2, "--out", s(&out)];
+    let o = job.run(&args);
+    assert!(
+        link.was_cut(),
+        "the restore ended before the link went down:\n{}",
+        show(&args, &o)
+    );
+    let err = assert_fails(
+        &o,
+        1,
+        &[&link.endpoint(), "rex-link", "g00000001."],
+        "restore over a link lost mid-stream",
+    );
+    assert!(err.contains("get"), "{err}");
+    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+    assert!(left.is_empty(), "the failed restore left {left:?}");
+    job.env.retain(|(k, _)| k != "AWS_ENDPOINT_URL");
+    job.restore_exact(false, &[], &seq0, "restore over a working link");
 }
 
 /// rexctl is killed (SIGKILL) while its push streams the RPS to the bucket,

@@ -62,13 +62,15 @@ const ENTRY_V1: u64 = 4;
 const ENTRY_V2: u64 = 16;
 
 /// Supplies the bytes of a chunked file opened before all of them were
-/// there: a remote object materialized on demand, whose header and chunk
-/// table were fetched and whose chunks are fetched on first use (see
-/// [`ChunkedFile::open_lazy`]).
+/// there: a remote object whose header and chunk table were fetched and
+/// whose chunks are fetched on first use, or are arriving in order in the
+/// background (see [`ChunkedFile::open_lazy`]).
 pub trait ChunkFill: Send + Sync {
-    /// Writes bytes `offset .. offset + len` of the object into the file,
-    /// in place. Called at most once per chunk, before the chunk's CRC is
-    /// checked and before any byte of it is handed out.
+    /// Returns once bytes `offset .. offset + len` of the object are in
+    /// the file, in place: written now, or waited for. Called at most once
+    /// per chunk, before the chunk's CRC is checked and before any byte of
+    /// it is handed out; bytes written elsewhere must be final once the
+    /// call that covers them has returned.
     fn fill(&self, offset: u64, len: u64) -> Result<()>;
 }
 
@@ -659,9 +661,11 @@ impl ChunkedFile {
         // writes every L2 file under a temporary name and renames it, and
         // deletes (unlinks) rather than rewrites, which keeps a mapped inode
         // intact. The one exception, a file opened with `open_lazy`, is a
-        // private cache file whose chunks are written (by `fill`, under the
-        // chunk's lock) only before they are verified, hence before any byte
-        // of them is handed out; its length never changes. The map is
+        // private cache file whose bytes are written only before the chunks
+        // holding them are verified, hence before any byte of them is handed
+        // out: by `fill` under the chunk's lock, or by a store's background
+        // fetch that writes each byte once, before the `fill` of any chunk
+        // holding it returns. Its length never changes. The map is
         // read-only; its length is checked against the validated layout
         // before any byte is used, and every byte handed out lies in a chunk
         // whose CRC was checked first.

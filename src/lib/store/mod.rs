@@ -249,10 +249,12 @@ pub trait Store: Send + Sync {
         Ok(Vec::new())
     }
     /// Opens an RPS or Pointer File for reading when the store can do
-    /// better than [`open_local`](Self::open_local) and a whole map: after
-    /// [`read_on_demand`](Self::read_on_demand), a remote store fetches the
-    /// header and the chunk table now and each chunk when a reader first
-    /// needs it. `None`: open [`open_local`](Self::open_local)'s file.
+    /// better than [`open_local`](Self::open_local) and a whole map: a
+    /// remote store fetches the header and the chunk table now, and the
+    /// chunks in order in the background while readers decode the ones
+    /// already there, or, after [`read_on_demand`](Self::read_on_demand),
+    /// each chunk when a reader first needs it. `None`: open
+    /// [`open_local`](Self::open_local)'s file.
     fn open_chunked(&self, name: &str, kind: Kind) -> Result<Option<ChunkedFile>> {
         let _ = (name, kind);
         Ok(None)

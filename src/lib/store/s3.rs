@@ -54,13 +54,24 @@
 //! finds, concurrently, so that indexing a chain costs one round trip per
 //! listing rather than one per generation.
 //!
-//! A `--pages` restore asks for reads on demand ([`Store::read_on_demand`]):
-//! an RPS or Pointer File is then materialized as a sparse file of the
-//! object's length holding only its header and chunk table, fetched at
-//! once; each chunk is fetched with one ranged GET the first time a reader
-//! needs it, just before its CRC is checked
-//! ([`ChunkedFile::open_lazy`]). Restoring a few pages fetches the
-//! manifests, the P-Tables, and the few chunks those pages point into.
+//! RPS and Pointer Files ([`Store::open_chunked`]) are materialized as
+//! sparse files of the object's length whose header and chunk table are
+//! fetched at once, and whose chunks arrive in one of two ways
+//! ([`ChunkedFile::open_lazy`]; each chunk's CRC is checked before any byte
+//! of it is used, either way):
+//!
+//! * streamed (the default: a full restore, `verify`): a task of the
+//!   store's runtime fetches the chunks' bytes in order, in pieces that
+//!   grow from 1 MiB to [`RANGE_SIZE`], `s3_get_concurrency` in flight,
+//!   and a reader that needs a chunk waits only for the pieces holding it
+//!   (`StreamFill`). A restore decodes and writes the first pages while the
+//!   rest of the lineage is still on its way: its time is about the
+//!   fetch's, not the fetch's plus the decode's. If the fetch fails, every
+//!   reader waiting for a piece gets its error.
+//! * on demand ([`Store::read_on_demand`], a `--pages` restore): each chunk
+//!   is fetched with one ranged GET the first time a reader needs it.
+//!   Restoring a few pages fetches the manifests, the P-Tables, and the few
+//!   chunks those pages point into.
 //!
 //! # Errors
 //!
@@ -650,34 +661,18 @@ impl S3Store {
                 while set.len() < self.get_concurrency
                     && let Some((a, b)) = next.next()
                 {
-                    let (s3, k, f, t) = (Arc::clone(&self.s3), key.clone(), Arc::clone(&file), tmp.clone());
+                    let (s3, k, f, t) = (
+                        Arc::clone(&self.s3),
+                        key.clone(),
+                        Arc::clone(&file),
+                        tmp.clone(),
+                    );
                     self.count();
-                    set.spawn(async move {
-                        // Streamed into place: no copy of the range in memory.
-                        let opts = GetOptions::new().with_range(Some(a..b));
-                        let r = s3.get_opts(&k, opts).await.map_err(TaskError::Remote)?;
-                        let mut body = r.into_stream();
-                        let mut at = a;
-                        while let Some(chunk) = body.next().await {
-                            let chunk = chunk.map_err(TaskError::Remote)?;
-                            if at + chunk.len() as u64 > b {
-                                break;
-                            }
-                            f.write_all_at(&chunk, at)
-                                .ctx(&t, "write cache file")
-                                .map_err(TaskError::Local)?;
-                            at += chunk.len() as u64;
-                        }
-                        if at != b {
-                            return Err(TaskError::Local(Error::Invalid(format!(
-                                "{k}: asked for bytes {a}..{b}, received {} bytes (did the object change while being read?)",
-                                at - a
-                            ))));
-                        }
-                        Ok(b - a)
-                    });
+                    set.spawn(async move { get_range_into(&s3, &k, a..b, &f, &t).await });
                 }
-                let Some(r) = set.join_next().await else { break };
+                let Some(r) = set.join_next().await else {
+                    break;
+                };
                 got += match r {
                     Ok(Ok(n)) => n,
                     Ok(Err(TaskError::Remote(e))) => return Err(self.remote(key, "get", &e)),
@@ -868,6 +863,238 @@ impl ChunkFill for RangeFill {
             .ctx(&self.path, "write cache file")?;
         self.fetched.fetch_add(len, Ordering::Relaxed);
         Ok(())
+    }
+}
+
+/// GETs bytes `range` of `key` into `file` (at `path`, for messages) at
+/// the same offsets, streamed into place with no copy of the range in
+/// memory. Returns the bytes written.
+async fn get_range_into(
+    s3: &AmazonS3,
+    key: &Key,
+    range: std::ops::Range<u64>,
+    file: &File,
+    path: &Path,
+) -> std::result::Result<u64, TaskError> {
+    let (a, b) = (range.start, range.end);
+    let opts = GetOptions::new().with_range(Some(a..b));
+    let r = s3.get_opts(key, opts).await.map_err(TaskError::Remote)?;
+    let mut body = r.into_stream();
+    let mut at = a;
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk.map_err(TaskError::Remote)?;
+        if at + chunk.len() as u64 > b {
+            break;
+        }
+        file.write_all_at(&chunk, at)
+            .ctx(path, "write cache file")
+            .map_err(TaskError::Local)?;
+        at += chunk.len() as u64;
+    }
+    if at != b {
+        return Err(TaskError::Local(Error::Invalid(format!(
+            "{key}: asked for bytes {a}..{b}, received {} bytes (did the object change while being read?)",
+            at - a
+        ))));
+    }
+    Ok(b - a)
+}
+
+/// The first piece of a streamed read ([`StreamFill`]): small, so that the
+/// first chunks arrive soon; each round of `s3_get_concurrency` pieces
+/// doubles it, up to [`RANGE_SIZE`], so that a long object still goes in
+/// requests whose latency is small beside their transfer.
+const FIRST_PIECE: u64 = 1 << 20;
+
+/// The pieces a streamed read of bytes `range` goes in, in order.
+fn stream_pieces(range: std::ops::Range<u64>, concurrency: usize) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let mut at = range.start;
+    while at < range.end {
+        let round = (out.len() / concurrency.max(1)).min(8) as u32;
+        let size = (FIRST_PIECE << round).min(RANGE_SIZE);
+        let end = (at + size).min(range.end);
+        out.push((at, end));
+        at = end;
+    }
+    out
+}
+
+/// An RPS or Pointer File read whole from the bucket while it is decoded:
+/// a task of the store's runtime fetches its chunks' bytes in order, in
+/// pieces ([`stream_pieces`]), `s3_get_concurrency` in flight, into the
+/// object's sparse cache file, and a reader asking for a chunk
+/// ([`ChunkFill::fill`]) waits only for the pieces that hold it. A full
+/// restore thus decodes and writes the first pages while the rest of the
+/// lineage is still arriving, where fetching every object before opening
+/// it made the restore the sum of the two. Each piece is written once,
+/// before any chunk it overlaps is verified, so no byte a reader holds
+/// changes. The task stops when the file is dropped.
+struct StreamFill {
+    stream: Arc<Stream>,
+    task: tokio::task::AbortHandle,
+    key: Key,
+    path: PathBuf,
+}
+
+/// What the fetching task and the readers of a [`StreamFill`] share.
+struct Stream {
+    pieces: Vec<(u64, u64)>,
+    state: Mutex<StreamState>,
+    ready: std::sync::Condvar,
+}
+
+#[derive(Default)]
+struct StreamState {
+    /// Pieces in place.
+    done: Vec<bool>,
+    /// Why the task stopped early: every waiting and later reader gets it.
+    failed: Option<Error>,
+}
+
+/// Held by the fetching task: however it ends (finished, failed, or
+/// cancelled with the store's runtime), no reader is left waiting for a
+/// piece that will never come.
+struct StreamEnd(Arc<Stream>);
+
+impl Drop for StreamEnd {
+    fn drop(&mut self) {
+        let mut st = self.0.state.lock().unwrap_or_else(|e| e.into_inner());
+        if st.failed.is_none() && !st.done.iter().all(|&d| d) {
+            st.failed = Some(Error::Invalid(
+                "the object's fetch stopped before its end (the store was closed)".into(),
+            ));
+        }
+        self.0.ready.notify_all();
+    }
+}
+
+impl Stream {
+    fn finish_piece(&self, i: usize, r: Result<()>) {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        match r {
+            Ok(()) => st.done[i] = true,
+            Err(e) => {
+                st.failed.get_or_insert(e);
+            }
+        }
+        self.ready.notify_all();
+    }
+}
+
+impl StreamFill {
+    /// Starts fetching bytes `data` of `key` into `file`.
+    fn start(
+        store: &S3Store,
+        key: &Key,
+        data: std::ops::Range<u64>,
+        file: File,
+        path: &Path,
+    ) -> StreamFill {
+        let pieces = stream_pieces(data, store.get_concurrency);
+        let stream = Arc::new(Stream {
+            state: Mutex::new(StreamState {
+                done: vec![false; pieces.len()],
+                failed: None,
+            }),
+            pieces,
+            ready: std::sync::Condvar::new(),
+        });
+        let (s3, k, st) = (Arc::clone(&store.s3), key.clone(), Arc::clone(&stream));
+        let (file, path) = (Arc::new(file), path.to_path_buf());
+        let task_path = path.clone();
+        let (endpoint, bucket) = (store.endpoint.clone(), store.bucket.clone());
+        let (fetched, requests) = (Arc::clone(&store.fetched), Arc::clone(&store.requests));
+        let concurrency = store.get_concurrency.max(1);
+        let task = store.rt.spawn(async move {
+            let _end = StreamEnd(Arc::clone(&st));
+            let mut set: JoinSet<(usize, std::result::Result<u64, TaskError>)> = JoinSet::new();
+            let mut next = st.pieces.clone().into_iter().enumerate();
+            loop {
+                while set.len() < concurrency
+                    && let Some((i, (a, b))) = next.next()
+                {
+                    let (s3, k, f, p) = (
+                        Arc::clone(&s3),
+                        k.clone(),
+                        Arc::clone(&file),
+                        task_path.clone(),
+                    );
+                    requests.fetch_add(1, Ordering::Relaxed);
+                    set.spawn(async move { (i, get_range_into(&s3, &k, a..b, &f, &p).await) });
+                }
+                let Some(r) = set.join_next().await else {
+                    break;
+                };
+                let (i, r) = match r {
+                    Ok(x) => x,
+                    Err(e) => {
+                        let e = Error::io(&task_path, "fetch", std::io::Error::other(e));
+                        st.finish_piece(0, Err(e));
+                        return;
+                    }
+                };
+                let r = match r {
+                    Ok(n) => {
+                        fetched.fetch_add(n, Ordering::Relaxed);
+                        Ok(())
+                    }
+                    Err(TaskError::Remote(e)) => {
+                        Err(remote_error(&endpoint, &bucket, &k, "get", &e))
+                    }
+                    Err(TaskError::Local(e)) => Err(e),
+                };
+                let failed = r.is_err();
+                st.finish_piece(i, r);
+                if failed {
+                    return;
+                }
+            }
+        });
+        StreamFill {
+            stream,
+            task: task.abort_handle(),
+            key: key.clone(),
+            path: path.clone(),
+        }
+    }
+}
+
+impl ChunkFill for StreamFill {
+    fn fill(&self, offset: u64, len: u64) -> Result<()> {
+        let s = &self.stream;
+        // The pieces overlapping `offset .. offset + len`.
+        let first = s.pieces.partition_point(|&(_, b)| b <= offset);
+        let last = s.pieces.partition_point(|&(a, _)| a < offset + len);
+        if first >= last || s.pieces[first].0 > offset || s.pieces[last - 1].1 < offset + len {
+            return Err(Error::corrupt(
+                &self.path,
+                offset,
+                "chunk table",
+                format!(
+                    "bytes {offset}..{} of {} lie outside the chunks being fetched",
+                    offset + len,
+                    self.key
+                ),
+            ));
+        }
+        let mut st = s.state.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if st.done[first..last].iter().all(|&d| d) {
+                return Ok(());
+            }
+            if let Some(e) = &st.failed {
+                return Err(e.again());
+            }
+            st = s.ready.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+impl Drop for StreamFill {
+    fn drop(&mut self) {
+        // Nothing reads the file any more: stop fetching it.
+        self.task.abort();
     }
 }
 
@@ -1103,9 +1330,7 @@ impl Store for S3Store {
     }
 
     fn open_chunked(&self, name: &str, kind: Kind) -> Result<Option<ChunkedFile>> {
-        if !self.on_demand.load(Ordering::Relaxed) {
-            return Ok(None);
-        }
+        let on_demand = self.on_demand.load(Ordering::Relaxed);
         let key = self.key(name)?;
         let known = {
             let st = self.state.lock().expect("state lock");
@@ -1149,18 +1374,28 @@ impl Store for S3Store {
             .ctx(&dst, "write cache file")?;
         file.write_all_at(&table, table_off)
             .ctx(&dst, "write cache file")?;
-        let fill = RangeFill {
-            s3: Arc::clone(&self.s3),
-            rt: self.rt.handle().clone(),
-            endpoint: self.endpoint.clone(),
-            bucket: self.bucket.clone(),
-            key,
-            file,
-            path: dst.clone(),
-            fetched: Arc::clone(&self.fetched),
-            requests: Arc::clone(&self.requests),
+        let fill: Box<dyn ChunkFill> = if on_demand {
+            Box::new(RangeFill {
+                s3: Arc::clone(&self.s3),
+                rt: self.rt.handle().clone(),
+                endpoint: self.endpoint.clone(),
+                bucket: self.bucket.clone(),
+                key,
+                file,
+                path: dst.clone(),
+                fetched: Arc::clone(&self.fetched),
+                requests: Arc::clone(&self.requests),
+            })
+        } else {
+            Box::new(StreamFill::start(
+                self,
+                &key,
+                HEADER_LEN..table_off,
+                file,
+                &dst,
+            ))
         };
-        ChunkedFile::open_lazy(&dst, kind, Box::new(fill)).map(Some)
+        ChunkedFile::open_lazy(&dst, kind, fill).map(Some)
     }
 
     fn stats(&self) -> Option<StoreStats> {
@@ -1201,5 +1436,94 @@ impl S3Store {
                 bytes.len()
             ),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stream_goes_in_order_in_pieces_that_grow() {
+        let (start, end) = (64u64, 64 + (100u64 << 20) + 5);
+        let p = stream_pieces(start..end, 4);
+        assert_eq!(p.first().map(|x| x.0), Some(start));
+        assert_eq!(p.last().map(|x| x.1), Some(end));
+        assert!(p.windows(2).all(|w| w[0].1 == w[1].0), "{p:?}");
+        let sizes: Vec<u64> = p.iter().map(|(a, b)| b - a).collect();
+        assert_eq!(&sizes[..4], &[FIRST_PIECE; 4]);
+        assert_eq!(&sizes[4..8], &[2 * FIRST_PIECE; 4]);
+        assert!(sizes.iter().all(|&n| n <= RANGE_SIZE));
+        assert!(sizes[..sizes.len() - 1].windows(2).all(|w| w[0] <= w[1]));
+        assert!(stream_pieces(7..7, 4).is_empty());
+    }
+
+    /// A reader waits for exactly the pieces its bytes lie in; when the
+    /// fetch fails, every waiting and later reader gets its error (same
+    /// exit code); a fetch that ends early for any other reason (the
+    /// store's runtime gone) still wakes them with an error.
+    #[test]
+    fn readers_wait_for_their_pieces_and_share_the_fetchs_failure() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let stream = |pieces: Vec<(u64, u64)>| {
+            Arc::new(Stream {
+                state: Mutex::new(StreamState {
+                    done: vec![false; pieces.len()],
+                    failed: None,
+                }),
+                pieces,
+                ready: std::sync::Condvar::new(),
+            })
+        };
+        let fill = |st: &Arc<Stream>| StreamFill {
+            stream: Arc::clone(st),
+            task: rt.spawn(async {}).abort_handle(),
+            key: Key::from("k"),
+            path: PathBuf::from("cache/k"),
+        };
+        let st = stream(vec![(0, 10), (10, 20), (20, 30)]);
+        let f = fill(&st);
+        st.finish_piece(0, Ok(()));
+        f.fill(2, 8).unwrap();
+        std::thread::scope(|s| {
+            let across = s.spawn(|| f.fill(5, 10));
+            std::thread::sleep(Duration::from_millis(50));
+            assert!(!across.is_finished(), "returned before piece 1 arrived");
+            st.finish_piece(1, Ok(()));
+            across.join().unwrap().unwrap();
+            let last = s.spawn(|| f.fill(25, 5));
+            std::thread::sleep(Duration::from_millis(50));
+            assert!(!last.is_finished(), "returned before piece 2 arrived");
+            let e = Error::Remote {
+                endpoint: "http://s3".into(),
+                bucket: "b".into(),
+                key: "k".into(),
+                op: "get",
+                kind: RemoteKind::Transport,
+                reason: "connection reset".into(),
+            };
+            st.finish_piece(2, Err(e));
+            let e = last.join().unwrap().unwrap_err();
+            assert_eq!(e.exit_code(), crate::error::exit::FAILURE);
+            assert!(e.to_string().contains("connection reset"), "{e}");
+        });
+        // Later readers of a missing piece get it too; pieces in place
+        // still read.
+        assert!(f.fill(20, 10).unwrap_err().to_string().contains("reset"));
+        f.fill(0, 20).unwrap();
+        let e = f.fill(25, 10).unwrap_err();
+        assert!(e.to_string().contains("outside the chunks"), "{e}");
+
+        let st = stream(vec![(0, 10)]);
+        let f = fill(&st);
+        std::thread::scope(|s| {
+            let waiting = s.spawn(|| f.fill(0, 10));
+            std::thread::sleep(Duration::from_millis(50));
+            drop(StreamEnd(Arc::clone(&st)));
+            let e = waiting.join().unwrap().unwrap_err();
+            assert!(e.to_string().contains("stopped before its end"), "{e}");
+        });
     }
 }
