@@ -478,6 +478,19 @@ impl OpenChain {
     /// Opens the lineage of generation `g`.
     pub fn open(store: &dyn Store, index: &ChainIndex, g: u64) -> Result<OpenChain> {
         let lineage = index.lineage(g, store)?;
+        // The small files first (P-Tables, Xref files): nothing is rebuilt
+        // before every one of them is read, while a remote store's RPS and
+        // Pointer Files stream in behind (`Store::open_chunked`) and would
+        // share the link with them.
+        for m in &lineage {
+            for f in m
+                .files
+                .iter()
+                .filter(|f| !matches!(f.role, Role::Rps | Role::Pf))
+            {
+                store.open_local(&f.name)?;
+            }
+        }
         let gens = lineage
             .iter()
             .map(|m| OpenGeneration::open(store, m))

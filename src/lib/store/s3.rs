@@ -668,7 +668,7 @@ impl S3Store {
                         tmp.clone(),
                     );
                     self.count();
-                    set.spawn(async move { get_range_into(&s3, &k, a..b, &f, &t).await });
+                    set.spawn(async move { get_range_into(&s3, &k, a..b, &f, &t, |_| {}).await });
                 }
                 let Some(r) = set.join_next().await else {
                     break;
@@ -868,13 +868,15 @@ impl ChunkFill for RangeFill {
 
 /// GETs bytes `range` of `key` into `file` (at `path`, for messages) at
 /// the same offsets, streamed into place with no copy of the range in
-/// memory. Returns the bytes written.
+/// memory; `written(end)` says that bytes `range.start .. end` are in
+/// place. Returns the bytes written.
 async fn get_range_into(
     s3: &AmazonS3,
     key: &Key,
     range: std::ops::Range<u64>,
     file: &File,
     path: &Path,
+    written: impl Fn(u64),
 ) -> std::result::Result<u64, TaskError> {
     let (a, b) = (range.start, range.end);
     let opts = GetOptions::new().with_range(Some(a..b));
@@ -890,6 +892,7 @@ async fn get_range_into(
             .ctx(path, "write cache file")
             .map_err(TaskError::Local)?;
         at += chunk.len() as u64;
+        written(at);
     }
     if at != b {
         return Err(TaskError::Local(Error::Invalid(format!(
@@ -946,8 +949,9 @@ struct Stream {
 
 #[derive(Default)]
 struct StreamState {
-    /// Pieces in place.
-    done: Vec<bool>,
+    /// How far each piece is in place (its bytes arrive in order): a
+    /// reader waits only for the bytes up to the end of its chunk.
+    upto: Vec<u64>,
     /// Why the task stopped early: every waiting and later reader gets it.
     failed: Option<Error>,
 }
@@ -960,7 +964,7 @@ struct StreamEnd(Arc<Stream>);
 impl Drop for StreamEnd {
     fn drop(&mut self) {
         let mut st = self.0.state.lock().unwrap_or_else(|e| e.into_inner());
-        if st.failed.is_none() && !st.done.iter().all(|&d| d) {
+        if st.failed.is_none() && !self.0.complete(&st, 0..self.0.pieces.len()) {
             st.failed = Some(Error::Invalid(
                 "the object's fetch stopped before its end (the store was closed)".into(),
             ));
@@ -970,15 +974,28 @@ impl Drop for StreamEnd {
 }
 
 impl Stream {
-    fn finish_piece(&self, i: usize, r: Result<()>) {
+    /// Piece `i` is in place up to byte `end`.
+    fn advance(&self, i: usize, end: u64) {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.upto[i] = st.upto[i].max(end);
+        self.ready.notify_all();
+    }
+
+    /// Piece `i` is complete, or the fetch failed.
+    fn finish_piece(&self, i: usize, r: Result<()>) {
         match r {
-            Ok(()) => st.done[i] = true,
+            Ok(()) => self.advance(i, self.pieces[i].1),
             Err(e) => {
+                let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
                 st.failed.get_or_insert(e);
+                self.ready.notify_all();
             }
         }
-        self.ready.notify_all();
+    }
+
+    /// Whether `pieces` are all complete.
+    fn complete(&self, st: &StreamState, pieces: std::ops::Range<usize>) -> bool {
+        pieces.into_iter().all(|i| st.upto[i] >= self.pieces[i].1)
     }
 }
 
@@ -994,7 +1011,7 @@ impl StreamFill {
         let pieces = stream_pieces(data, store.get_concurrency);
         let stream = Arc::new(Stream {
             state: Mutex::new(StreamState {
-                done: vec![false; pieces.len()],
+                upto: pieces.iter().map(|&(a, _)| a).collect(),
                 failed: None,
             }),
             pieces,
@@ -1020,8 +1037,13 @@ impl StreamFill {
                         Arc::clone(&file),
                         task_path.clone(),
                     );
+                    let progress = Arc::clone(&st);
                     requests.fetch_add(1, Ordering::Relaxed);
-                    set.spawn(async move { (i, get_range_into(&s3, &k, a..b, &f, &p).await) });
+                    set.spawn(async move {
+                        let r =
+                            get_range_into(&s3, &k, a..b, &f, &p, |end| progress.advance(i, end));
+                        (i, r.await)
+                    });
                 }
                 let Some(r) = set.join_next().await else {
                     break;
@@ -1078,9 +1100,11 @@ impl ChunkFill for StreamFill {
                 ),
             ));
         }
+        let end = offset + len;
         let mut st = s.state.lock().unwrap_or_else(|e| e.into_inner());
         loop {
-            if st.done[first..last].iter().all(|&d| d) {
+            // Every piece before the last complete, the last up to `end`.
+            if s.complete(&st, first..last - 1) && st.upto[last - 1] >= end {
                 return Ok(());
             }
             if let Some(e) = &st.failed {
@@ -1470,7 +1494,7 @@ mod tests {
         let stream = |pieces: Vec<(u64, u64)>| {
             Arc::new(Stream {
                 state: Mutex::new(StreamState {
-                    done: vec![false; pieces.len()],
+                    upto: pieces.iter().map(|&(a, _)| a).collect(),
                     failed: None,
                 }),
                 pieces,
@@ -1491,6 +1515,14 @@ mod tests {
             let across = s.spawn(|| f.fill(5, 10));
             std::thread::sleep(Duration::from_millis(50));
             assert!(!across.is_finished(), "returned before piece 1 arrived");
+            // Part of piece 1 in place: enough for bytes 5..12, not 5..15.
+            st.advance(1, 12);
+            f.fill(5, 7).unwrap();
+            std::thread::sleep(Duration::from_millis(50));
+            assert!(
+                !across.is_finished(),
+                "returned before bytes 12..15 arrived"
+            );
             st.finish_piece(1, Ok(()));
             across.join().unwrap().unwrap();
             let last = s.spawn(|| f.fill(25, 5));
