@@ -63,8 +63,8 @@
 //! * streamed (the default: a full restore, `verify`): a task of the
 //!   store's runtime fetches the chunks' bytes in order, in pieces that
 //!   grow from 1 MiB to [`RANGE_SIZE`], `s3_get_concurrency` in flight,
-//!   and a reader that needs a chunk waits only for the pieces holding it
-//!   (`StreamFill`). A restore decodes and writes the first pages while the
+//!   and a reader that needs a chunk waits only until the bytes up to
+//!   its end have landed (`StreamFill`). A restore decodes and writes the first pages while the
 //!   rest of the lineage is still on its way: its time is about the
 //!   fetch's, not the fetch's plus the decode's. If the fetch fails, every
 //!   reader waiting for a piece gets its error.
@@ -927,11 +927,13 @@ fn stream_pieces(range: std::ops::Range<u64>, concurrency: usize) -> Vec<(u64, u
 /// a task of the store's runtime fetches its chunks' bytes in order, in
 /// pieces ([`stream_pieces`]), `s3_get_concurrency` in flight, into the
 /// object's sparse cache file, and a reader asking for a chunk
-/// ([`ChunkFill::fill`]) waits only for the pieces that hold it. A full
+/// ([`ChunkFill::fill`]) waits only until the bytes up to the chunk's end
+/// have landed (a piece's bytes land in order, and each body part written
+/// is reported at once). A full
 /// restore thus decodes and writes the first pages while the rest of the
 /// lineage is still arriving, where fetching every object before opening
-/// it made the restore the sum of the two. Each piece is written once,
-/// before any chunk it overlaps is verified, so no byte a reader holds
+/// it made the restore the sum of the two. Each byte is written once,
+/// before any chunk that holds it is verified, so no byte a reader holds
 /// changes. The task stops when the file is dropped.
 struct StreamFill {
     stream: Arc<Stream>,
