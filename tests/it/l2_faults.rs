@@ -16,6 +16,7 @@ use std::process::{Command, Output};
 
 use rexctl::format::ic::IcMeta;
 use rexctl::format::manifest::{FORMAT, GenKind, Manifest, Timings, manifest_name};
+use rexctl::format::ptable::PTableDelta;
 use rexctl::l1::coalesce::CList;
 use rexctl::l1::{L1Dir, list_ic_files};
 use rexctl::l2::chain::{ChainIndex, OpenChain};
@@ -843,6 +844,86 @@ fn push_after_l1_copy_damage_succeeds_and_heals() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Rewrites the P-Table delta at `path` as another valid one of the same
+/// length: its last page renumbered, every CRC recomputed. Returns the
+/// whole-file CRC-32 before and after, which are equal: each region of a
+/// P-Table ends with its own CRC, so the file's CRC-32 depends on its
+/// length alone (CRC-32's residue).
+fn renumber_last_page(path: &Path) -> (u32, u32) {
+    let before = std::fs::read(path).unwrap();
+    let mut t = PTableDelta::read(path).unwrap();
+    *t.pages.last_mut().expect("a page") += 1000;
+    let after = t.encode();
+    assert_eq!(after.len(), before.len());
+    assert_ne!(after, before);
+    std::fs::write(path, &after).unwrap();
+    (crc32fast::hash(&before), crc32fast::hash(&after))
+}
+
+/// The defect helper-16 found: a P-Table rewritten consistently (a page
+/// renumbered, its CRCs recomputed) kept the manifest's whole-file CRC-32,
+/// so `restore` and `verify` exited 0 with a page at the wrong address, and
+/// a restore from L1 plus L2 preferred L1's rewritten copy. The manifest's
+/// XXH3 of the P-Table now tells them apart: L2's copy fails the restore
+/// and `verify` (exit 3, naming the file), L1's copy falls back to L2.
+#[test]
+fn ptable_rewritten_with_the_same_crc_is_caught() {
+    let c = chain3(26);
+    let mut failures = Vec::new();
+    // In L2: the restore fails, naming the file; verify exits 3.
+    {
+        let work = tempfile::tempdir().unwrap();
+        let (l1, l2) = (work.path().join("l1"), work.path().join("l2"));
+        copy_tree(&c.template.join("l1"), &l1);
+        copy_tree(&c.template.join("l2"), &l2);
+        let (a, b) = renumber_last_page(&gen_file(&l2, 3, "ptab"));
+        assert_eq!(a, b, "the premise: the CRC-32 does not change");
+        let (out, img) = restore(&l2, None, &[], &work.path().join("a"));
+        case(&mut failures, || {
+            assert_names(
+                &out,
+                3,
+                "ptab",
+                Defect::Flip,
+                "rewritten L2 P-Table: restore",
+            );
+            assert!(!img.exists(), "an image was left behind");
+            assert!(stderr(&out).contains("XXH3"), "{}", stderr(&out));
+        });
+        let v = rex(&["verify", "--l2", s(&l2)], None);
+        case(&mut failures, || {
+            assert_eq!(v.status.code(), Some(3), "{}", show(&["verify"], &v));
+        });
+    }
+    // In L1's copy: L2's copy is used, with a warning; verify --l1 exits 3.
+    {
+        let work = tempfile::tempdir().unwrap();
+        let (l1, l2) = (work.path().join("l1"), work.path().join("l2"));
+        copy_tree(&c.template.join("l1"), &l1);
+        copy_tree(&c.template.join("l2"), &l2);
+        renumber_last_page(&gen_file(&l1.join("rex"), 3, "ptab"));
+        case(&mut failures, || {
+            let err = restore_exact(
+                &l2,
+                Some(&l1),
+                &[],
+                &work.path().join("b"),
+                &c.images[&7],
+                "rewritten L1 P-Table: restore --l1 --l2",
+            );
+            assert!(
+                err.contains("warning") && err.contains("generation 3"),
+                "no warning naming generation 3:\n{err}"
+            );
+        });
+        let v = rex(&["verify", "--l2", s(&l2), "--l1", s(&l1)], None);
+        case(&mut failures, || {
+            assert_eq!(v.status.code(), Some(3), "{}", show(&["verify"], &v));
+        });
+    }
+    assert_no_failures(&failures, 4);
 }
 
 /// L2 lost its newest manifest (generation 3) after the push deleted the IC

@@ -10,6 +10,14 @@
 //! whole-file CRC-32 whenever it is copied (upload, copy back to L1) and by
 //! `verify`; restores rely on the files' own chunk CRCs and on each rebuilt
 //! page's CRC.
+//!
+//! The whole-file CRC-32 cannot tell apart two P-Tables (or Xref files)
+//! of the same length: each of their regions ends with its own CRC-32, and
+//! a CRC-32 run over data followed by that data's CRC ends in the same
+//! state whatever the data (the CRC's residue), so the file's CRC depends
+//! on its length alone. Those files carry what every restore trusts (page
+//! numbers, page CRCs, drops), so the manifest also records their XXH3-64
+//! (`xxh3`), checked whenever one is opened (docs/FORMAT.md §3.4.2).
 
 use std::path::Path;
 
@@ -61,6 +69,66 @@ pub struct FileEntry {
     pub bytes: u64,
     /// CRC-32 of the whole file.
     pub crc32: u32,
+    /// XXH3-64 of the whole file, for the P-Table and the Xref file (see
+    /// the module doc for why their CRC-32 does not bind them); absent in
+    /// manifests written before it, and for the RPS and Pointer File, whose
+    /// chunks' CRCs are in their chunk table and whose pages' CRCs are in
+    /// the P-Table.
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "hex64")]
+    pub xxh3: Option<u64>,
+}
+
+/// `Option<u64>` as 16 lowercase hex digits in JSON (a 64-bit number is not
+/// exact in every JSON reader people use on a manifest).
+mod hex64 {
+    use serde::{Deserialize, Deserializer, Serializer, de::Error};
+
+    pub fn serialize<S: Serializer>(v: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(x) => s.serialize_str(&format!("{x:016x}")),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+        let Some(h) = Option::<String>::deserialize(d)? else {
+            return Ok(None);
+        };
+        if h.len() != 16
+            || !h
+                .bytes()
+                .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c))
+        {
+            return Err(D::Error::custom(format!(
+                "xxh3 {h:?} is not 16 lowercase hex digits"
+            )));
+        }
+        u64::from_str_radix(&h, 16)
+            .map(Some)
+            .map_err(D::Error::custom)
+    }
+}
+
+impl Role {
+    /// The extension of this role's object name (`gNNNNNNNN.<ext>`).
+    pub fn ext(self) -> &'static str {
+        match self {
+            Role::Rps => "rps",
+            Role::Pf => "pf",
+            Role::Ptable => "ptab",
+            Role::Xref => "xref",
+        }
+    }
+}
+
+/// Length, CRC-32 and XXH3-64 of `bytes` (a P-Table's or Xref file's, as
+/// written), for its [`FileEntry`].
+pub fn digest(bytes: &[u8]) -> (u64, u32, u64) {
+    (
+        bytes.len() as u64,
+        crc32fast::hash(bytes),
+        xxhash_rust::xxh3::xxh3_64(bytes),
+    )
 }
 
 /// Time spent in each stage of the push, in seconds.
@@ -253,10 +321,14 @@ impl Manifest {
             );
         }
         for f in &self.files {
-            if f.name.contains('/') || f.name.starts_with('.') || f.name.is_empty() {
+            let want = object_name(self.generation, f.role.ext());
+            if f.name != want {
                 return bad(
                     "files",
-                    format!("file name {:?} is not a plain name", f.name),
+                    format!(
+                        "the {:?} file is named {:?}, not {want:?} (generation {}'s)",
+                        f.role, f.name, self.generation
+                    ),
                 );
             }
         }
@@ -372,4 +444,106 @@ pub fn generation_of(name: &str) -> Option<u64> {
     let (stem, ext) = name.split_once('.')?;
     let g: u64 = stem.strip_prefix('g')?.parse().ok()?;
     (object_name(g, ext) == name).then_some(g)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn manifest() -> Manifest {
+        let files = [Role::Rps, Role::Pf, Role::Ptable]
+            .into_iter()
+            .map(|role| FileEntry {
+                role,
+                name: object_name(4, role.ext()),
+                bytes: 100,
+                crc32: 7,
+                xxh3: (role == Role::Ptable).then_some(0xdead_beef),
+            })
+            .collect();
+        Manifest {
+            format: FORMAT,
+            generation: 4,
+            parent: Some(3),
+            chain_base: 1,
+            kind: GenKind::Delta,
+            page_size: 4096,
+            pattern_size: 32,
+            first_seq: 10,
+            last_seq: 12,
+            time_ns: 1,
+            pattern_base: 1000,
+            patterns: 10,
+            live_pages: 5,
+            dirty_pages: 2,
+            dropped_pages: 0,
+            files,
+            bytes_in: 1,
+            bytes_out: 1,
+            compression_ratio: 1.0,
+            timings: Timings::default(),
+            created_ns: 1,
+            writer: "test".into(),
+            chain_id: None,
+            job: None,
+            rank: None,
+            regions: None,
+            job_generation: None,
+        }
+    }
+
+    fn decode(m: &Manifest) -> Result<Manifest> {
+        Manifest::decode(Path::new("g00000004.manifest"), &m.encode())
+    }
+
+    #[test]
+    fn xxh3_is_written_as_hex_and_read_back() {
+        let m = manifest();
+        let text = String::from_utf8(m.encode()).unwrap();
+        assert!(text.contains("\"xxh3\": \"00000000deadbeef\""), "{text}");
+        // Only where it is known: the RPS and Pointer File entries have none.
+        assert_eq!(text.matches("xxh3").count(), 1, "{text}");
+        assert_eq!(decode(&m).unwrap(), m);
+    }
+
+    #[test]
+    fn a_malformed_xxh3_is_refused() {
+        let good = String::from_utf8(manifest().encode()).unwrap();
+        for bad in [
+            "00000000DEADBEEF",
+            "deadbeef",
+            "00000000deadbeeg",
+            "0x000000deadbeef",
+        ] {
+            let body = good.replace("00000000deadbeef", bad);
+            let body = &body[..body.rfind("crc32 ").unwrap()];
+            let framed = format!("{body}crc32 {:08x}\n", crc32fast::hash(body.as_bytes()));
+            let e = Manifest::decode(Path::new("m"), framed.as_bytes()).unwrap_err();
+            assert!(e.to_string().contains("xxh3"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_file_must_bear_its_generations_name_for_its_role() {
+        for (i, name) in [
+            "g00000004.rps\u{0}x",
+            "g00000003.rps",
+            "g00000004.pf",
+            "g4.rps",
+            "../g00000004.rps",
+            "",
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let mut m = manifest();
+            m.files[0].name = name.into();
+            let e = decode(&m).unwrap_err();
+            assert!(
+                matches!(e, Error::Corrupt { .. }) && e.to_string().contains("g00000004.rps"),
+                "case {i} {name:?}: {e}"
+            );
+        }
+        decode(&manifest()).unwrap();
+    }
 }

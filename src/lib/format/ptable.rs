@@ -74,13 +74,14 @@ impl PTableDelta {
         b
     }
 
-    /// Writes the file durably at `path`; returns (length, CRC-32 of the file).
-    pub fn write(&self, path: &Path) -> Result<(u64, u32)> {
+    /// Writes the file durably at `path`; returns its length, CRC-32 and
+    /// XXH3-64 ([`digest`](crate::format::manifest::digest)).
+    pub fn write(&self, path: &Path) -> Result<(u64, u32, u64)> {
         check_index(&self.pages, &self.drops)
             .map_err(|e| Error::Invalid(format!("{}: refusing to write: {e}", path.display())))?;
         let b = self.encode();
         durable::write_file(path, &b)?;
-        Ok((b.len() as u64, crc32fast::hash(&b)))
+        Ok(crate::format::manifest::digest(&b))
     }
 
     /// Reads and checks `path`.

@@ -97,9 +97,9 @@ impl XrefFile {
         Ok(b)
     }
 
-    /// Writes the file durably at `path`; returns (length, CRC-32 of the
-    /// file).
-    pub fn write(&self, path: &Path) -> Result<(u64, u32)> {
+    /// Writes the file durably at `path`; returns its length, CRC-32 and
+    /// XXH3-64 ([`digest`](crate::format::manifest::digest)).
+    pub fn write(&self, path: &Path) -> Result<(u64, u32, u64)> {
         if !self.refs.windows(2).all(|w| w[0].page < w[1].page) {
             return Err(Error::Invalid(format!(
                 "{}: refusing to write cross-rank references that are not ascending by page",
@@ -108,7 +108,7 @@ impl XrefFile {
         }
         let b = self.encode()?;
         durable::write_file(path, &b)?;
-        Ok((b.len() as u64, crc32fast::hash(&b)))
+        Ok(crate::format::manifest::digest(&b))
     }
 
     /// Reads and checks `path`, which may hold at most `max_count` records

@@ -990,7 +990,7 @@ fn run<H: PatternHasher>(
     out.patterns = unit.next - base;
     let (rps_len, rps_crc) = unit.rps.finish()?;
     let (pf_len, pf_crc) = unit.pf.finish()?;
-    let (pt_len, pt_crc) = ptab.write(&job.dir.join(&names[2]))?;
+    let (pt_len, pt_crc, pt_xxh3) = ptab.write(&job.dir.join(&names[2]))?;
     if xref_pages.len() != job.xrefs.len() {
         return Err(Error::Invalid(format!(
             "{} of {} cross-rank references name pages generation {} does not write",
@@ -1005,18 +1005,21 @@ fn run<H: PatternHasher>(
             name: names[0].clone(),
             bytes: rps_len,
             crc32: rps_crc,
+            xxh3: None,
         },
         FileEntry {
             role: Role::Pf,
             name: names[1].clone(),
             bytes: pf_len,
             crc32: pf_crc,
+            xxh3: None,
         },
         FileEntry {
             role: Role::Ptable,
             name: names[2].clone(),
             bytes: pt_len,
             crc32: pt_crc,
+            xxh3: Some(pt_xxh3),
         },
     ];
     if !job.xrefs.is_empty() {
@@ -1026,12 +1029,13 @@ fn run<H: PatternHasher>(
             generation: job.generation,
             refs: job.xrefs.to_vec(),
         };
-        let (bytes, crc32) = xf.write(&xf.path)?;
+        let (bytes, crc32, xxh3) = xf.write(&xf.path)?;
         out.files.push(FileEntry {
             role: Role::Xref,
             name,
             bytes,
             crc32,
+            xxh3: Some(xxh3),
         });
     }
     out.xref_pages = job.xrefs.len() as u64;

@@ -1115,12 +1115,24 @@ fn other_files_in_l2(job: &Job, m: &Manifest) -> Result<Option<String>> {
                 f.name, o.bytes, f.bytes
             )));
         }
-        let (_, crc) = crate::store::file_crc(&job.l2.open_local(&f.name)?)?;
+        let local = job.l2.open_local(&f.name)?;
+        let (_, crc) = crate::store::file_crc(&local)?;
         if crc != f.crc32 {
             return Ok(Some(format!(
                 "L2 holds another {} (CRC {crc:08x}, L1's copy has {:08x}): the files of another generation of that number, whose manifest is missing",
                 f.name, f.crc32
             )));
+        }
+        // A P-Table's CRC-32 depends on its length alone (see
+        // `format::manifest`): its XXH3 tells two apart.
+        if let Some(want) = f.xxh3 {
+            let got = xxhash_rust::xxh3::xxh3_64(&std::fs::read(&local).ctx(&local, "read")?);
+            if got != want {
+                return Ok(Some(format!(
+                    "L2 holds another {} (XXH3 {got:016x}, L1's copy has {want:016x}): the files of another generation of that number, whose manifest is missing",
+                    f.name
+                )));
+            }
         }
     }
     Ok(None)
