@@ -274,6 +274,29 @@ fn captured_checkpoints_push_and_restore_through_l2() {
     assert_eq!(cap.next_seq(), 5);
 }
 
+/// A push beside a live capture leaves the checkpoint it is writing alone
+/// (helper-17's defect: a push's recovery removed the capture's temporary
+/// file, whose rename then failed and ended the capture); once no producer
+/// holds the L1 directory, a push removes such a file as stale.
+#[test]
+fn a_push_beside_a_live_capture_leaves_its_temporary_alone() {
+    let Some(py) = python() else { return };
+    let d = tempfile::tempdir().unwrap();
+    let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
+    let kid = Kid::start(&py, d.path());
+    let mut cap = Capture::attach(kid.pid(), &l1, CaptureOptions::default()).unwrap();
+    taken(cap.checkpoint().unwrap());
+    let job = Job::open(&l1, Box::new(DirStore::create(&l2).unwrap())).unwrap();
+    // The next checkpoint, being written, as the capture names it.
+    let tmp = l1.join(format!(".ckpt-00000001.rexic.tmp-{}-0", std::process::id()));
+    std::fs::write(&tmp, b"being written").unwrap();
+    push_l2(&job, &PushOptions::default()).unwrap();
+    assert!(tmp.exists(), "the push removed a live capture's temporary");
+    drop(cap);
+    let r = push_l2(&job, &PushOptions::default()).unwrap();
+    assert!(!tmp.exists(), "a stale temporary stays: {:?}", r.recovered);
+}
+
 #[test]
 fn a_restarted_capture_continues_the_chain_of_the_same_process_only() {
     let Some(py) = python() else { return };
@@ -372,7 +395,12 @@ fn a_process_killed_during_a_checkpoint_leaves_the_chain_valid() {
     names.sort();
     assert_eq!(
         names,
-        [".capture-state", ".capture.lock", "ckpt-00000000.rexic"],
+        [
+            ".capture-state",
+            ".capture.lock",
+            ".rex.producer.lock",
+            "ckpt-00000000.rexic"
+        ],
         "nothing partial was published"
     );
     let chain = L1Dir::scan(&l1).unwrap();

@@ -240,3 +240,43 @@ fn man_pages_are_up_to_date() {
         }
     }
 }
+
+/// Every example of `--help` and the man pages parses: each `$ rexctl ...`
+/// command of `cmd/examples.rs`, its environment assignments and `mpirun`
+/// prefix dropped and its shell redirection cut, runs with `--help` added
+/// before any `--` (clap prints the help once every argument before it
+/// parsed, and refuses an unknown one). helper-17 found `coalesce ... -o`
+/// in an example that only took `--out`.
+#[test]
+fn every_example_command_line_parses() {
+    let src = include_str!("../../src/bin/rexctl/cmd/examples.rs");
+    let mut checked = 0;
+    let mut bad = Vec::new();
+    for line in src.lines() {
+        let Some(cmd) = line.trim_start().strip_prefix("$ ") else {
+            continue;
+        };
+        // Each command of `a && b`, `a; b`, `a | b`; a redirection ends one.
+        for part in cmd.split("&&").flat_map(|c| c.split([';', '|'])) {
+            let part = part.split('>').next().unwrap();
+            let words: Vec<&str> = part.split_whitespace().collect();
+            let Some(at) = words.iter().position(|w| *w == "rexctl") else {
+                continue;
+            };
+            let mut args: Vec<&str> = words[at + 1..].to_vec();
+            let sep = args.iter().position(|w| *w == "--").unwrap_or(args.len());
+            args.insert(sep, "--help");
+            let out = run(&args);
+            if !out.status.success() {
+                bad.push(format!(
+                    "{line}\n  exit {:?}: {}",
+                    out.status.code(),
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ));
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 25, "only {checked} examples found");
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}

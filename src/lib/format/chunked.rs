@@ -1196,7 +1196,9 @@ impl WriteFormat {
         let h = ChunkedHeader::new(kind, record_size, generation, first_record, aux);
         ChunkedHeader {
             version: self.version,
-            chunk_size: self.chunk_size,
+            // A chunk holds whole records: patterns larger than the chunk
+            // size (up to the largest page, 1 MiB) get chunks of their size.
+            chunk_size: self.chunk_size.max(record_size),
             coding: if self.version == 1 {
                 Coding::Records
             } else {

@@ -955,7 +955,12 @@ fn run<H: PatternHasher>(
                 // A page another rank stored has no pointers of this chain:
                 // its patterns are written without a source to confirm
                 // later hits against (they are never hits, only misses).
-                let ptrs: &[u8] = if chain.xref(*lp).is_some() {
+                // So is a page of a chain with another pattern size (a
+                // complete coalescence that changes it): its old pointers
+                // do not name its new patterns.
+                let ptrs: &[u8] = if chain.xref(*lp).is_some()
+                    || chain.manifest().pattern_size != job.pattern_size
+                {
                     &[]
                 } else {
                     chain.pointers(*lp)?

@@ -888,16 +888,17 @@ pub fn recover(
     if !collective {
         refuse_job_chain(job)?;
     }
-    // A live producer (a job checkpointing itself through librex) holds the
-    // producer lock and may be writing its next IC file under a temporary
-    // name right now: its temporaries are not stale, and it removes its own
-    // crashed predecessor's when it starts.
-    let producer_alive = matches!(
-        JobLock::acquire_producer(&job.l1, "recovery"),
-        Err(Error::Busy { .. })
-    );
+    // A live producer (a job checkpointing itself through librex, or
+    // `rexctl capture`) holds the producer lock and may be writing its next
+    // IC file under a temporary name right now: its temporaries are not
+    // stale, and it removes its own crashed predecessor's when it starts.
+    // Held while the temporaries are removed, the lock keeps a producer
+    // from starting in between.
+    // (Any failure to take it counts as a live producer: the temporaries
+    // stay.)
+    let producer = JobLock::acquire_producer(&job.l1, "recovery").ok();
     let mut dirs = vec![job.l1_chain.root().to_path_buf()];
-    if !producer_alive {
+    if producer.is_some() {
         dirs.insert(0, job.l1.clone());
     }
     for dir in dirs {
@@ -908,6 +909,7 @@ pub fn recover(
                 .push(format!("removed {n} temporary files in {}", dir.display()));
         }
     }
+    drop(producer);
     if let Some(root) = job.l2.local_root() {
         let n = durable::remove_stale_temps(&root)?;
         if n > 0 {

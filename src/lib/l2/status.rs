@@ -64,8 +64,8 @@ pub struct Status {
     pub regions: Option<RegionTable>,
     /// The seq whose region table `regions` is.
     pub regions_seq: Option<u64>,
-    /// The live librex job writing this L1 directory (who holds its
-    /// producer lock), if one runs.
+    /// The live producer writing this L1 directory (a librex job or a
+    /// capture: who holds its producer lock), if one runs.
     pub producer: Option<String>,
 }
 

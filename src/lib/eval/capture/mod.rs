@@ -34,7 +34,11 @@
 //!
 //! Two captures cannot write one L1 directory at once
 //! (`L1/.capture.lock`). `rexctl push-l2` and `flush` may run beside a
-//! capture: they only read and delete published IC files.
+//! capture: they only read and delete published IC files. A capture holds
+//! the L1 directory's producer lock for its whole run, as a job
+//! checkpointing itself through librex does, so that a push's recovery
+//! leaves the temporary file of the checkpoint being written alone, and so
+//! that a capture and a librex job never write one L1 directory.
 
 mod memory;
 mod process;
@@ -55,6 +59,7 @@ pub use state::{CaptureState, ProcessIdentity, STATE_NAME};
 
 use crate::error::{Error, IoContext, Result};
 use crate::format::ic::{ChainId, IcWriter, now_ns};
+use crate::l1::lock::JobLock;
 use memory::{
     Memory, ProcMemory, ScanOpts, ScanPart, drop_ranges, live_runs, scan_part, split_runs,
 };
@@ -199,6 +204,7 @@ pub struct Capture {
     start_note: String,
     bufs: Vec<Vec<u8>>,
     _lock: File,
+    _producer: JobLock,
     after_stop: Option<Box<dyn FnMut(u32) + Send>>,
 }
 
@@ -360,6 +366,7 @@ impl Capture {
         };
         std::fs::create_dir_all(&l1).ctx(&l1, "create directory")?;
         let lock = lock_dir(&l1)?;
+        let producer = JobLock::acquire_producer(&l1, "rexctl capture")?;
         let newest_ck = newest_checkpoint(&l1)?;
         let newest = newest_ck.map(|n| n.0);
         let (state, state_note) = match CaptureState::load(&l1) {
@@ -383,6 +390,7 @@ impl Capture {
             start_note: String::new(),
             bufs: Vec::new(),
             _lock: lock,
+            _producer: producer,
             after_stop: None,
         };
         let why_full = match &state {

@@ -27,8 +27,8 @@ pub struct Args {
     #[arg(long)]
     from: Option<u64>,
     /// Write the coalesced batch as one REX-IC file (pages copied from their
-    /// last copies, CRC-checked).
-    #[arg(long)]
+    /// last copies, CRC-checked); `-o`, as in `restore`.
+    #[arg(short = 'o', long, value_name = "FILE")]
     out: Option<PathBuf>,
     /// Print the summary and the C-List as JSON.
     #[arg(long)]

@@ -65,7 +65,10 @@ pub struct Args {
     /// the region's bytes, as the job had them.
     #[arg(long, value_name = "ID", conflicts_with = "pages")]
     region: Option<u32>,
-    /// Restore this generation instead of the newest.
+    /// Restore this generation instead of the newest. With an L1 directory
+    /// the pending checkpoints go on top only when N is the newest
+    /// generation (they continue it); an older one is restored alone (use
+    /// --seq for the state at a checkpoint).
     #[arg(long, value_name = "N")]
     generation: Option<u64>,
     /// With --rank R, when the L2 location is an MPI job's (as `push-l2

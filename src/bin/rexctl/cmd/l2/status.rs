@@ -123,7 +123,7 @@ fn print_human(job: &Job, s: &Status) -> Result<(), ui::StdoutError> {
         }
     }
     if let Some(h) = &s.producer {
-        outln!("a librex job checkpoints into this L1 directory: {h}");
+        outln!("a live producer (librex job or capture) checkpoints into this L1 directory: {h}");
     }
     for i in &s.invalid {
         outln!("{}: {i}", ui::bad("INVALID"));
