@@ -533,6 +533,8 @@ thread_local! {
         const { std::cell::RefCell::new(None) };
     /// Scratch for a pointer-coded chunk's coded bytes.
     static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// Where [`ChunkedFile::check_chunk_at`] decodes a chunk it does not keep.
+    static DISCARD: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Decompresses the zstd frames `src` into `dst` (at most its length, with
@@ -902,21 +904,50 @@ impl ChunkedFile {
             }
             None => None,
         };
+        let stored = self.check_stored(i)?;
+        if let Some(d) = &self.decoded {
+            let (start, end) = self.chunk_range(i);
+            // SAFETY: `start..end` is chunk `i` of the decoded mapping
+            // (within its `payload_len` bytes); the chunk is not verified
+            // and its lock is held, so no other thread writes it and no
+            // reference to it exists (see `Decoded`).
+            let dst = unsafe {
+                std::slice::from_raw_parts_mut(d.base.add(start as usize), (end - start) as usize)
+            };
+            self.check_decoded(i, stored, dst)?;
+        }
+        self.verified[i].store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Payload bytes `start..end` of chunk `i`.
+    fn chunk_range(&self, i: usize) -> (u64, u64) {
+        let cs = u64::from(self.header.chunk_size);
+        let start = i as u64 * cs;
+        (start, (start + cs).min(self.payload_len))
+    }
+
+    /// The error of chunk `i`: names the file, the chunk and its stored
+    /// bytes, then `what`.
+    fn chunk_error(&self, i: usize, what: String) -> Error {
+        let c = self.chunks[i];
+        let end_off = c.off + u64::from(c.len);
+        Error::corrupt(
+            &self.path,
+            c.off,
+            "chunk data",
+            format!("chunk {i} (bytes {}..{end_off}{what}", c.off),
+        )
+    }
+
+    /// Brings chunk `i`'s stored bytes in (a lazily filled file) and checks
+    /// their CRC; returns them.
+    fn check_stored(&self, i: usize) -> Result<&[u8]> {
         let c = self.chunks[i];
         if let Some(fill) = &self.fill {
             fill.fill(c.off, u64::from(c.len))?;
         }
-        let end_off = c.off + u64::from(c.len);
-        // Every chunk error names the file, the chunk and its stored bytes.
-        let bad = |what: String| {
-            Error::corrupt(
-                &self.path,
-                c.off,
-                "chunk data",
-                format!("chunk {i} (bytes {}..{end_off}{what}", c.off),
-            )
-        };
-        let stored = &self.map[c.off as usize..end_off as usize];
+        let stored = &self.map[c.off as usize..(c.off + u64::from(c.len)) as usize];
         let actual = crc32fast::hash(stored);
         if actual != c.stored_crc {
             let how = match (self.header.version, c.codec) {
@@ -925,33 +956,82 @@ impl ChunkedFile {
                 (_, Codec::Zstd) => ", stored by zstd",
                 (_, Codec::ZstdLanes(_)) => ", stored by zstd in byte lanes",
             };
-            return Err(bad(format!(
-                "{how}) has CRC {actual:#010x}, the chunk table says {:#010x}",
-                c.stored_crc
-            )));
+            return Err(self.chunk_error(
+                i,
+                format!(
+                    "{how}) has CRC {actual:#010x}, the chunk table says {:#010x}",
+                    c.stored_crc
+                ),
+            ));
         }
-        if let Some(d) = &self.decoded {
-            let cs = u64::from(self.header.chunk_size);
-            let start = i as u64 * cs;
-            let end = (start + cs).min(self.payload_len);
-            // SAFETY: `start..end` is chunk `i` of the decoded mapping
-            // (within its `payload_len` bytes); the chunk is not verified
-            // and its lock is held, so no other thread writes it and no
-            // reference to it exists (see `Decoded`).
-            let dst = unsafe {
-                std::slice::from_raw_parts_mut(d.base.add(start as usize), (end - start) as usize)
-            };
-            self.decode_chunk(stored, c.codec, dst)
-                .map_err(|why| bad(format!(") does not decode: {why}")))?;
-            let got = crc32fast::hash(dst);
-            if got != c.decoded_crc {
-                return Err(bad(format!(
+        Ok(stored)
+    }
+
+    /// Decodes chunk `i`'s `stored` bytes into `dst` (its payload length)
+    /// and checks the CRC of what they decode to.
+    fn check_decoded(&self, i: usize, stored: &[u8], dst: &mut [u8]) -> Result<()> {
+        let c = self.chunks[i];
+        self.decode_chunk(stored, c.codec, dst)
+            .map_err(|why| self.chunk_error(i, format!(") does not decode: {why}")))?;
+        let got = crc32fast::hash(dst);
+        if got != c.decoded_crc {
+            let (start, end) = self.chunk_range(i);
+            return Err(self.chunk_error(
+                i,
+                format!(
                     ") decodes to payload bytes {start}..{end} with CRC {got:#010x}, the chunk table says {:#010x}",
                     c.decoded_crc
-                )));
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks chunk `i` as a reader's first use does, without keeping what
+    /// it decodes to: the bytes go to a scratch buffer of this thread, the
+    /// decoded mapping is not written, and the chunk stays unverified (a
+    /// reader that needs it later decodes it then). `verify` checks the
+    /// chunks no live page references this way, so that its memory follows
+    /// what the live pages reference, not the payload's decoded size.
+    /// `false` when there is no such chunk.
+    pub fn check_chunk_at(&self, i: usize) -> Result<bool> {
+        if i >= self.chunks.len() {
+            return Ok(false);
+        }
+        if self.decoded.is_none() || self.verified[i].load(Ordering::Acquire) {
+            // Nothing to decode: the check is the verification.
+            return self.verify_chunk(i).map(|()| true);
+        }
+        let _guard = self
+            .locks
+            .get(i)
+            .map(|l| l.lock().unwrap_or_else(|e| e.into_inner()));
+        let stored = self.check_stored(i)?;
+        let (start, end) = self.chunk_range(i);
+        DISCARD.with(|d| {
+            let mut d = d.borrow_mut();
+            d.resize((end - start) as usize, 0);
+            self.check_decoded(i, stored, &mut d)
+        })?;
+        Ok(true)
+    }
+
+    /// Checks the stored CRC of every chunk not yet verified, decoding
+    /// nothing: what a restore from L1's copy of a chain checks before it
+    /// trusts that copy over L2's (each chunk's decoded CRC is checked when
+    /// a page first needs it).
+    pub fn check_stored_all(&self) -> Result<()> {
+        for i in 0..self.chunks.len() {
+            if self.decoded.is_none() {
+                self.verify_chunk(i)?;
+            } else if !self.verified[i].load(Ordering::Acquire) {
+                let _guard = self
+                    .locks
+                    .get(i)
+                    .map(|l| l.lock().unwrap_or_else(|e| e.into_inner()));
+                self.check_stored(i)?;
             }
         }
-        self.verified[i].store(true, Ordering::Release);
         Ok(())
     }
 
@@ -997,16 +1077,6 @@ impl ChunkedFile {
     /// Verifies (and decodes) every chunk.
     pub fn verify_all(&self) -> Result<()> {
         (0..self.chunks.len()).try_for_each(|i| self.verify_chunk(i))
-    }
-
-    /// Verifies (and decodes) chunk `i`; `false` when there is no such
-    /// chunk. For spreading a whole file's decoding over threads
-    /// ([`verify_all_parallel`]).
-    pub fn verify_chunk_at(&self, i: usize) -> Result<bool> {
-        if i >= self.chunks.len() {
-            return Ok(false);
-        }
-        self.verify_chunk(i).map(|()| true)
     }
 
     /// Chunk `k`'s payload bytes, verified (and decoded) on first use: the
@@ -1100,15 +1170,14 @@ impl ChunkedFile {
     }
 }
 
-/// Verifies (and decodes) every chunk of `files` on `threads` threads,
-/// which take chunks from a shared counter (large files and small ones
-/// spread evenly). The first error found is returned.
-pub fn verify_all_parallel(files: &[&ChunkedFile], threads: usize) -> Result<()> {
+/// Checks every chunk of `files` on `threads` threads, which take chunks
+/// from a shared counter (large files and small ones spread evenly),
+/// keeping nothing it decodes ([`ChunkedFile::check_chunk_at`]): chunks
+/// already verified are skipped, the others checked and left unverified.
+/// The first error found is returned.
+pub fn check_all_parallel(files: &[&ChunkedFile], threads: usize) -> Result<()> {
     let total: usize = files.iter().map(|f| f.chunk_count()).sum();
     let threads = threads.clamp(1, total.max(1));
-    if threads == 1 {
-        return files.iter().try_for_each(|f| f.verify_all());
-    }
     let next = std::sync::atomic::AtomicUsize::new(0);
     let failed = AtomicBool::new(false);
     let work = || -> Result<()> {
@@ -1119,7 +1188,7 @@ pub fn verify_all_parallel(files: &[&ChunkedFile], threads: usize) -> Result<()>
             }
             for f in files {
                 if k < f.chunk_count() {
-                    if let Err(e) = f.verify_chunk_at(k) {
+                    if let Err(e) = f.check_chunk_at(k) {
                         failed.store(true, Ordering::Relaxed);
                         return Err(e);
                     }
@@ -1129,6 +1198,9 @@ pub fn verify_all_parallel(files: &[&ChunkedFile], threads: usize) -> Result<()>
             }
         }
     };
+    if threads == 1 {
+        return work();
+    }
     std::thread::scope(|s| {
         let handles: Vec<_> = (1..threads).map(|_| s.spawn(work)).collect();
         let mut result = work();
@@ -2036,5 +2108,64 @@ mod tests {
             err.contains("chunk 2") && err.contains("decodes to payload bytes 8192..12288"),
             "{err}"
         );
+    }
+
+    /// `check_chunk_at` (what `verify` runs on chunks no live page needs)
+    /// checks both CRCs of a chunk but keeps nothing: the chunk stays
+    /// unverified and its decoded bytes are not in the file's mapping; a
+    /// flipped stored byte or a wrong decoded CRC is still an error naming
+    /// the chunk. `check_stored_all` checks stored bytes only.
+    #[test]
+    fn checking_a_chunk_keeps_nothing_and_still_finds_its_damage() {
+        let d = tempfile::tempdir().unwrap();
+        let data = vec![7u8; 32 * 1024];
+        let fmt = WriteFormat {
+            chunk_size: 1 << 12,
+            ..WriteFormat::default()
+        };
+        let p = write_v(d.path(), "g.rps", Kind::Rps, fmt, &data);
+        let good = std::fs::read(&p).unwrap();
+        let f = ChunkedFile::open(&p, Kind::Rps).unwrap();
+        let n = f.chunk_count();
+        assert_eq!(n, 8);
+        for i in 0..n {
+            assert!(f.check_chunk_at(i).unwrap());
+        }
+        assert!(!f.check_chunk_at(n).unwrap());
+        f.check_stored_all().unwrap();
+        assert_eq!(f.chunks_verified(), 0, "checking kept a chunk");
+        // A reader still gets the bytes (decoded then).
+        assert_eq!(f.payload().unwrap(), &data[..]);
+        let (off, table) = (
+            f.chunks[5].off as usize,
+            table_offset(&good[..64]).unwrap() as usize,
+        );
+        drop(f);
+
+        // A flipped stored byte of chunk 5: both checks name it.
+        let mut bad = good.clone();
+        bad[off] ^= 1;
+        std::fs::write(&p, &bad).unwrap();
+        let f = ChunkedFile::open(&p, Kind::Rps).unwrap();
+        for e in [
+            f.check_chunk_at(5).unwrap_err(),
+            f.check_stored_all().unwrap_err(),
+        ] {
+            assert!(e.to_string().contains("chunk 5"), "{e}");
+        }
+
+        // Chunk 2's decoded CRC wrong (the table's CRC recomputed): only the
+        // check that decodes finds it.
+        let mut bad = good.clone();
+        bad[table + 2 * 16 + 12] ^= 0x40;
+        let end = bad.len();
+        let crc = crc32fast::hash(&bad[table..end - 4]);
+        bad[end - 4..].copy_from_slice(&crc.to_le_bytes());
+        std::fs::write(&p, &bad).unwrap();
+        let f = ChunkedFile::open(&p, Kind::Rps).unwrap();
+        f.check_stored_all().unwrap();
+        let e = f.check_chunk_at(2).unwrap_err().to_string();
+        assert!(e.contains("chunk 2") && e.contains("decodes to"), "{e}");
+        assert_eq!(f.chunks_verified(), 0);
     }
 }

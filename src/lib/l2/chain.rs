@@ -603,21 +603,13 @@ impl OpenChain {
             .collect()
     }
 
-    /// Verifies every chunk of every RPS and PF (a full restore does this
-    /// first, then reads at memory speed).
-    pub fn verify_all(&self) -> Result<()> {
-        for g in &self.gens {
-            g.rps.verify_all()?;
-            g.pf.verify_all()?;
-        }
-        Ok(())
-    }
-
-    /// [`verify_all`](Self::verify_all) on `threads` threads: every chunk
-    /// of every file decoded and checked, the files' chunks spread evenly.
-    pub fn verify_all_parallel(&self, threads: usize) -> Result<()> {
+    /// Checks every chunk of every RPS and PF on `threads` threads, keeping
+    /// nothing it decodes: chunks already verified are skipped, the others
+    /// checked and left for a reader to decode again
+    /// ([`ChunkedFile::check_chunk_at`]).
+    pub fn check_all_parallel(&self, threads: usize) -> Result<()> {
         let files: Vec<&ChunkedFile> = self.gens.iter().flat_map(|g| [&g.rps, &g.pf]).collect();
-        crate::format::chunked::verify_all_parallel(&files, threads)
+        crate::format::chunked::check_all_parallel(&files, threads)
     }
 
     /// The `alpha` pointers of a live page, CRC-checked.
