@@ -2082,25 +2082,35 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_chunk_that_decodes_to_other_bytes_is_caught_by_its_decoded_crc() {
-        // A writer defect (or a forged table) whose stored CRC matches but
-        // whose decoded bytes differ: the second CRC catches it.
-        let d = tempfile::tempdir().unwrap();
+    /// An RPS of 32 KiB of sevens in 4 KiB chunks; returns its path and
+    /// payload.
+    fn sevens(d: &Path) -> (PathBuf, Vec<u8>) {
         let data = vec![7u8; 32 * 1024];
         let fmt = WriteFormat {
             chunk_size: 1 << 12,
             ..WriteFormat::default()
         };
-        let p = write_v(d.path(), "g.rps", Kind::Rps, fmt, &data);
-        let mut b = std::fs::read(&p).unwrap();
+        (write_v(d, "g.rps", Kind::Rps, fmt, &data), data)
+    }
+
+    /// Flips a bit of chunk `i`'s decoded CRC in the chunk table of file
+    /// bytes `b`, then recomputes the table's CRC.
+    fn wrong_decoded_crc(b: &mut [u8], i: usize) {
         let table = table_offset(&b[..64]).unwrap() as usize;
-        // Chunk 2's decoded CRC, then the table CRC over the new table.
-        b[table + 2 * 16 + 12] ^= 0x40;
-        let n = b.len() - 4 - table;
-        let crc = crc32fast::hash(&b[table..table + n]);
+        b[table + i * 16 + 12] ^= 0x40;
         let end = b.len();
+        let crc = crc32fast::hash(&b[table..end - 4]);
         b[end - 4..].copy_from_slice(&crc.to_le_bytes());
+    }
+
+    #[test]
+    fn a_chunk_that_decodes_to_other_bytes_is_caught_by_its_decoded_crc() {
+        // A writer defect (or a forged table) whose stored CRC matches but
+        // whose decoded bytes differ: the second CRC catches it.
+        let d = tempfile::tempdir().unwrap();
+        let (p, _) = sevens(d.path());
+        let mut b = std::fs::read(&p).unwrap();
+        wrong_decoded_crc(&mut b, 2);
         std::fs::write(&p, &b).unwrap();
         let f = ChunkedFile::open(&p, Kind::Rps).unwrap();
         let err = f.payload().unwrap_err().to_string();
@@ -2118,12 +2128,7 @@ mod tests {
     #[test]
     fn checking_a_chunk_keeps_nothing_and_still_finds_its_damage() {
         let d = tempfile::tempdir().unwrap();
-        let data = vec![7u8; 32 * 1024];
-        let fmt = WriteFormat {
-            chunk_size: 1 << 12,
-            ..WriteFormat::default()
-        };
-        let p = write_v(d.path(), "g.rps", Kind::Rps, fmt, &data);
+        let (p, data) = sevens(d.path());
         let good = std::fs::read(&p).unwrap();
         let f = ChunkedFile::open(&p, Kind::Rps).unwrap();
         let n = f.chunk_count();
@@ -2136,10 +2141,7 @@ mod tests {
         assert_eq!(f.chunks_verified(), 0, "checking kept a chunk");
         // A reader still gets the bytes (decoded then).
         assert_eq!(f.payload().unwrap(), &data[..]);
-        let (off, table) = (
-            f.chunks[5].off as usize,
-            table_offset(&good[..64]).unwrap() as usize,
-        );
+        let off = f.chunks[5].off as usize;
         drop(f);
 
         // A flipped stored byte of chunk 5: both checks name it.
@@ -2157,10 +2159,7 @@ mod tests {
         // Chunk 2's decoded CRC wrong (the table's CRC recomputed): only the
         // check that decodes finds it.
         let mut bad = good.clone();
-        bad[table + 2 * 16 + 12] ^= 0x40;
-        let end = bad.len();
-        let crc = crc32fast::hash(&bad[table..end - 4]);
-        bad[end - 4..].copy_from_slice(&crc.to_le_bytes());
+        wrong_decoded_crc(&mut bad, 2);
         std::fs::write(&p, &bad).unwrap();
         let f = ChunkedFile::open(&p, Kind::Rps).unwrap();
         f.check_stored_all().unwrap();
