@@ -800,6 +800,40 @@ fn corrupt_l1_chain_copy_falls_back_to_l2() {
     assert_no_failures(&failures, total);
 }
 
+/// An L1 copy whose stored bytes pass their CRC but whose chunk decodes to
+/// other bytes (its decoded CRC flipped, the chunk table's CRC
+/// recomputed): the restore from L1 plus L2 checks every chunk of the copy
+/// before preferring it, so it reads that generation from L2 (helper-18
+/// found a version that checked stored CRCs only and failed mid-rebuild).
+#[test]
+fn l1_copy_whose_chunk_decodes_wrong_falls_back_to_l2() {
+    let c = chain3(27);
+    let work = tempfile::tempdir().unwrap();
+    let (l1, l2) = (work.path().join("l1"), work.path().join("l2"));
+    copy_tree(&c.template.join("l1"), &l1);
+    copy_tree(&c.template.join("l2"), &l2);
+    let rps = gen_file(&l1.join("rex"), 3, "rps");
+    let mut b = std::fs::read(&rps).unwrap();
+    let table = rexctl::format::chunked::table_offset(&b[..64]).unwrap() as usize;
+    b[table + 12] ^= 0x40;
+    let end = b.len();
+    let crc = crc32fast::hash(&b[table..end - 4]);
+    b[end - 4..].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(&rps, &b).unwrap();
+    let err = restore_exact(
+        &l2,
+        Some(&l1),
+        &[],
+        &work.path().join("a"),
+        &c.images[&7],
+        "L1 copy of generation 3 decoding wrong",
+    );
+    assert!(
+        err.contains("warning") && err.contains("generation 3") && err.contains("decodes to"),
+        "no warning naming generation 3 and the decode:\n{err}"
+    );
+}
+
 /// After damage in L1's copy, the next push still works (it can read the
 /// chain from L2) and leaves a job that verifies in both places.
 #[test]

@@ -1016,25 +1016,6 @@ impl ChunkedFile {
         Ok(true)
     }
 
-    /// Checks the stored CRC of every chunk not yet verified, decoding
-    /// nothing: what a restore from L1's copy of a chain checks before it
-    /// trusts that copy over L2's (each chunk's decoded CRC is checked when
-    /// a page first needs it).
-    pub fn check_stored_all(&self) -> Result<()> {
-        for i in 0..self.chunks.len() {
-            if self.decoded.is_none() {
-                self.verify_chunk(i)?;
-            } else if !self.verified[i].load(Ordering::Acquire) {
-                let _guard = self
-                    .locks
-                    .get(i)
-                    .map(|l| l.lock().unwrap_or_else(|e| e.into_inner()));
-                self.check_stored(i)?;
-            }
-        }
-        Ok(())
-    }
-
     /// Decodes one chunk's stored bytes into `dst` (exactly).
     fn decode_chunk(
         &self,
@@ -2124,7 +2105,7 @@ mod tests {
     /// checks both CRCs of a chunk but keeps nothing: the chunk stays
     /// unverified and its decoded bytes are not in the file's mapping; a
     /// flipped stored byte or a wrong decoded CRC is still an error naming
-    /// the chunk. `check_stored_all` checks stored bytes only.
+    /// the chunk.
     #[test]
     fn checking_a_chunk_keeps_nothing_and_still_finds_its_damage() {
         let d = tempfile::tempdir().unwrap();
@@ -2137,32 +2118,25 @@ mod tests {
             assert!(f.check_chunk_at(i).unwrap());
         }
         assert!(!f.check_chunk_at(n).unwrap());
-        f.check_stored_all().unwrap();
         assert_eq!(f.chunks_verified(), 0, "checking kept a chunk");
         // A reader still gets the bytes (decoded then).
         assert_eq!(f.payload().unwrap(), &data[..]);
         let off = f.chunks[5].off as usize;
         drop(f);
 
-        // A flipped stored byte of chunk 5: both checks name it.
+        // A flipped stored byte of chunk 5.
         let mut bad = good.clone();
         bad[off] ^= 1;
         std::fs::write(&p, &bad).unwrap();
         let f = ChunkedFile::open(&p, Kind::Rps).unwrap();
-        for e in [
-            f.check_chunk_at(5).unwrap_err(),
-            f.check_stored_all().unwrap_err(),
-        ] {
-            assert!(e.to_string().contains("chunk 5"), "{e}");
-        }
+        let e = f.check_chunk_at(5).unwrap_err().to_string();
+        assert!(e.contains("chunk 5") && e.contains("has CRC"), "{e}");
 
-        // Chunk 2's decoded CRC wrong (the table's CRC recomputed): only the
-        // check that decodes finds it.
+        // Chunk 2's decoded CRC wrong (the table's CRC recomputed).
         let mut bad = good.clone();
         wrong_decoded_crc(&mut bad, 2);
         std::fs::write(&p, &bad).unwrap();
         let f = ChunkedFile::open(&p, Kind::Rps).unwrap();
-        f.check_stored_all().unwrap();
         let e = f.check_chunk_at(2).unwrap_err().to_string();
         assert!(e.contains("chunk 2") && e.contains("decodes to"), "{e}");
         assert_eq!(f.chunks_verified(), 0);

@@ -20,6 +20,12 @@ pub const LOCK_NAME: &str = ".rex.lock";
 /// processes never write one L1 directory, and so that recovery leaves the
 /// temporary files of a live producer alone.
 pub const PRODUCER_LOCK_NAME: &str = ".rex.producer.lock";
+/// What a push's recovery names itself as while it holds the producer
+/// lock.
+const RECOVERY: &str = "recovery";
+/// How long a starting producer waits for a push's recovery to release the
+/// producer lock.
+pub const RECOVERY_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A held job lock; released on drop (or by the kernel at exit).
 #[derive(Debug)]
@@ -36,9 +42,32 @@ impl JobLock {
     }
 
     /// Takes the producer lock of the L1 directory `l1`
-    /// ([`PRODUCER_LOCK_NAME`]) without waiting.
+    /// ([`PRODUCER_LOCK_NAME`]) for a producer (a librex job, a capture).
+    /// A push's recovery holds it for the few milliseconds it takes to
+    /// remove stale temporaries ([`JobLock::for_recovery`]): a producer
+    /// starting then waits for it (up to [`RECOVERY_WAIT`]) instead of
+    /// failing as if a second producer ran; another producer's hold is
+    /// refused at once.
     pub fn acquire_producer(l1: &Path, what: &str) -> Result<JobLock> {
-        Self::acquire_named(l1, PRODUCER_LOCK_NAME, what)
+        let start = std::time::Instant::now();
+        let by_recovery = format!("({RECOVERY})");
+        loop {
+            match Self::acquire_named(l1, PRODUCER_LOCK_NAME, what) {
+                Err(Error::Busy { holder, .. })
+                    if holder.ends_with(&by_recovery) && start.elapsed() < RECOVERY_WAIT =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// The producer lock of `l1` for a push's recovery, if no producer
+    /// holds it (without waiting; any failure to take it counts as a live
+    /// producer, whose temporaries then stay).
+    pub fn for_recovery(l1: &Path) -> Option<JobLock> {
+        Self::acquire_named(l1, PRODUCER_LOCK_NAME, RECOVERY).ok()
     }
 
     /// Who holds the producer lock of `l1` (a live librex job), if anyone;
@@ -154,5 +183,29 @@ mod tests {
         }
         drop(a);
         JobLock::acquire(d.path(), "flush").unwrap();
+    }
+
+    /// A producer starting while a push's recovery holds the producer lock
+    /// waits for it; one starting beside another producer is refused.
+    #[test]
+    fn a_producer_waits_for_recovery_but_not_for_another_producer() {
+        let d = tempfile::tempdir().unwrap();
+        let r = JobLock::for_recovery(d.path()).expect("free");
+        assert!(JobLock::for_recovery(d.path()).is_none());
+        std::thread::scope(|s| {
+            let producer = s.spawn(|| JobLock::acquire_producer(d.path(), "librex job"));
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            assert!(!producer.is_finished(), "did not wait for the recovery");
+            drop(r);
+            let p = producer.join().unwrap().unwrap();
+            match JobLock::acquire_producer(d.path(), "rexctl capture") {
+                Err(Error::Busy { holder, .. }) => {
+                    assert!(holder.contains("librex job"), "{holder}")
+                }
+                other => panic!("expected Busy, got {other:?}"),
+            }
+            assert!(JobLock::for_recovery(d.path()).is_none());
+            drop(p);
+        });
     }
 }

@@ -895,8 +895,8 @@ pub fn recover(
     // Held while the temporaries are removed, the lock keeps a producer
     // from starting in between.
     // (Any failure to take it counts as a live producer: the temporaries
-    // stay.)
-    let producer = JobLock::acquire_producer(&job.l1, "recovery").ok();
+    // stay. A producer starting meanwhile waits for it.)
+    let producer = JobLock::for_recovery(&job.l1);
     let mut dirs = vec![job.l1_chain.root().to_path_buf()];
     if producer.is_some() {
         dirs.insert(0, job.l1.clone());

@@ -33,7 +33,7 @@ use serde::Serialize;
 
 use crate::durable::AtomicFile;
 use crate::error::{Error, Result};
-use crate::format::chunked::{ChunkedFile, Kind};
+use crate::format::chunked::{ChunkedFile, Kind, check_all_parallel};
 use crate::format::ic::{ChainId, IcExt, IcFile, IcMeta, IcWriter, RegionTable};
 use crate::format::manifest::{Manifest, Role};
 use crate::format::ptable::PTableDelta;
@@ -491,11 +491,12 @@ fn open_mixed(
     let mut notes = Vec::new();
     for m in &lineage {
         let local = if l1.get(m.generation) == Some(m) {
-            // Every stored byte checked before L1's copy is trusted over
-            // L2's (chunks decode when a page first needs them).
+            // Every chunk checked (both CRCs, on every core, keeping
+            // nothing decoded) before L1's copy is trusted over L2's, so
+            // that a damaged copy falls back here, not in the middle of
+            // the rebuild.
             OpenGeneration::open(&job.l1_chain, m).and_then(|og| {
-                og.rps.check_stored_all()?;
-                og.pf.check_stored_all()?;
+                check_all_parallel(&[&og.rps, &og.pf], crate::durable::default_threads())?;
                 Ok(og)
             })
         } else {
@@ -932,8 +933,14 @@ fn verify_generation(
             // Say where, when the file's own checks can: the header, the
             // chunk table or the chunk whose CRC fails (restore's error).
             let located = match f.role {
-                Role::Rps => ChunkedFile::open(&p, Kind::Rps).and_then(|c| c.verify_all()),
-                Role::Pf => ChunkedFile::open(&p, Kind::Pf).and_then(|c| c.verify_all()),
+                Role::Rps | Role::Pf => {
+                    let kind = if f.role == Role::Rps {
+                        Kind::Rps
+                    } else {
+                        Kind::Pf
+                    };
+                    ChunkedFile::open(&p, kind).and_then(|c| check_all_parallel(&[&c], 1))
+                }
                 Role::Ptable => PTableDelta::read(&p).map(drop),
                 Role::Xref => crate::format::xref::XrefFile::read(&p, m.dirty_pages).map(drop),
             };
