@@ -876,7 +876,7 @@ async fn get_range_into(
     range: std::ops::Range<u64>,
     file: &File,
     path: &Path,
-    written: impl Fn(u64),
+    mut written: impl FnMut(u64),
 ) -> std::result::Result<u64, TaskError> {
     let (a, b) = (range.start, range.end);
     let opts = GetOptions::new().with_range(Some(a..b));
@@ -902,6 +902,10 @@ async fn get_range_into(
     }
     Ok(b - a)
 }
+
+/// How many more bytes of a piece land before a streamed read wakes the
+/// readers waiting for them (the size of a chunk as rexctl writes it).
+const NOTIFY_STEP: u64 = crate::format::chunked::DEFAULT_CHUNK as u64;
 
 /// The first piece of a streamed read ([`StreamFill`]): small, so that the
 /// first chunks arrive soon; each round of `s3_get_concurrency` pieces
@@ -1042,8 +1046,15 @@ impl StreamFill {
                     let progress = Arc::clone(&st);
                     requests.fetch_add(1, Ordering::Relaxed);
                     set.spawn(async move {
-                        let r =
-                            get_range_into(&s3, &k, a..b, &f, &p, |end| progress.advance(i, end));
+                        // Readers are woken as each chunk's worth of bytes
+                        // lands, not for every body part (a few KiB each).
+                        let mut told = a;
+                        let r = get_range_into(&s3, &k, a..b, &f, &p, |end| {
+                            if end - told >= NOTIFY_STEP {
+                                progress.advance(i, end);
+                                told = end;
+                            }
+                        });
                         (i, r.await)
                     });
                 }
