@@ -61,8 +61,8 @@
 //! of it is used, either way):
 //!
 //! * streamed (the default: a full restore, `verify`): a task of the
-//!   store's runtime fetches the chunks' bytes in order, in pieces that
-//!   grow from 1 MiB to [`RANGE_SIZE`], `s3_get_concurrency` in flight,
+//!   store's runtime fetches the chunks' bytes in order, in pieces of
+//!   [`RANGE_SIZE`], `s3_get_concurrency` in flight,
 //!   and a reader that needs a chunk waits only until the bytes up to
 //!   its end have landed (`StreamFill`). A restore decodes and writes the first pages while the
 //!   rest of the lineage is still on its way: its time is about the
@@ -649,10 +649,7 @@ impl S3Store {
         ));
         let file = Arc::new(File::create(&tmp).ctx(&tmp, "create cache file")?);
         file.set_len(size).ctx(&tmp, "size cache file")?;
-        let step = RANGE_SIZE;
-        let ranges: Vec<(u64, u64)> = (0..size.div_ceil(step))
-            .map(|i| (i * step, ((i + 1) * step).min(size)))
-            .collect();
+        let ranges = range_pieces(0..size);
         let r = self.rt.block_on(async {
             let mut set: JoinSet<std::result::Result<u64, TaskError>> = JoinSet::new();
             let mut got = 0u64;
@@ -907,20 +904,17 @@ async fn get_range_into(
 /// readers waiting for them (the size of a chunk as rexctl writes it).
 const NOTIFY_STEP: u64 = crate::format::chunked::DEFAULT_CHUNK as u64;
 
-/// The first piece of a streamed read ([`StreamFill`]): small, so that the
-/// first chunks arrive soon; each round of `s3_get_concurrency` pieces
-/// doubles it, up to [`RANGE_SIZE`], so that a long object still goes in
-/// requests whose latency is small beside their transfer.
-const FIRST_PIECE: u64 = 1 << 20;
-
-/// The pieces a streamed read of bytes `range` goes in, in order.
-fn stream_pieces(range: std::ops::Range<u64>, concurrency: usize) -> Vec<(u64, u64)> {
+/// The ranged GETs bytes `range` of an object are fetched in, in order:
+/// [`RANGE_SIZE`] each, the last one shorter. A streamed read
+/// ([`StreamFill`]) goes in the same pieces as a whole fetch: starting with
+/// 1 MiB pieces that doubled each round made more requests for a server
+/// and a client sharing the cores, and measured slower on a loopback and
+/// on a shaped 400 Mbit/s link alike (docs/PERFORMANCE.md).
+fn range_pieces(range: std::ops::Range<u64>) -> Vec<(u64, u64)> {
     let mut out = Vec::new();
     let mut at = range.start;
     while at < range.end {
-        let round = (out.len() / concurrency.max(1)).min(8) as u32;
-        let size = (FIRST_PIECE << round).min(RANGE_SIZE);
-        let end = (at + size).min(range.end);
+        let end = at.saturating_add(RANGE_SIZE).min(range.end);
         out.push((at, end));
         at = end;
     }
@@ -929,7 +923,7 @@ fn stream_pieces(range: std::ops::Range<u64>, concurrency: usize) -> Vec<(u64, u
 
 /// An RPS or Pointer File read whole from the bucket while it is decoded:
 /// a task of the store's runtime fetches its chunks' bytes in order, in
-/// pieces ([`stream_pieces`]), `s3_get_concurrency` in flight, into the
+/// pieces ([`range_pieces`]), `s3_get_concurrency` in flight, into the
 /// object's sparse cache file, and a reader asking for a chunk
 /// ([`ChunkFill::fill`]) waits only until the bytes up to the chunk's end
 /// have landed (a piece's bytes land in order, and each body part written
@@ -1014,7 +1008,7 @@ impl StreamFill {
         file: File,
         path: &Path,
     ) -> StreamFill {
-        let pieces = stream_pieces(data, store.get_concurrency);
+        let pieces = range_pieces(data);
         let stream = Arc::new(Stream {
             state: Mutex::new(StreamState {
                 upto: pieces.iter().map(|&(a, _)| a).collect(),
@@ -1481,18 +1475,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_stream_goes_in_order_in_pieces_that_grow() {
+    fn a_stream_goes_in_order_in_range_size_pieces() {
         let (start, end) = (64u64, 64 + (100u64 << 20) + 5);
-        let p = stream_pieces(start..end, 4);
+        let p = range_pieces(start..end);
         assert_eq!(p.first().map(|x| x.0), Some(start));
         assert_eq!(p.last().map(|x| x.1), Some(end));
         assert!(p.windows(2).all(|w| w[0].1 == w[1].0), "{p:?}");
-        let sizes: Vec<u64> = p.iter().map(|(a, b)| b - a).collect();
-        assert_eq!(&sizes[..4], &[FIRST_PIECE; 4]);
-        assert_eq!(&sizes[4..8], &[2 * FIRST_PIECE; 4]);
-        assert!(sizes.iter().all(|&n| n <= RANGE_SIZE));
-        assert!(sizes[..sizes.len() - 1].windows(2).all(|w| w[0] <= w[1]));
-        assert!(stream_pieces(7..7, 4).is_empty());
+        assert_eq!(p.len() as u64, (end - start).div_ceil(RANGE_SIZE));
+        assert!(p[..p.len() - 1].iter().all(|(a, b)| b - a == RANGE_SIZE));
+        assert!(range_pieces(7..7).is_empty());
+        assert_eq!(range_pieces(0..5), [(0, 5)]);
     }
 
     /// A reader waits for exactly the pieces its bytes lie in; when the
