@@ -544,6 +544,28 @@ fn gen_file(dir: &Path, g: u64, kind: &str) -> PathBuf {
     dir.join(format!("g{g:08}.{kind}"))
 }
 
+/// A copy of chain `c`'s L1 and L2 in a fresh directory: (that directory,
+/// L1, L2).
+fn chain_copy(c: &Chain3) -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let work = tempfile::tempdir().unwrap();
+    let (l1, l2) = (work.path().join("l1"), work.path().join("l2"));
+    copy_tree(&c.template.join("l1"), &l1);
+    copy_tree(&c.template.join("l2"), &l2);
+    (work, l1, l2)
+}
+
+/// A restore from L1 plus L2 (into `out`) whose L1 copy of generation `g`
+/// is damaged: the newest image, read from L2 for that generation, with a
+/// warning naming it. Returns standard error.
+fn falls_back_to_l2(c: &Chain3, l1: &Path, l2: &Path, out: &Path, g: u64, ctx: &str) -> String {
+    let err = restore_exact(l2, Some(l1), &[], out, &c.images[&7], ctx);
+    assert!(
+        err.contains("warning") && err.contains(&format!("generation {g}")),
+        "{ctx}: no warning naming generation {g}:\n{err}"
+    );
+    err
+}
+
 /// Asserts a failed command exited with a data (3) or, for a missing file,
 /// I/O (1) error, without panicking, naming the file or the generation.
 fn assert_names(out: &Output, g: u64, kind: &str, defect: Defect, ctx: &str) {
@@ -753,25 +775,12 @@ fn corrupt_l1_chain_copy_falls_back_to_l2() {
             for defect in DEFECTS {
                 total += 1;
                 let ctx = format!("L1 copy of generation {g} {kind} {defect:?}");
-                let work = tempfile::tempdir().unwrap();
-                let (l1, l2) = (work.path().join("l1"), work.path().join("l2"));
-                copy_tree(&c.template.join("l1"), &l1);
-                copy_tree(&c.template.join("l2"), &l2);
+                let (work, l1, l2) = chain_copy(&c);
                 damage(&gen_file(&l1.join("rex"), g, kind), defect);
 
                 case(&mut failures, || {
-                    let err = restore_exact(
-                        &l2,
-                        Some(&l1),
-                        &[],
-                        &work.path().join("a"),
-                        &c.images[&7],
-                        &format!("{ctx}: restore --l1 --l2"),
-                    );
-                    assert!(
-                        err.contains("warning") && err.contains(&format!("generation {g}")),
-                        "{ctx}: no warning naming generation {g}:\n{err}"
-                    );
+                    let out = work.path().join("a");
+                    falls_back_to_l2(&c, &l1, &l2, &out, g, &format!("{ctx}: restore"));
                 });
                 case(&mut failures, || {
                     // L2 alone is untouched.
@@ -808,10 +817,7 @@ fn corrupt_l1_chain_copy_falls_back_to_l2() {
 #[test]
 fn l1_copy_whose_chunk_decodes_wrong_falls_back_to_l2() {
     let c = chain3(27);
-    let work = tempfile::tempdir().unwrap();
-    let (l1, l2) = (work.path().join("l1"), work.path().join("l2"));
-    copy_tree(&c.template.join("l1"), &l1);
-    copy_tree(&c.template.join("l2"), &l2);
+    let (work, l1, l2) = chain_copy(&c);
     let rps = gen_file(&l1.join("rex"), 3, "rps");
     let mut b = std::fs::read(&rps).unwrap();
     let table = rexctl::format::chunked::table_offset(&b[..64]).unwrap() as usize;
@@ -820,18 +826,9 @@ fn l1_copy_whose_chunk_decodes_wrong_falls_back_to_l2() {
     let crc = crc32fast::hash(&b[table..end - 4]);
     b[end - 4..].copy_from_slice(&crc.to_le_bytes());
     std::fs::write(&rps, &b).unwrap();
-    let err = restore_exact(
-        &l2,
-        Some(&l1),
-        &[],
-        &work.path().join("a"),
-        &c.images[&7],
-        "L1 copy of generation 3 decoding wrong",
-    );
-    assert!(
-        err.contains("warning") && err.contains("generation 3") && err.contains("decodes to"),
-        "no warning naming generation 3 and the decode:\n{err}"
-    );
+    let out = work.path().join("a");
+    let err = falls_back_to_l2(&c, &l1, &l2, &out, 3, "L1 copy decoding wrong");
+    assert!(err.contains("decodes to"), "the warning says why:\n{err}");
 }
 
 /// After damage in L1's copy, the next push still works (it can read the
@@ -908,10 +905,7 @@ fn ptable_rewritten_with_the_same_crc_is_caught() {
     let mut failures = Vec::new();
     // In L2: the restore fails, naming the file; verify exits 3.
     {
-        let work = tempfile::tempdir().unwrap();
-        let (l1, l2) = (work.path().join("l1"), work.path().join("l2"));
-        copy_tree(&c.template.join("l1"), &l1);
-        copy_tree(&c.template.join("l2"), &l2);
+        let (work, _, l2) = chain_copy(&c);
         let (a, b) = renumber_last_page(&gen_file(&l2, 3, "ptab"));
         assert_eq!(a, b, "the premise: the CRC-32 does not change");
         let (out, img) = restore(&l2, None, &[], &work.path().join("a"));
@@ -933,24 +927,11 @@ fn ptable_rewritten_with_the_same_crc_is_caught() {
     }
     // In L1's copy: L2's copy is used, with a warning; verify --l1 exits 3.
     {
-        let work = tempfile::tempdir().unwrap();
-        let (l1, l2) = (work.path().join("l1"), work.path().join("l2"));
-        copy_tree(&c.template.join("l1"), &l1);
-        copy_tree(&c.template.join("l2"), &l2);
+        let (work, l1, l2) = chain_copy(&c);
         renumber_last_page(&gen_file(&l1.join("rex"), 3, "ptab"));
         case(&mut failures, || {
-            let err = restore_exact(
-                &l2,
-                Some(&l1),
-                &[],
-                &work.path().join("b"),
-                &c.images[&7],
-                "rewritten L1 P-Table: restore --l1 --l2",
-            );
-            assert!(
-                err.contains("warning") && err.contains("generation 3"),
-                "no warning naming generation 3:\n{err}"
-            );
+            let out = work.path().join("b");
+            falls_back_to_l2(&c, &l1, &l2, &out, 3, "rewritten L1 P-Table");
         });
         let v = rex(&["verify", "--l2", s(&l2), "--l1", s(&l1)], None);
         case(&mut failures, || {
