@@ -109,6 +109,19 @@ mod hex64 {
     }
 }
 
+impl FileEntry {
+    /// The XXH3-64 of the file at `path` when it differs from the recorded
+    /// `xxh3` (`None` when it agrees, or when the entry records none).
+    pub fn xxh3_mismatch(&self, path: &Path) -> Result<Option<u64>> {
+        use crate::error::IoContext;
+        let Some(want) = self.xxh3 else {
+            return Ok(None);
+        };
+        let got = xxhash_rust::xxh3::xxh3_64(&std::fs::read(path).ctx(path, "read")?);
+        Ok((got != want).then_some(got))
+    }
+}
+
 impl Role {
     /// The extension of this role's object name (`gNNNNNNNN.<ext>`).
     pub fn ext(self) -> &'static str {

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::error::{Error, IoContext, Result};
+use crate::error::{Error, Result};
 use crate::format::chunked::{ChunkedFile, Kind};
 use crate::format::ic::DropRange;
 use crate::format::manifest::{FileEntry, Manifest, Role, manifest_name, parse_manifest_name};
@@ -277,19 +277,16 @@ impl OpenGeneration {
             }
             // The P-Table and Xref file: their CRC-32 depends on their
             // length alone (manifest module doc), their XXH3 binds them.
-            if let Some(want) = e.xxh3 {
-                let got = xxhash_rust::xxh3::xxh3_64(&std::fs::read(&p).ctx(&p, "read")?);
-                if got != want {
-                    return Err(Error::corrupt(
-                        &p,
-                        0,
-                        "file",
-                        format!(
-                            "{} has XXH3 {got:016x}, the manifest of generation {} says {want:016x}: another file of the same length",
-                            e.name, m.generation
-                        ),
-                    ));
-                }
+            if let (Some(got), Some(want)) = (e.xxh3_mismatch(&p)?, e.xxh3) {
+                return Err(Error::corrupt(
+                    &p,
+                    0,
+                    "file",
+                    format!(
+                        "{} has XXH3 {got:016x}, the manifest of generation {} says {want:016x}: another file of the same length",
+                        e.name, m.generation
+                    ),
+                ));
             }
             Ok(p)
         };

@@ -1127,14 +1127,11 @@ fn other_files_in_l2(job: &Job, m: &Manifest) -> Result<Option<String>> {
         }
         // A P-Table's CRC-32 depends on its length alone (see
         // `format::manifest`): its XXH3 tells two apart.
-        if let Some(want) = f.xxh3 {
-            let got = xxhash_rust::xxh3::xxh3_64(&std::fs::read(&local).ctx(&local, "read")?);
-            if got != want {
-                return Ok(Some(format!(
-                    "L2 holds another {} (XXH3 {got:016x}, L1's copy has {want:016x}): the files of another generation of that number, whose manifest is missing",
-                    f.name
-                )));
-            }
+        if let (Some(got), Some(want)) = (f.xxh3_mismatch(&local)?, f.xxh3) {
+            return Ok(Some(format!(
+                "L2 holds another {} (XXH3 {got:016x}, L1's copy has {want:016x}): the files of another generation of that number, whose manifest is missing",
+                f.name
+            )));
         }
     }
     Ok(None)

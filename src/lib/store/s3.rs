@@ -62,9 +62,9 @@
 //!
 //! * streamed (the default: a full restore, `verify`): a task of the
 //!   store's runtime fetches the chunks' bytes in order, in pieces of
-//!   [`RANGE_SIZE`], `s3_get_concurrency` in flight,
-//!   and a reader that needs a chunk waits only until the bytes up to
-//!   its end have landed (`StreamFill`). A restore decodes and writes the first pages while the
+//!   [`RANGE_SIZE`], `s3_get_concurrency` in flight, and a reader that
+//!   needs a chunk waits only until the bytes up to its end have landed
+//!   (`StreamFill`). A restore decodes and writes the first pages while the
 //!   rest of the lineage is still on its way: its time is about the
 //!   fetch's, not the fetch's plus the decode's. If the fetch fails, every
 //!   reader waiting for a piece gets its error.
@@ -926,8 +926,9 @@ fn range_pieces(range: std::ops::Range<u64>) -> Vec<(u64, u64)> {
 /// pieces ([`range_pieces`]), `s3_get_concurrency` in flight, into the
 /// object's sparse cache file, and a reader asking for a chunk
 /// ([`ChunkFill::fill`]) waits only until the bytes up to the chunk's end
-/// have landed (a piece's bytes land in order, and each body part written
-/// is reported at once). A full
+/// have landed (a piece's bytes land in order; the readers are woken each
+/// time another [`NOTIFY_STEP`] of them has, and when the piece ends). A
+/// full
 /// restore thus decodes and writes the first pages while the rest of the
 /// lineage is still arriving, where fetching every object before opening
 /// it made the restore the sum of the two. Each byte is written once,
