@@ -35,7 +35,9 @@
 #define REX_EIO -4
 
 /**
- * Another process checkpoints into the same L1 directory.
+ * Another process checkpoints into the same L1 directory (another job,
+ * or `rexctl capture`), or a push recovering it after a crash did not
+ * finish within 10 s.
  */
 #define REX_EBUSY -5
 

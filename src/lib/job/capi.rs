@@ -30,7 +30,9 @@ pub const REX_ESTATE: c_int = -2;
 pub const REX_ECONFIG: c_int = -3;
 /// An I/O error writing or reading a checkpoint (or reaching L2).
 pub const REX_EIO: c_int = -4;
-/// Another process checkpoints into the same L1 directory.
+/// Another process checkpoints into the same L1 directory (another job,
+/// or `rexctl capture`), or a push recovering it after a crash did not
+/// finish within 10 s.
 pub const REX_EBUSY: c_int = -5;
 /// Out of memory.
 pub const REX_ENOMEM: c_int = -6;
