@@ -184,6 +184,16 @@ impl Error {
         }
     }
 
+    /// Whether the file or object asked for does not exist (as opposed to
+    /// a failure to find out).
+    pub fn is_not_found(&self) -> bool {
+        match self {
+            Error::Io { source, .. } => source.kind() == std::io::ErrorKind::NotFound,
+            Error::Remote { kind, .. } => *kind == RemoteKind::NotFound,
+            _ => false,
+        }
+    }
+
     /// The error with its causes, `outer: cause: ...`, for messages that are
     /// not printed through `anyhow` (which adds the causes itself).
     pub fn report(&self) -> String {

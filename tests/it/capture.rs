@@ -295,6 +295,15 @@ fn a_push_beside_a_live_capture_leaves_its_temporary_alone() {
     drop(cap);
     let r = push_l2(&job, &PushOptions::default()).unwrap();
     assert!(!tmp.exists(), "a stale temporary stays: {:?}", r.recovered);
+    // A capture that starts removes a crashed capture's temporary itself
+    // (pushes during it must leave it, as above).
+    std::fs::write(&tmp, b"left by a crash").unwrap();
+    let cap = Capture::attach(kid.pid(), &l1, CaptureOptions::default()).unwrap();
+    assert!(
+        !tmp.exists(),
+        "a new capture kept a crashed one's temporary"
+    );
+    drop(cap);
 }
 
 #[test]

@@ -1421,3 +1421,91 @@ fn two_l1s_racing_on_one_l2_never_corrupt() {
     }
     eprintln!("two L1s racing on one L2: {outcomes:?}");
 }
+
+// ---------------------------------------------------------------------------
+// gc of an object store racing a stalled push
+// ---------------------------------------------------------------------------
+
+/// A directory store on which a `gc` runs right before each manifest is
+/// committed, and collects the generation's data files: what `gc` on a
+/// bucket (which takes no lock) does to a push stalled for longer than its
+/// grace period between its uploads and its manifest.
+struct GcBeforeCommit(DirStore);
+
+impl Store for GcBeforeCommit {
+    fn describe(&self) -> String {
+        self.0.describe()
+    }
+    fn list(&self) -> rexctl::Result<Vec<rexctl::store::ObjectInfo>> {
+        self.0.list()
+    }
+    fn put_bytes(&self, name: &str, bytes: &[u8]) -> rexctl::Result<()> {
+        if let Some(g) = rexctl::format::manifest::parse_manifest_name(name) {
+            for o in self.0.list()? {
+                if rexctl::format::manifest::generation_of(&o.name) == Some(g) {
+                    self.0.delete(&o.name)?;
+                }
+            }
+        }
+        self.0.put_bytes(name, bytes)
+    }
+    fn put_stream(
+        &self,
+        name: &str,
+        head_len: u64,
+        pieces: &mut dyn Iterator<Item = rexctl::durable::Piece>,
+        progress: &dyn rexctl::store::Progress,
+    ) -> rexctl::Result<(u64, u32)> {
+        self.0.put_stream(name, head_len, pieces, progress)
+    }
+    fn read(&self, name: &str) -> rexctl::Result<Vec<u8>> {
+        self.0.read(name)
+    }
+    fn open_local(&self, name: &str) -> rexctl::Result<PathBuf> {
+        self.0.open_local(name)
+    }
+    fn delete(&self, name: &str) -> rexctl::Result<()> {
+        self.0.delete(name)
+    }
+}
+
+/// A push whose files were collected before its commit uploads them again
+/// from L1's copy before it deletes its checkpoints: a node lost right
+/// after the push still restores the newest state from L2 alone.
+#[test]
+fn files_collected_before_the_commit_are_uploaded_again() {
+    use rexctl::l2::push::{Job, PushOptions, push_l2};
+    let d = tempfile::tempdir().unwrap();
+    let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
+    std::fs::create_dir_all(&l1).unwrap();
+    let truth = d.path().join("truth");
+    let mut w = workload("balanced", 256, 7);
+    let job = Job::open(
+        &l1,
+        Box::new(GcBeforeCommit(DirStore::create(&l2).unwrap())),
+    )
+    .unwrap();
+    take_until(&mut w, &l1, 3, &truth);
+    let r1 = push_l2(&job, &PushOptions::default()).unwrap();
+    let want = take_until(&mut w, &l1, 6, &truth);
+    let r2 = push_l2(&job, &PushOptions::default()).unwrap();
+    for r in [&r1, &r2] {
+        assert!(
+            r.recovered.iter().any(|n| n.contains("uploaded again")),
+            "{:?}",
+            r.recovered
+        );
+    }
+    assert!(
+        list_ic_files(&l1).unwrap().is_empty(),
+        "the checkpoints were kept"
+    );
+    let out = d.path().join("out.rexic");
+    restore_l2(
+        &DirStore::open(&l2).unwrap(),
+        &RestoreOptions::default(),
+        &out,
+    )
+    .unwrap();
+    assert_image(&out, &want, "L2 alone after the push");
+}

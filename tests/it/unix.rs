@@ -759,3 +759,65 @@ fn every_range_of_pages_must_select_a_page() {
     ]);
     assert_ok(&o);
 }
+
+/// `coalesce -o` and `gen --truth` write their files as `restore -o` does:
+/// never over an existing file without --force, and never into the
+/// checkpoints' own directory, where the output would join the chain
+/// (`coalesce` then refused every later batch: "seq 20 appears twice").
+#[test]
+fn outputs_never_replace_a_file_or_join_the_l1_directory() {
+    let j = Job::new();
+    let d = j.dir.path();
+    assert_ok(&j.run(&["gen", "ics", "--pages", "16", "--count", "2"]));
+    std::fs::write(d.join("notes.txt"), "mine").unwrap();
+    let o = j.run(&["coalesce", "ics", "-o", "notes.txt"]);
+    assert_clean_failure(&o, 5, &["notes.txt", "--force"]);
+    assert_eq!(
+        std::fs::read_to_string(d.join("notes.txt")).unwrap(),
+        "mine"
+    );
+    let before = tree(d);
+    for out in ["ics/ckpt-00000020.rexic", "./ics/x.rexic"] {
+        let o = j.run(&["coalesce", "ics", "-o", out]);
+        assert_clean_failure(&o, 5, &["lies in the L1 directory"]);
+    }
+    let o = j.run(&["gen", "new", "--count", "1", "--truth", "new/t.rexic"]);
+    assert_clean_failure(&o, 5, &["--truth new/t.rexic must lie outside new"]);
+    let o = j.run(&["gen", "new", "--count", "1", "--truth", "notes.txt"]);
+    assert_clean_failure(&o, 5, &["notes.txt", "--force"]);
+    assert_eq!(tree(d), before, "a refused output changed files");
+    // With --force the file is replaced by a valid REX-IC file.
+    assert_ok(&j.run(&["coalesce", "ics", "-o", "notes.txt", "-f"]));
+    assert_ok(&j.run(&["inspect", "notes.txt"]));
+    assert_ok(&j.run(&["coalesce", "ics"]));
+    // No checkpoint where one is needed: bad data, exit 3.
+    std::fs::create_dir(d.join("empty")).unwrap();
+    let o = j.run(&["coalesce", "empty"]);
+    assert_clean_failure(&o, 3, &["no checkpoint"]);
+}
+
+/// A value out of range exits 5 naming its key, as rex.toml(5) says,
+/// instead of being raised or lowered silently; so does an unknown key in
+/// a table.
+#[test]
+fn out_of_range_values_and_unknown_table_keys_are_refused() {
+    let j = Job::new();
+    for (flag, value, key) in [
+        ("--keep-chains-l2", "0", "keep_chains_l2"),
+        ("--keep-chains-l1", "0", "keep_chains_l1"),
+        ("--s3-max-retries", "101", "s3_max_retries"),
+    ] {
+        let o = j.run(&["plan", flag, value]);
+        assert_clean_failure(&o, 5, &[key]);
+    }
+    let toml = j.dir.path().join("t.toml");
+    std::fs::write(
+        &toml,
+        "[interval_table]\nic = [1.0, 2.0]\ncr = [1.0, 2.0]\nchi = [[1.0, 2.0], [1.0, 2.0]]\nfoo = 1\n",
+    )
+    .unwrap();
+    let o = j.run(&["plan", "-c", s(&toml)]);
+    assert_clean_failure(&o, 5, &["t.toml", "foo"]);
+    let o = j.run(&["demo", "--batch", "0"]);
+    assert_clean_failure(&o, 2, &["--batch", "at least 1"]);
+}

@@ -478,6 +478,14 @@ pub struct Config {
 
 pub use crate::durable::default_threads;
 
+/// A count that must be at least 1 (a chain kept, ...): 0 is refused
+/// (exit 5) rather than silently raised.
+fn at_least_one(key: &str, n: usize) -> Result<usize> {
+    if n == 0 {
+        return Err(Error::Invalid(format!("{key} must be at least 1")));
+    }
+    Ok(n)
+}
 fn parse_bool(v: &str) -> Option<bool> {
     match v.trim().to_ascii_lowercase().as_str() {
         "1" | "true" | "yes" | "on" => Some(true),
@@ -599,7 +607,12 @@ impl StoreSettings {
                 access_key_id: l.s3_access_key_id.clone(),
                 secret_access_key: l.s3_secret_access_key.clone(),
                 session_token: l.s3_session_token.clone(),
-                max_retries: l.s3_max_retries.unwrap_or(d.max_retries).min(100),
+                max_retries: match l.s3_max_retries.unwrap_or(d.max_retries) {
+                    n @ 0..=100 => n,
+                    n => {
+                        return Err(Error::Invalid(format!("s3_max_retries {n} is above 100")));
+                    }
+                },
                 retry_timeout_s: seconds(
                     "s3_retry_timeout",
                     l.s3_retry_timeout,
@@ -790,8 +803,8 @@ impl Config {
             interval_table,
             max_age_s: l.max_age,
             max_pending_bytes: l.max_pending_bytes,
-            keep_chains_l2: l.keep_chains_l2.unwrap_or(2).max(1),
-            keep_chains_l1: l.keep_chains_l1.unwrap_or(1).max(1),
+            keep_chains_l2: at_least_one("keep_chains_l2", l.keep_chains_l2.unwrap_or(2))?,
+            keep_chains_l1: at_least_one("keep_chains_l1", l.keep_chains_l1.unwrap_or(1))?,
             max_chain_length,
             collective_table,
             replicas,

@@ -47,6 +47,7 @@ pub const PAPER_CHI: [[f64; 6]; 6] = [
 /// The interval table: `chi[i][j]` is the optimum L2 interval for `ic[i]`
 /// and `cr[j]`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct IntervalTable {
     /// IC axis (ascending, positive).
     pub ic: Vec<f64>,

@@ -231,7 +231,7 @@ pub mod lanes {
     /// `src` in lanes of `w` bytes, into `dst` (same length, a multiple of
     /// `w`; `w` is 4 or 8).
     pub fn split(src: &[u8], w: usize, dst: &mut [u8]) {
-        assert!(src.len() == dst.len() && src.len() % w == 0);
+        assert!(src.len() == dst.len() && src.len().is_multiple_of(w));
         match w {
             4 => forward::<4>(src, dst),
             _ => forward::<8>(src, dst),
@@ -240,7 +240,7 @@ pub mod lanes {
 
     /// The bytes [`split`] made `src` from, into `dst`.
     pub fn join(src: &[u8], w: usize, dst: &mut [u8]) {
-        assert!(src.len() == dst.len() && src.len() % w == 0);
+        assert!(src.len() == dst.len() && src.len().is_multiple_of(w));
         match w {
             4 => back::<4>(src, dst),
             _ => back::<8>(src, dst),
@@ -1033,7 +1033,7 @@ impl ChunkedFile {
                 let mut s = s.borrow_mut();
                 s.resize(dst.len(), 0);
                 unzstd(stored, &mut s[..])?;
-                if dst.len() % w != 0 {
+                if !dst.len().is_multiple_of(w) {
                     return Err(format!("{} bytes are not lanes of {w}", dst.len()));
                 }
                 lanes::join(&s[..], w, dst);

@@ -183,7 +183,7 @@ impl RegionTable {
             return Ok(None);
         }
         let count = u32::from_le_bytes(v[4..8].try_into().expect("4 bytes")) as usize;
-        if (v.len() - 8) / ENTRY_LEN != count || (v.len() - 8) % ENTRY_LEN != 0 {
+        if (v.len() - 8) / ENTRY_LEN != count || !(v.len() - 8).is_multiple_of(ENTRY_LEN) {
             return Err(bad(
                 4,
                 format!(

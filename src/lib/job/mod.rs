@@ -337,6 +337,7 @@ impl Rex {
         let producer = JobLock::acquire_producer(&cfg.l1, "librex job")?;
         // A dead predecessor's half-written checkpoint.
         crate::durable::remove_stale_temps(&cfg.l1)?;
+        crate::l2::partners::remove_stale_temps(&cfg.l1)?;
         // The L2 location must work before the job relies on it.
         open_job(&cfg, job_root.as_ref())?;
         let tracker: Box<dyn Tracker> = match cfg.tracker {
@@ -732,13 +733,10 @@ impl Rex {
             table: self.cfg.collective_table,
             ..CollectiveOptions::default()
         };
-        let pushed = push_collective(&job, root, comm, &opts, &copts, full_reason)
+        // (It also prunes the partner copies of what L2 now holds.)
+        push_collective(&job, root, comm, &opts, &copts, full_reason)
             .map_err(|e| Error::Invalid(format!("L2: {}", e.report())))?;
         self.collective_pushes += 1;
-        // Partner copies of what L2 now holds are not needed any more.
-        if let Some(m) = &pushed.push.manifest {
-            crate::l2::partners::prune(&self.cfg.l1, m.last_seq)?;
-        }
         Ok(())
     }
 

@@ -53,8 +53,12 @@ impl JobLock {
         let by_recovery = format!("({RECOVERY})");
         loop {
             match Self::acquire_named(l1, PRODUCER_LOCK_NAME, what) {
+                // A holder whose recorded process is dead is one that has
+                // just taken the lock (a recovery) and not yet written its
+                // name over a killed producer's.
                 Err(Error::Busy { holder, .. })
-                    if holder.ends_with(&by_recovery) && start.elapsed() < RECOVERY_WAIT =>
+                    if (holder.ends_with(&by_recovery) || recorded_holder_is_dead(&holder))
+                        && start.elapsed() < RECOVERY_WAIT =>
                 {
                     std::thread::sleep(std::time::Duration::from_millis(10));
                 }
@@ -155,6 +159,29 @@ impl JobLock {
     }
 }
 
+/// Whether a lock file's text (`held by pid N on HOST since ...`) names a
+/// process of this host that no longer exists.
+fn recorded_holder_is_dead(holder: &str) -> bool {
+    let Some(rest) = holder.strip_prefix("held by pid ") else {
+        return false;
+    };
+    let mut words = rest.split_whitespace();
+    let (Some(pid), Some("on"), Some(host)) = (words.next(), words.next(), words.next()) else {
+        return false;
+    };
+    let Ok(pid) = pid.parse::<libc::pid_t>() else {
+        return false;
+    };
+    let here = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    if pid <= 0 || host != here.trim() {
+        return false;
+    }
+    // SAFETY: kill with signal 0 sends nothing; it only checks that the
+    // process exists. No memory is involved.
+    let rc = unsafe { libc::kill(pid, 0) };
+    rc == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+}
+
 impl Drop for JobLock {
     fn drop(&mut self) {
         let _ = self.file.set_len(0);
@@ -207,5 +234,45 @@ mod tests {
             assert!(JobLock::for_recovery(d.path()).is_none());
             drop(p);
         });
+    }
+
+    /// A producer killed by SIGKILL leaves its name in the lock file; a
+    /// recovery that has just taken the lock has not written its own yet.
+    /// A producer starting then must wait, not fail as busy naming the
+    /// dead process.
+    #[test]
+    fn a_producer_waits_while_the_lock_file_names_a_dead_process() {
+        let d = tempfile::tempdir().unwrap();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let r = JobLock::for_recovery(d.path()).expect("free");
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+        std::fs::write(
+            d.path().join(PRODUCER_LOCK_NAME),
+            format!(
+                "pid {dead} on {} since 2026-01-01T00:00:00Z (librex job)\n",
+                host.trim()
+            ),
+        )
+        .unwrap();
+        std::thread::scope(|s| {
+            let producer = s.spawn(|| JobLock::acquire_producer(d.path(), "librex job"));
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            assert!(!producer.is_finished(), "failed at once instead of waiting");
+            drop(r);
+            producer
+                .join()
+                .unwrap()
+                .expect("took the lock once it was free");
+        });
+        assert!(!recorded_holder_is_dead(&format!(
+            "held by pid {} on {} since x (librex job)",
+            std::process::id(),
+            host.trim()
+        )));
+        assert!(!recorded_holder_is_dead(
+            "held by pid 1 on another-host since x"
+        ));
     }
 }

@@ -301,6 +301,11 @@ pub fn push_collective(
         }
     };
     report.push = push_with(job, opts, forced_reason, Some(&mut hooks))?;
+    // Partner copies of what L2 now holds are not needed any more (librex
+    // and `push-l2 --collective` alike).
+    if let Some(m) = &report.push.manifest {
+        crate::l2::partners::prune(&job.l1, m.last_seq)?;
+    }
     hooks.stats.seconds = t0.elapsed().as_secs_f64();
     report.collective = hooks.stats;
     Ok(report)

@@ -258,7 +258,7 @@ impl PatternHasher for Crc32Hasher {
 fn crc32_short(p: &[u8]) -> Option<u32> {
     #[cfg(target_arch = "x86_64")]
     {
-        if p.len() % 16 == 0
+        if p.len().is_multiple_of(16)
             && (16..=128).contains(&p.len())
             && std::arch::is_x86_feature_detected!("pclmulqdq")
         {
@@ -289,7 +289,7 @@ unsafe fn crc32_blocks(p: &[u8]) -> u32 {
     const P_X: i64 = 0x1DB710641;
     const U_PRIME: i64 = 0x1F7011641;
     // Intrinsics are safe to call from a function with their target
-    // features on recent toolchains; the crate's MSRV (1.85) still wants
+    // features on recent toolchains; the crate's MSRV (1.88) still wants
     // the block, hence the `allow`.
     #[allow(unused_unsafe)]
     // SAFETY: the caller guarantees the CPU features; every load reads a
@@ -461,7 +461,7 @@ fn prefetch_line<T>(p: &T) {
         // the x86-64 baseline, so the instruction always exists. Recent
         // toolchains (1.95 here) declare the intrinsic safe, older ones
         // `unsafe fn`; the block (and the `allow`) keeps the crate building
-        // on its declared MSRV, 1.85.
+        // on its declared MSRV, 1.88.
         #[allow(unused_unsafe)]
         unsafe {
             _mm_prefetch::<_MM_HINT_T0>(p.cast());

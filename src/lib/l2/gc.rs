@@ -33,6 +33,13 @@
 //! it loses nothing either: its recovery uploads the generation again from
 //! L1. Ages are measured against the store's modification times, so clock
 //! skew between this node and the store eats into the grace period.
+//!
+//! Two more checks close the race with a push stalled past the grace
+//! period (a frozen VM, skewed clocks): `gc` looks for a generation's
+//! manifest again right before it deletes that generation's objects, and a
+//! push, after its commit and before it deletes its checkpoints, checks that
+//! L2 still holds every file of the generation and uploads again from L1's
+//! copy any that went missing.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -41,7 +48,7 @@ use std::time::{Duration, SystemTime};
 use serde::Serialize;
 
 use crate::error::Result;
-use crate::format::manifest::{generation_of, parse_manifest_name};
+use crate::format::manifest::{generation_of, manifest_name, parse_manifest_name};
 use crate::l1::lock::JobLock;
 use crate::l2::chain::ChainIndex;
 use crate::store::Store;
@@ -140,6 +147,7 @@ pub fn gc(store: &dyn Store, l1: Option<&Path>, opts: &GcOptions) -> Result<GcRe
         grace_s: opts.grace.as_secs_f64(),
         ..Default::default()
     };
+    let mut late = std::collections::BTreeMap::new();
     for o in &objects {
         let Some(g) = generation_of(&o.name) else {
             continue;
@@ -157,6 +165,20 @@ pub fn gc(store: &dyn Store, l1: Option<&Path>, opts: &GcOptions) -> Result<GcRe
         } else if invalid.contains(&g) {
             report.evidence.push(entry);
         } else if age.is_some_and(|a| a >= opts.grace) || (age.is_none() && opts.grace.is_zero()) {
+            // A push may have committed this generation since the listing:
+            // look for its manifest again right before deleting (once per
+            // generation).
+            // (Anything but "no such object" counts as committed.)
+            let committed = *late
+                .entry(g)
+                .or_insert_with(|| match store.read(&manifest_name(g)) {
+                    Ok(_) => true,
+                    Err(e) => !e.is_not_found(),
+                });
+            if committed {
+                report.referenced += 1;
+                continue;
+            }
             if !opts.dry_run {
                 store.delete(&o.name)?;
             }

@@ -467,6 +467,25 @@ pub fn prune(l1: &Path, covered: u64) -> Result<()> {
     Ok(())
 }
 
+/// Removes the temporary files a crashed replication left in the partner
+/// directories of `l1` (see [`durable::remove_stale_temps`]: call it only
+/// when no replication into `l1` can run, i.e. holding the producer lock).
+pub fn remove_stale_temps(l1: &Path) -> Result<usize> {
+    let entries = match std::fs::read_dir(l1) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(Error::io(l1, "read directory", e)),
+    };
+    let mut n = 0;
+    for e in entries {
+        let e = e.map_err(|e| Error::io(l1, "read directory", e))?;
+        if e.file_name().to_string_lossy().starts_with("partner-") && e.path().is_dir() {
+            n += durable::remove_stale_temps(&e.path())?;
+        }
+    }
+    Ok(n)
+}
+
 /// After a restart on every rank: each rank whose L1 directory lost its
 /// checkpoints (`lost`) gets back every copy another rank holds, written
 /// into its L1 directory. Returns how many files this rank got back.

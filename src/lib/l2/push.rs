@@ -56,7 +56,7 @@ use crate::durable;
 use crate::error::{Error, IoContext, Result};
 use crate::format::chunked::WriteFormat;
 use crate::format::ic::IcMeta;
-use crate::format::manifest::{GenKind, Manifest, Timings, manifest_name};
+use crate::format::manifest::{FileEntry, GenKind, Manifest, Timings, manifest_name};
 use crate::format::xref::Xref;
 use crate::l1::coalesce::{CList, CoalesceStats};
 use crate::l1::lock::JobLock;
@@ -802,7 +802,58 @@ fn seal(
     let bytes = manifest.encode();
     job.l1_chain.put_bytes(&manifest_name(generation), &bytes)?;
     job.l2.put_bytes(&manifest_name(generation), &bytes)?;
+    reupload_missing(job, &manifest, report)?;
     Ok((out, manifest))
+}
+
+/// After the commit, before the pending checkpoints are deleted: checks
+/// that L2 still holds every file of generation `m`, and uploads again from
+/// L1's copy any that went missing.
+///
+/// `gc` on an object store takes no lock: it deletes the unreferenced
+/// objects older than its grace period by age alone. A push stalled for
+/// longer than that between its uploads and its manifest (a frozen VM, a
+/// store's clock ahead of the node's) has its files collected; committing
+/// then would leave a manifest whose files are gone while its checkpoints
+/// are deleted from L1. Now that the manifest references them, `gc` keeps
+/// them (it looks for a generation's manifest again just before it deletes
+/// its objects).
+fn reupload_missing(job: &Job, m: &Manifest, report: &mut PushReport) -> Result<()> {
+    let missing = |objects: &[crate::store::ObjectInfo]| -> Vec<&FileEntry> {
+        m.files
+            .iter()
+            .filter(|f| {
+                !objects
+                    .iter()
+                    .any(|o| o.name == f.name && o.bytes == f.bytes)
+            })
+            .collect()
+    };
+    let lost: Vec<FileEntry> = missing(&job.l2.list()?).into_iter().cloned().collect();
+    if lost.is_empty() {
+        return Ok(());
+    }
+    let again = Manifest {
+        files: lost.clone(),
+        ..m.clone()
+    };
+    copy_generation(&job.l1_chain, job.l2.as_ref(), &again, &NoProgress, false)?;
+    let still = missing(&job.l2.list()?);
+    if let Some(f) = still.first() {
+        return Err(Error::chain(
+            job.l2.describe(),
+            format!(
+                "{} of generation {} went missing from L2 after its commit and could not be uploaded again; the pending checkpoints are kept",
+                f.name, m.generation
+            ),
+        ));
+    }
+    report.recovered.push(format!(
+        "{} of generation {} went missing from L2 before its commit (a gc?): uploaded again from L1's copy",
+        lost.iter().map(|f| f.name.as_str()).collect::<Vec<_>>().join(", "),
+        m.generation
+    ));
+    Ok(())
 }
 
 fn empty_clist(chain: Option<&OpenChain>, clist: Option<&CList>) -> CList {
@@ -907,6 +958,18 @@ pub fn recover(
             report
                 .recovered
                 .push(format!("removed {n} temporary files in {}", dir.display()));
+        }
+    }
+    // Partner copies are written by the producer (librex) or by `rexctl
+    // replicate`, which runs between a job's checkpoints: with no
+    // producer, a temporary there is a crashed replication's.
+    if producer.is_some() {
+        let n = crate::l2::partners::remove_stale_temps(&job.l1)?;
+        if n > 0 {
+            report.recovered.push(format!(
+                "removed {n} temporary files in the partner directories of {}",
+                job.l1.display()
+            ));
         }
     }
     drop(producer);
@@ -1070,12 +1133,12 @@ pub fn recover(
     }
 
     // IC files the newest generation already covers.
-    if newest.is_some() {
-        if let Ok(l1) = &l1_scan {
-            for m in &l1.orphans {
-                durable::remove_file(&m.path)?;
-                report.deleted_ics += 1;
-            }
+    if newest.is_some()
+        && let Ok(l1) = &l1_scan
+    {
+        for m in &l1.orphans {
+            durable::remove_file(&m.path)?;
+            report.deleted_ics += 1;
         }
     }
     // Finish a prune a crash interrupted (a no-op otherwise): the newest
@@ -1250,6 +1313,20 @@ fn copy_generation(
 ) -> Result<()> {
     for f in &m.files {
         let src = from.open_local(&f.name)?;
+        // A P-Table's CRC-32 follows from its length (see
+        // `format::manifest`): its XXH3 tells another generation's apart.
+        if let Some(got) = f.xxh3_mismatch(&src)? {
+            return Err(Error::corrupt(
+                &src,
+                0,
+                "file",
+                format!(
+                    "XXH3 {got:016x}, the manifest of generation {} says {:016x}: not this generation's file",
+                    m.generation,
+                    f.xxh3.unwrap_or_default()
+                ),
+            ));
+        }
         let (bytes, crc) = to.put_file(&f.name, &src, progress)?;
         if (bytes, crc) != (f.bytes, f.crc32) {
             return Err(Error::corrupt(

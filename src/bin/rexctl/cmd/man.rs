@@ -138,7 +138,7 @@ fn synopsis(buf: &mut Vec<u8>, cmd: &clap::Command, top: bool) -> anyhow::Result
     let name = cmd
         .get_display_name()
         .unwrap_or(cmd.get_name())
-        .replace('-', " ");
+        .replacen('-', " ", 1);
     let name = if top { "rexctl".to_string() } else { name };
     let mut words = vec![format!("\\fB{}\\fR", escape(&name))];
     let shared = |a: &clap::Arg| {

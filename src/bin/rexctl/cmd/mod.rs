@@ -8,3 +8,59 @@ pub mod examples;
 pub mod l1;
 pub mod l2;
 pub mod man;
+
+use std::path::Path;
+
+/// An output file is written under a temporary name and renamed into place:
+/// only a regular file may be replaced (never a device, a FIFO, a directory
+/// or a symlink's link), and only with `--force`. Exit 5 otherwise.
+pub fn check_out(out: &Path, force: bool) -> rexctl::Result<()> {
+    if let Ok(m) = std::fs::symlink_metadata(out) {
+        if !m.file_type().is_file() {
+            return Err(rexctl::Error::Invalid(format!(
+                "{}: exists and is not a regular file: the output is written under a temporary name and renamed into place, which would replace it",
+                out.display()
+            )));
+        }
+        if !force {
+            return Err(rexctl::Error::Invalid(format!(
+                "{}: exists; give --force (-f) to replace it",
+                out.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Whether the file `file` would be a direct entry of directory `dir`
+/// (which need not exist yet): the L1 scan reads every REX-IC file there,
+/// so an output written there would join the batch.
+pub fn lies_in(file: &Path, dir: &Path) -> bool {
+    let Some(parent) = file.parent() else {
+        return false;
+    };
+    let parent = if parent.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        parent
+    };
+    match (parent.canonicalize(), dir.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        // A directory that does not exist yet: compare the absolute paths,
+        // `.` components dropped.
+        _ => match (std::path::absolute(parent), std::path::absolute(dir)) {
+            (Ok(a), Ok(b)) => a.components().eq(b.components()),
+            _ => false,
+        },
+    }
+}
+
+/// clap value parser of a count that must be at least 1 (clap's own
+/// `range(1..)` prints the whole `u64` range in its message).
+pub fn at_least_one(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}

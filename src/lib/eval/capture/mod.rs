@@ -57,6 +57,7 @@ pub use memory::{Mapping, PagemapStats, ScanStats, parse_maps};
 pub use process::{PERMISSION_HINT, StopMethod, permission_error};
 pub use state::{CaptureState, ProcessIdentity, STATE_NAME};
 
+use crate::durable;
 use crate::error::{Error, IoContext, Result};
 use crate::format::ic::{ChainId, IcWriter, now_ns};
 use crate::l1::lock::JobLock;
@@ -67,6 +68,12 @@ use process::{Fail, Stopped, proc_path};
 
 /// Name of the lock file that keeps two captures out of one L1 directory.
 pub const CAPTURE_LOCK: &str = ".capture.lock";
+
+/// Present (durably) from just before a capture may reset the soft-dirty
+/// bits until that checkpoint's state is saved: a capture that finds it
+/// continues the chain without trusting the bits, which describe a stop
+/// that was never published.
+pub const CLEARING_NAME: &str = ".capture-clearing";
 
 /// Scans smaller than this run on one thread.
 const PARALLEL_MIN_BYTES: u64 = 16 << 20;
@@ -367,6 +374,8 @@ impl Capture {
         std::fs::create_dir_all(&l1).ctx(&l1, "create directory")?;
         let lock = lock_dir(&l1)?;
         let producer = JobLock::acquire_producer(&l1, "rexctl capture")?;
+        // A crashed predecessor's half-written checkpoint (as librex does).
+        crate::durable::remove_stale_temps(&l1)?;
         let newest_ck = newest_checkpoint(&l1)?;
         let newest = newest_ck.map(|n| n.0);
         let (state, state_note) = match CaptureState::load(&l1) {
@@ -417,7 +426,8 @@ impl Capture {
                 // Continue the run of the newest checkpoint (none for a
                 // version 1 chain, which stays version 1).
                 cap.chain_id = newest_ck.and_then(|n| n.1);
-                cap.soft_cleared = s.flags & state::FLAG_SOFT_DIRTY_CLEARED != 0;
+                cap.soft_cleared = s.flags & state::FLAG_SOFT_DIRTY_CLEARED != 0
+                    && !cap.l1.join(CLEARING_NAME).exists();
                 cap.start_note = format!(
                     "continuing the chain of this process after seq {} ({} live pages)",
                     s.last_seq,
@@ -504,6 +514,12 @@ impl Capture {
         let pid = self.ident.pid;
         if !process::alive(&self.ident) {
             return Ok(Step::Exited);
+        }
+        if self.soft_dirty {
+            // Durable before the bits are reset below: should this
+            // checkpoint not be published, a later capture must not take
+            // them as the changes since the saved state.
+            durable::write_file(self.l1.join(CLEARING_NAME), b"")?;
         }
         let time_ns = now_ns();
         let t0 = Instant::now();
@@ -764,6 +780,9 @@ impl Capture {
             entries,
         };
         st.save(&self.l1)?;
+        // The saved state now matches the bits (a removal lost in a crash
+        // only costs the next capture a hashed checkpoint).
+        let _ = std::fs::remove_file(self.l1.join(CLEARING_NAME));
         self.prev = st.entries;
         self.next_seq = seq + 1;
         self.next_full = false;
@@ -1077,7 +1096,19 @@ pub fn capture_command(
             }
         }
     }
-    let run = result?;
+    let run = match (result, status) {
+        // The program ended before the capture could attach to it.
+        (Err(Error::Process { pid, .. }), Some(s)) => {
+            return Err(Error::Process {
+                pid,
+                reason: format!(
+                    "the program ended ({}) before its first checkpoint: nothing was captured",
+                    describe_exit(s)
+                ),
+            });
+        }
+        (r, _) => r?,
+    };
     Ok(CommandReport {
         run,
         exit: status.map(describe_exit),

@@ -207,7 +207,7 @@ fn write_text(path: &Path, bytes: usize) -> Result<()> {
         let w = WORDS[(x % 32) as usize];
         out.extend_from_slice(w.as_bytes());
         line += w.len() + 1;
-        if x % 97 == 0 {
+        if x.is_multiple_of(97) {
             out.extend_from_slice(format!(" {}", x % 100_000).as_bytes());
         }
         if line > 70 {

@@ -46,8 +46,6 @@ pub struct Args {
     /// --l1, REX_L1 or rex.toml).
     #[arg(value_name = "L1DIR")]
     l1dir: Option<PathBuf>,
-    #[command(flatten)]
-    settings: ConfigLayer,
     /// Print the analysis as JSON.
     #[arg(long)]
     json: bool,
@@ -68,6 +66,8 @@ pub struct Args {
     /// end.
     #[arg(long, value_name = "DIR")]
     work: Option<PathBuf>,
+    #[command(flatten)]
+    settings: ConfigLayer,
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {

@@ -48,8 +48,9 @@ use rexctl::control::config::ConfigLayer;
 /// FULL checkpoint at the next seq.
 ///
 /// If the program exits, the capture ends with the checkpoints taken so far
-/// (exit status 0); a checkpoint it interrupts is discarded, nothing partial
-/// is published and the chain stays valid. Ctrl-C ends the capture after the
+/// (exit status 0; 1 if it ended before the first one); a checkpoint it
+/// interrupts is discarded, nothing partial is published and the chain
+/// stays valid. Ctrl-C ends the capture after the
 /// checkpoint in progress.
 ///
 /// Only the process itself (all of its threads) is captured, not the

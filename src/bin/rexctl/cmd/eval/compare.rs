@@ -45,7 +45,7 @@ pub struct Args {
     l1dir: Option<PathBuf>,
     /// Fixed batches of N checkpoints per L2 checkpoint, instead of REX's
     /// runtime controller.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "N", value_parser = crate::cmd::at_least_one)]
     batch: Option<u64>,
     /// Print the report as JSON.
     #[arg(long)]
@@ -65,12 +65,12 @@ pub struct Args {
     #[arg(long)]
     keep: bool,
     /// Restore runs per counterpart; the fastest is reported.
-    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = crate::cmd::at_least_one)]
     runs: u64,
     /// Runs of each counterpart's L2 checkpoints over the whole sequence; the
     /// fastest is reported (REX's controller decides in the first run, the
     /// others replay its decisions).
-    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = crate::cmd::at_least_one)]
     push_runs: u64,
     /// Run every stage in this process (faster to start; peak memory is then
     /// not measured).

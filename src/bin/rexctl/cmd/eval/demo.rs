@@ -33,7 +33,7 @@ pub struct Args {
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Checkpoints per L2 push.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = crate::cmd::at_least_one)]
     batch: u64,
     /// Keep the temporary work directory.
     #[arg(long)]
@@ -149,7 +149,7 @@ fn demo(a: &Args, dir: &Path, rep: &mut Report) -> anyhow::Result<i32> {
     let l2 = dir.join("l2");
     std::fs::create_dir_all(&l1).with_context(|| format!("{}: create directory", l1.display()))?;
     let profile = workload::profile(&a.profile)?;
-    let (n, batch) = (profile.checkpoints, a.batch.max(1));
+    let (n, batch) = (profile.checkpoints, a.batch);
     say!(
         "rexctl demo: profile {} (seed {}), {} pages of {} bytes, 1 FULL + {n} incremental checkpoints, L2 push every {batch}",
         profile.name,

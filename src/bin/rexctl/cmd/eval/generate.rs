@@ -2,7 +2,6 @@
 
 use std::path::PathBuf;
 
-use anyhow::bail;
 use rexctl::eval::workload;
 use rexctl::l1::list_ic_files;
 
@@ -48,6 +47,9 @@ pub struct Args {
     /// on every rank (0 to 1; default 0.5).
     #[arg(long, value_name = "SHARE", requires = "ranks")]
     shared: Option<f64>,
+    /// Replace the --truth file(s) if they exist.
+    #[arg(short, long, requires = "truth")]
+    force: bool,
     /// List the profiles and exit.
     #[arg(long)]
     list_profiles: bool,
@@ -80,21 +82,28 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         profile.page_size = s;
     }
     if outdir.exists() && !list_ic_files(&outdir)?.is_empty() {
-        bail!(
+        return Err(rexctl::Error::Invalid(format!(
             "{}: already holds REX-IC files; generate into an empty or new directory",
             outdir.display()
-        );
+        ))
+        .into());
     }
-    if let Some(t) = &a.truth
-        && t.parent()
-            .map(|p| p.canonicalize().ok() == outdir.canonicalize().ok() && outdir.exists())
-            .unwrap_or(false)
-    {
-        bail!(
-            "--truth {} must lie outside {}",
-            t.display(),
-            outdir.display()
-        );
+    if let Some(t) = &a.truth {
+        if a.ranks.is_none() && crate::cmd::lies_in(t, &outdir) {
+            return Err(rexctl::Error::Invalid(format!(
+                "--truth {} must lie outside {}, where it would join the checkpoints",
+                t.display(),
+                outdir.display()
+            ))
+            .into());
+        }
+        if a.ranks.is_none() {
+            crate::cmd::check_out(t, a.force)?;
+        } else if t.is_dir() {
+            for r in 0..a.ranks.unwrap_or(0) {
+                crate::cmd::check_out(&t.join(format!("{r}.rexic")), a.force)?;
+            }
+        }
     }
     let n = profile.checkpoints;
     let name = profile.name;

@@ -21,18 +21,22 @@ pub struct Args {
     /// --l1, REX_L1 or rex.toml).
     #[arg(value_name = "L1DIR")]
     l1dir: Option<PathBuf>,
-    #[command(flatten)]
-    settings: ConfigLayer,
     /// Coalesce only the files with seq >= FROM (default: the whole chain).
     #[arg(long)]
     from: Option<u64>,
     /// Write the coalesced batch as one REX-IC file (pages copied from their
-    /// last copies, CRC-checked); `-o`, as in `restore`.
+    /// last copies, CRC-checked); `-o`, as in `restore`: an existing file is
+    /// replaced only with --force, and never one in L1DIR itself.
     #[arg(short = 'o', long, value_name = "FILE")]
     out: Option<PathBuf>,
+    /// Replace the --out file if it exists.
+    #[arg(short, long, requires = "out")]
+    force: bool,
     /// Print the summary and the C-List as JSON.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    settings: ConfigLayer,
 }
 
 #[derive(Serialize)]
@@ -69,13 +73,24 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         Some(d) => d.clone(),
         None => Settings::load(&a.settings)?.l1()?,
     };
+    if let Some(out) = &a.out {
+        if crate::cmd::lies_in(out, &l1dir) {
+            return Err(rexctl::Error::Invalid(format!(
+                "--out {}: lies in the L1 directory {}, where it would join the checkpoints it coalesces; write it elsewhere",
+                out.display(),
+                l1dir.display()
+            ))
+            .into());
+        }
+        crate::cmd::check_out(out, a.force)?;
+    }
     let l1 = L1Dir::scan(&l1dir)?;
     let batch = l1.since(a.from.unwrap_or(0));
     if batch.is_empty() {
-        return Err(rexctl::Error::Invalid(format!(
-            "{}: no checkpoint to coalesce",
-            l1dir.display()
-        ))
+        return Err(rexctl::Error::Chain {
+            path: l1dir.clone(),
+            reason: "no checkpoint to coalesce".into(),
+        }
         .into());
     }
     if let Some(from) = a.from

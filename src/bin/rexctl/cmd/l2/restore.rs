@@ -211,7 +211,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         (None, l1) => l1.clone(),
         (Some(_), None) => None,
     };
-    check_out(&a.out, a.force)?;
+    crate::cmd::check_out(&a.out, a.force)?;
     // An L2 directory no push has made yet reads as empty: with L1, its
     // checkpoints alone restore; without, "no valid generation under ...".
     let l2 = rexctl::store::open_l2_read(&s.l2()?, &s.store()?)?;
@@ -246,27 +246,6 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-/// The output is renamed into place: only a regular file may be replaced
-/// (never a device, a FIFO, a directory or a symlink's link), and only with
-/// `--force`.
-fn check_out(out: &std::path::Path, force: bool) -> rexctl::Result<()> {
-    if let Ok(m) = std::fs::symlink_metadata(out) {
-        if !m.file_type().is_file() {
-            return Err(rexctl::Error::Invalid(format!(
-                "{}: exists and is not a regular file: the image is written under a temporary name and renamed into place, which would replace it",
-                out.display()
-            )));
-        }
-        if !force {
-            return Err(rexctl::Error::Invalid(format!(
-                "{}: exists; give --force (-f) to replace it",
-                out.display()
-            )));
-        }
-    }
-    Ok(())
-}
-
 #[cfg(not(feature = "mpi"))]
 fn collective(_: &Args, _: &Settings, _: &RestoreOptions) -> anyhow::Result<i32> {
     Err(rexctl::Error::Invalid(
@@ -289,7 +268,7 @@ fn collective(a: &Args, s: &Settings, opts: &RestoreOptions) -> anyhow::Result<i
                 "--out {text}: every rank writes its own image; put {{rank}} in the name (it is replaced by the rank)"
             )));
         }
-        check_out(&out, a.force)?;
+        crate::cmd::check_out(&out, a.force)?;
         rexctl::store::JobRoot::new(s.l2()?, &s.store()?)
     })();
     let root = match setup {
