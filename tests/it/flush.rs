@@ -490,3 +490,54 @@ fn copy_tree(from: &Path, to: &Path) {
         }
     }
 }
+
+/// The restore-cost term reads L2 at the rate the uploads moved bytes
+/// (`link_s`), not at the push's wait for them: the RPS streams to L2
+/// beside the deduplication, so that wait is often a millisecond, which
+/// made the read rate tens of GB/s and `delta` zero.
+#[test]
+fn the_read_rate_is_the_l2_bytes_over_the_link_time() {
+    let d = tempfile::tempdir().unwrap();
+    let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
+    std::fs::create_dir_all(&l1).unwrap();
+    let mut p = profile("balanced").unwrap();
+    p.pages = 256;
+    let mut w = Workload::new(p, 3).unwrap();
+    for _ in 0..3 {
+        for _ in 0..3 {
+            let c = w.step();
+            w.write(&c, &l1, 1_000_000_000 * c.seq).unwrap();
+        }
+        ok(&["push-l2", "--l1", s(&l1), "--l2", s(&l2)]);
+    }
+    let c = w.step();
+    w.write(&c, &l1, 1_000_000_000 * c.seq).unwrap();
+    let index = ChainIndex::load(&DirStore::open(&l2).unwrap()).unwrap();
+    let ms: Vec<_> = index.manifests.values().collect();
+    assert!(
+        ms.iter().all(|m| m.timings.link_s > 0.0),
+        "no link time recorded"
+    );
+    let mean = |v: Vec<f64>| v.iter().sum::<f64>() / v.len() as f64;
+    let rate = mean(
+        ms.iter()
+            .map(|m| m.bytes_out as f64 / m.timings.link_s)
+            .collect(),
+    );
+    let delta_bytes = mean(
+        ms.iter()
+            .filter(|m| m.kind == GenKind::Delta)
+            .map(|m| m.bytes_out as f64)
+            .collect(),
+    );
+    let out = ok(&["plan", "--l1", s(&l1), "--l2", s(&l2), "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let got = v["decision"]["rule"]["delta"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no cost rule in {v}"));
+    let want = delta_bytes / rate;
+    assert!(
+        (got - want).abs() <= 1e-9 * want.max(1e-12),
+        "delta {got}, want {want}"
+    );
+}

@@ -758,6 +758,20 @@ fn every_range_of_pages_must_select_a_page() {
         &format!("{first:#x}"),
     ]);
     assert_ok(&o);
+    // `--raw` of a range spans the range: holes at its end read as zeros,
+    // as holes at its start do (the output used to stop at the last page
+    // restored).
+    let last = *pages.last().unwrap();
+    let range = format!("{:#x}-{:#x}", last - 1, last + 3);
+    let o = j.run(&["restore", "-o", "tail.raw", "--raw", "--pages", &range]);
+    assert_ok(&o);
+    let raw = std::fs::read(j.dir.path().join("tail.raw")).unwrap();
+    let ps = v[0]["page_size"].as_u64().unwrap() as usize;
+    assert_eq!(raw.len(), 5 * ps, "--raw --pages {range}");
+    assert!(
+        raw[2 * ps..].iter().all(|&b| b == 0),
+        "the trailing hole is not zeros"
+    );
 }
 
 /// `coalesce -o` and `gen --truth` write their files as `restore -o` does:

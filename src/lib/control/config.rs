@@ -266,7 +266,8 @@ pub struct ConfigLayer {
         hide_short_help = true
     )]
     pub s3_parts_in_flight: Option<usize>,
-    /// Ranged GETs in flight at once when reading an object.
+    /// Ranged GETs in flight at once, over all the objects a command
+    /// reads (a restore streams every file of the lineage together).
     #[arg(
         long,
         env = "REX_S3_GET_CONCURRENCY",

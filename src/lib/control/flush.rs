@@ -15,7 +15,9 @@
 //! * `delta`: mean bytes of a Δ generation (before any exists: the pending
 //!   bytes over the last compression ratio) divided by the L2 read rate, which
 //!   is the configured `read_rate_mbps`, else the mean measured upload rate of
-//!   past pushes, else 200 MB/s;
+//!   past pushes (their L2 bytes over their `link_s`, the time their uploads
+//!   spent moving bytes: the RPS streams beside the deduplication, so the
+//!   push's wait for it says nothing of the link), else 200 MB/s;
 //! * `T`: mean capture-time distance between consecutive generations; before
 //!   two exist, `[chi]` times the mean L1 interval of the pending checkpoints,
 //!   else 600 s;
@@ -225,6 +227,15 @@ fn cost_rule(
     let rate = cfg
         .read_rate_mbps
         .map(|r| r * 1e6)
+        // The link's own time where the manifests record it; older ones
+        // timed the whole upload (before it streamed beside the unit).
+        .or_else(|| {
+            mean(
+                all.iter()
+                    .filter(|m| m.timings.link_s > 0.0)
+                    .map(|m| m.bytes_out as f64 / m.timings.link_s),
+            )
+        })
         .or_else(|| {
             mean(
                 all.iter()

@@ -151,8 +151,20 @@ pub struct Timings {
     pub coalesce_s: f64,
     /// Deduplication (reading pages, DeD-Table, writing RPS/PF/P-Table to L1).
     pub dedup_s: f64,
-    /// Uploading the data files to L2.
+    /// Uploading the data files to L2: what the push waited for them after
+    /// the deduplication (the RPS and Pointer File stream to L2 while they
+    /// are written).
     pub upload_s: f64,
+    /// Seconds the uploads spent moving bytes (the streamed files' upload
+    /// threads' time not spent waiting for the unit, plus the files sent
+    /// after it): the L2 bytes over this is the link's rate. 0 (absent) in
+    /// manifests written before it was recorded.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub link_s: f64,
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }
 
 /// The largest manifest a reader accepts: a real one is a few KiB (its

@@ -26,7 +26,7 @@
 //! old chain) into a fresh pattern space with no previous versions.
 
 use std::path::Path;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
@@ -104,6 +104,11 @@ pub struct DedupOutput {
     /// Seconds spent waiting for those uploads after the unit finished.
     #[serde(skip)]
     pub upload_wait_s: f64,
+    /// Seconds the slower of those uploads spent moving bytes: its thread's
+    /// time not spent waiting for the unit to write the next piece (the
+    /// link's time, which the controller turns into the L2 read rate).
+    #[serde(skip)]
+    pub upload_busy_s: f64,
 }
 
 /// The pattern space would pass 2^32 patterns.
@@ -695,13 +700,25 @@ pub fn deduplicate<H: PatternHasher>(job: &DedupJob<'_>, hasher: H) -> Result<De
             *m = Some(mirror);
             uploads.push(s.spawn(move || {
                 up.progress.start(name, 0);
-                up.store
-                    .put_stream(name, HEADER_LEN, &mut rx.into_iter(), up.progress)
+                let t0 = Instant::now();
+                let idle = std::cell::Cell::new(Duration::ZERO);
+                let mut pieces = rx.into_iter();
+                let mut timed = std::iter::from_fn(|| {
+                    let t = Instant::now();
+                    let p = pieces.next();
+                    idle.set(idle.get() + t.elapsed());
+                    p
+                });
+                let sent = up
+                    .store
+                    .put_stream(name, HEADER_LEN, &mut timed, up.progress);
+                let busy = t0.elapsed().saturating_sub(idle.get()).as_secs_f64();
+                sent.map(|(bytes, crc)| (bytes, crc, busy))
             }));
         }
         let r = run(job, hasher, mirrors);
         let waited = Instant::now();
-        let sent: Vec<Result<(u64, u32)>> = uploads
+        let sent: Vec<Result<(u64, u32, f64)>> = uploads
             .into_iter()
             .map(|h| {
                 h.join()
@@ -725,7 +742,8 @@ pub fn deduplicate<H: PatternHasher>(job: &DedupJob<'_>, hasher: H) -> Result<De
             other => other?,
         };
         for (name, sent) in names.iter().zip(sent) {
-            let (bytes, crc) = sent?;
+            let (bytes, crc, busy) = sent?;
+            out.upload_busy_s = out.upload_busy_s.max(busy);
             let f = out
                 .files
                 .iter()
@@ -884,6 +902,7 @@ fn run<H: PatternHasher>(
             seconds: 0.0,
             uploaded: Vec::new(),
             upload_wait_s: 0.0,
+            upload_busy_s: 0.0,
         },
     };
     let mut ptab = PTableDelta {

@@ -719,6 +719,7 @@ fn seal(
         }
     }
     let upload_s = out.upload_wait_s + t_up.elapsed().as_secs_f64();
+    let link_s = out.upload_busy_s + t_up.elapsed().as_secs_f64();
 
     let bytes_in: u64 = batch.iter().map(|m| m.layout.file_len).sum();
     let bytes_out: u64 = out.files.iter().map(|f| f.bytes).sum();
@@ -765,6 +766,7 @@ fn seal(
             coalesce_s,
             dedup_s: out.seconds,
             upload_s,
+            link_s,
         },
         created_ns: crate::format::ic::now_ns(),
         writer: format!("rexctl {}", env!("CARGO_PKG_VERSION")),

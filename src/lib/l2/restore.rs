@@ -791,16 +791,24 @@ fn write_image(
                 "--raw: no page to restore in the requested ranges".into(),
             ));
         };
-        let first_page = opts.pages.as_ref().map(|r| r[0].0).unwrap_or(first.page);
+        // The requested ranges' whole span, holes at either end included
+        // (`--pages A-B --raw` is B - A + 1 pages, as `dd` would give);
+        // without ranges, the image's first to last page.
+        let (first_page, last_page) = match opts.pages.as_deref() {
+            Some(r) if !r.is_empty() => (
+                r.iter().map(|x| x.0).min().unwrap_or(first.page),
+                r.iter().map(|x| x.1).max().unwrap_or(last.page),
+            ),
+            _ => (first.page, last.page),
+        };
         // Pages 0 and 2^64-1 span 2^64 pages, which wraps: computed without
         // overflow, and refused before any output.
-        let span = (last.page - first_page)
+        let span = (last_page - first_page)
             .checked_add(1)
             .and_then(|n| n.checked_mul(u64::from(page_size)));
         let Some(span) = span.filter(|&s| s <= 1 << 40) else {
             return Err(Error::Invalid(format!(
-                "--raw: pages {first_page:#x}..={:#x} span more than 1 TiB; restore a dense range with --pages",
-                last.page
+                "--raw: pages {first_page:#x}..={last_page:#x} span more than 1 TiB; restore a dense range with --pages"
             )));
         };
         let mut f = AtomicFile::create(out)?;

@@ -47,7 +47,9 @@
 //! in a cache directory: a fresh directory under `cache_dir` (default: the
 //! system's temporary directory), removed when the store is dropped. The
 //! object is fetched with ranged GETs of [`RANGE_SIZE`] bytes,
-//! `s3_get_concurrency` of them in flight, into a temporary file renamed
+//! `s3_get_concurrency` of them in flight (a bound shared by every fetch
+//! and stream of the store, as a restore streams the whole lineage at
+//! once), into a temporary file renamed
 //! into place when complete. A cache file is never modified once renamed
 //! (a re-fetch writes a new file and renames it over the old name), so
 //! mappings stay valid. Listing the store also fetches every manifest it
@@ -125,6 +127,10 @@ pub struct S3Store {
     part_size: u64,
     parts_in_flight: usize,
     get_concurrency: usize,
+    /// `get_concurrency` permits, one per ranged GET in flight, shared by
+    /// every fetch and stream of the store: a restore streams each file of
+    /// the lineage at once, and the setting bounds them all together.
+    get_slots: Arc<tokio::sync::Semaphore>,
     state: Mutex<State>,
     fetched: Arc<AtomicU64>,
     uploaded: AtomicU64,
@@ -307,6 +313,7 @@ impl S3Store {
             part_size: s.part_size,
             parts_in_flight: s.parts_in_flight,
             get_concurrency: s.get_concurrency,
+            get_slots: Arc::new(tokio::sync::Semaphore::new(s.get_concurrency.max(1))),
             state: Mutex::new(State::default()),
             fetched: Arc::new(AtomicU64::new(0)),
             uploaded: AtomicU64::new(0),
@@ -664,8 +671,12 @@ impl S3Store {
                         Arc::clone(&file),
                         tmp.clone(),
                     );
+                    let slots = Arc::clone(&self.get_slots);
                     self.count();
-                    set.spawn(async move { get_range_into(&s3, &k, a..b, &f, &t, |_| {}).await });
+                    set.spawn(async move {
+                        let _slot = slots.acquire_owned().await;
+                        get_range_into(&s3, &k, a..b, &f, &t, |_| {}).await
+                    });
                 }
                 let Some(r) = set.join_next().await else {
                     break;
@@ -838,6 +849,8 @@ struct RangeFill {
     path: PathBuf,
     fetched: Arc<AtomicU64>,
     requests: Arc<AtomicU64>,
+    /// The store's GET permits ([`S3Store::get_slots`]).
+    slots: Arc<tokio::sync::Semaphore>,
 }
 
 impl ChunkFill for RangeFill {
@@ -845,7 +858,10 @@ impl ChunkFill for RangeFill {
         self.requests.fetch_add(1, Ordering::Relaxed);
         let b = self
             .rt
-            .block_on(self.s3.get_range(&self.key, offset..offset + len))
+            .block_on(async {
+                let _slot = self.slots.acquire().await;
+                self.s3.get_range(&self.key, offset..offset + len).await
+            })
             .map_err(|e| remote_error(&self.endpoint, &self.bucket, &self.key, "get", &e))?;
         if b.len() as u64 != len {
             return Err(Error::Invalid(format!(
@@ -1024,6 +1040,7 @@ impl StreamFill {
         let (endpoint, bucket) = (store.endpoint.clone(), store.bucket.clone());
         let (fetched, requests) = (Arc::clone(&store.fetched), Arc::clone(&store.requests));
         let concurrency = store.get_concurrency.max(1);
+        let slots = Arc::clone(&store.get_slots);
         let task = store.rt.spawn(async move {
             let _end = StreamEnd(Arc::clone(&st));
             let mut set: JoinSet<(usize, std::result::Result<u64, TaskError>)> = JoinSet::new();
@@ -1039,8 +1056,10 @@ impl StreamFill {
                         task_path.clone(),
                     );
                     let progress = Arc::clone(&st);
+                    let slots = Arc::clone(&slots);
                     requests.fetch_add(1, Ordering::Relaxed);
                     set.spawn(async move {
+                        let _slot = slots.acquire_owned().await;
                         // Readers are woken as each chunk's worth of bytes
                         // lands, not for every body part (a few KiB each).
                         let mut told = a;
@@ -1417,6 +1436,7 @@ impl Store for S3Store {
                 path: dst.clone(),
                 fetched: Arc::clone(&self.fetched),
                 requests: Arc::clone(&self.requests),
+                slots: Arc::clone(&self.get_slots),
             })
         } else {
             Box::new(StreamFill::start(

@@ -151,7 +151,7 @@ fn line(r: &FlushReport) -> String {
                 );
             };
             format!(
-                "{prefix}flush: pushed generation {} as {kind}: {}; {}; seq {}..={}, {} -> {} (ratio {:.2}), uploaded {} in {:.3}s ({:.0} MB/s); {:.3}s in all",
+                "{prefix}flush: pushed generation {} as {kind}: {}; {}; seq {}..={}, {} -> {} (ratio {:.2}), uploaded {} ({:.0} MB/s over {:.3}s of link time); {:.3}s in all",
                 m.generation,
                 d.reason,
                 inputs(d),
@@ -161,8 +161,8 @@ fn line(r: &FlushReport) -> String {
                 ui::bytes(m.bytes_out),
                 m.compression_ratio,
                 ui::bytes(m.bytes_out),
-                m.timings.upload_s,
-                ui::mbps(m.bytes_out, m.timings.upload_s),
+                ui::mbps(m.bytes_out, m.timings.link_s),
+                m.timings.link_s,
                 r.seconds
             )
         }

@@ -13,8 +13,11 @@ use rexctl::control::config::ConfigLayer;
 /// Coalesce the checkpoints of an L1 directory: keep only the last copy of
 /// every dirty page (the C-List), reading headers and page indexes only.
 ///
-/// Prints the batch summary; `--json` prints the C-List itself; `--out`
-/// writes the coalesced batch as one REX-IC file.
+/// The batch is every checkpoint of the directory, or, once a push has
+/// copied a chain into L1/rex/, the pending ones (those L2 does not hold
+/// yet, which continue that chain). Prints the batch summary; `--json`
+/// prints the C-List itself; `--out` writes the coalesced batch as one
+/// REX-IC file.
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// The L1 directory holding the REX-IC files (default: the l1 setting:
@@ -84,12 +87,27 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         }
         crate::cmd::check_out(out, a.force)?;
     }
-    let l1 = L1Dir::scan(&l1dir)?;
+    // After a push, L1 holds the checkpoints that continue the pushed
+    // chain (its copy is in L1/rex/): those are the pending batch, as
+    // `push-l2` and `status` see it.
+    let chain_dir = l1dir.join(rexctl::l2::push::L1_CHAIN_DIR);
+    let newest = if chain_dir.is_dir() {
+        rexctl::l2::chain::ChainIndex::load(&rexctl::store::DirStore::open(&chain_dir)?)?
+            .newest()
+            .map(rexctl::l1::Covered::from)
+    } else {
+        None
+    };
+    let l1 = L1Dir::scan_after(&l1dir, newest)?;
     let batch = l1.since(a.from.unwrap_or(0));
     if batch.is_empty() {
         return Err(rexctl::Error::Chain {
             path: l1dir.clone(),
-            reason: "no checkpoint to coalesce".into(),
+            reason: if newest.is_some() {
+                "no pending checkpoint to coalesce: L2 holds every one".into()
+            } else {
+                "no checkpoint to coalesce".into()
+            },
         }
         .into());
     }

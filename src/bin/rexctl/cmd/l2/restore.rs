@@ -52,7 +52,8 @@ pub struct Args {
     #[arg(long)]
     l2_only: bool,
     /// Write a flat image (page p at offset (p - first) x page size; gaps
-    /// read as zeros) instead of a REX-IC file.
+    /// read as zeros) instead of a REX-IC file. With --pages it spans the
+    /// ranges from the lowest start to the highest end, holes included.
     #[arg(long)]
     raw: bool,
     /// Restore only these pages: inclusive ranges like `0x5000-0x50ff,42`
