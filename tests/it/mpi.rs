@@ -353,6 +353,21 @@ fn ranks_sharing_memory_store_it_once_and_every_rank_restores_bit_identically() 
     let o = restore_rank(&l2, 2, &out, &["--job-generation", "1"]);
     success(&o, "restore of job generation 1");
     assert_image(&out, &truth3.join("2.rexic"), "job generation 1 after 2");
+    // A job generation that does not exist is bad data asked for (exit 3),
+    // not an I/O failure.
+    let o = restore_rank(
+        &l2,
+        2,
+        &t.path().join("none.rexic"),
+        &["--job-generation", "9"],
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no job generation 9"));
     // The job's status and verification cover every rank.
     let text = ok(&["verify", "--l2", s(&l2)]);
     assert!(text.contains("job generations [1, 2]"), "{text}");

@@ -766,7 +766,7 @@ fn every_range_of_pages_must_select_a_page() {
     let o = j.run(&["restore", "-o", "tail.raw", "--raw", "--pages", &range]);
     assert_ok(&o);
     let raw = std::fs::read(j.dir.path().join("tail.raw")).unwrap();
-    let ps = v[0]["page_size"].as_u64().unwrap() as usize;
+    let ps = v[0]["header"]["page_size"].as_u64().unwrap() as usize;
     assert_eq!(raw.len(), 5 * ps, "--raw --pages {range}");
     assert!(
         raw[2 * ps..].iter().all(|&b| b == 0),
@@ -834,4 +834,8 @@ fn out_of_range_values_and_unknown_table_keys_are_refused() {
     assert_clean_failure(&o, 5, &["t.toml", "foo"]);
     let o = j.run(&["demo", "--batch", "0"]);
     assert_clean_failure(&o, 2, &["--batch", "at least 1"]);
+    // A file where an L2 directory would go: an unusable location.
+    std::fs::write(j.dir.path().join("plain"), "x").unwrap();
+    let o = j.run(&["push-l2", "--l2", "./plain"]);
+    assert_clean_failure(&o, 5, &["plain", "not a directory"]);
 }

@@ -64,8 +64,18 @@ impl JobIndex {
 /// Reads and checks job generation `j`'s manifest.
 pub fn read_job_manifest(store: &dyn Store, j: u64) -> Result<JobManifest> {
     let name = job_manifest_name(j);
-    let bytes = store.read(&name)?;
     let path = Path::new(&store.describe()).join(&name);
+    let bytes = match store.read(&name) {
+        // No such job generation: a request for a checkpoint that is not
+        // there (exit 3), not an I/O failure.
+        Err(e) if e.is_not_found() => {
+            return Err(Error::chain(
+                &path,
+                format!("there is no job generation {j}: {}", e.report()),
+            ));
+        }
+        r => r?,
+    };
     let m = JobManifest::decode(&path, &bytes)?;
     if m.job_generation != j {
         return Err(Error::corrupt(

@@ -422,6 +422,14 @@ impl DirStore {
     /// A store rooted at `root`, created if missing.
     pub fn create(root: impl AsRef<Path>) -> Result<DirStore> {
         let root = root.as_ref().to_path_buf();
+        // Something else by that name is a location that cannot be used
+        // (exit 5), as `status` reports it, not an I/O failure.
+        if fs::metadata(&root).is_ok_and(|m| !m.is_dir()) {
+            return Err(Error::Invalid(format!(
+                "{}: not a directory: an L2 directory cannot be made there",
+                root.display()
+            )));
+        }
         fs::create_dir_all(&root).ctx(&root, "create directory")?;
         Ok(DirStore {
             root,
