@@ -738,7 +738,7 @@ impl Config {
         let pattern_size = l.pattern_size.unwrap_or(32);
         if !pattern_size.is_power_of_two() || !(16..=1 << 20).contains(&pattern_size) {
             return Err(Error::Invalid(format!(
-                "pattern_size {pattern_size} is not a power of two of at least 16"
+                "pattern_size {pattern_size} is not a power of two from 16 to 1048576 (1 MiB)"
             )));
         }
         let mtbf_s = l.mtbf.unwrap_or(DEFAULT_MTBF_S);

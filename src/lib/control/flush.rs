@@ -156,7 +156,7 @@ pub fn decide(job: &Job, cfg: &Config, now_ns: u64) -> Result<Decision> {
         && age > max
     {
         d.due = true;
-        d.reason = format!("oldest pending checkpoint is {age:.0} s old > max_age_s {max}");
+        d.reason = format!("oldest pending checkpoint is {age:.0} s old > max_age {max} s");
     } else if let Some(max) = cfg.max_pending_bytes
         && pending_bytes > max
     {

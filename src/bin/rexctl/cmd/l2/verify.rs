@@ -89,14 +89,23 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             outln!("{}: {e}", ui::bad("BAD"));
         }
         {
+            // Each place's copy counts once: "3 generations in L2 and
+            // their 3 copies in L1", not "6 generations".
+            let count = |level: &str| r.generations.iter().filter(|g| g.level == level).count();
+            let (l2, l1) = (count("L2"), count("L1"));
             outln!(
-                "{}: {} generations checked, {} pages rebuilt and checked",
+                "{}: {l2} generation{} in L2{}, {} pages rebuilt and checked",
                 if r.ok() {
                     ui::good("ok")
                 } else {
                     ui::bad("FAILED")
                 },
-                r.generations.len(),
+                if l2 == 1 { "" } else { "s" },
+                if l1 > 0 {
+                    format!(" and {l1} cop{} in L1", if l1 == 1 { "y" } else { "ies" })
+                } else {
+                    String::new()
+                },
                 r.pages_checked
             );
         }
