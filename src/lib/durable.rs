@@ -106,7 +106,8 @@ impl AtomicFile {
             .write(true)
             .create_new(true)
             .open(&temp)
-            .ctx(&temp, "create")?;
+            // Named after the output the user asked for, not the temporary.
+            .ctx(&target, "create")?;
         failpoint("create");
         Ok(AtomicFile {
             target,

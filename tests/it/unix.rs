@@ -799,6 +799,10 @@ fn outputs_never_replace_a_file_or_join_the_l1_directory() {
     assert_clean_failure(&o, 5, &["--truth new/t.rexic must lie outside new"]);
     let o = j.run(&["gen", "new", "--count", "1", "--truth", "notes.txt"]);
     assert_clean_failure(&o, 5, &["notes.txt", "--force"]);
+    for args in [&["restore", "-o", "-"][..], &["coalesce", "ics", "-o", "-"]] {
+        let o = j.run(args);
+        assert_clean_failure(&o, 5, &["standard output"]);
+    }
     assert_eq!(tree(d), before, "a refused output changed files");
     // With --force the file is replaced by a valid REX-IC file.
     assert_ok(&j.run(&["coalesce", "ics", "-o", "notes.txt", "-f"]));

@@ -253,8 +253,11 @@ pub mod lanes {
     /// The lane width (1: plain bytes) under which a sample of `data`
     /// compresses smallest with `trial` (a fast level); a width must save 3 %
     /// over plain bytes to be chosen. The sample is four slices spread over
-    /// the chunk, each a multiple of 8 bytes.
-    pub fn pick(data: &[u8], trial: &mut zstd::bulk::Compressor<'static>) -> usize {
+    /// the chunk, each a multiple of 8 bytes. `None` when the sample does not
+    /// shrink by 1 % in any width: the chunk is stored raw without
+    /// compressing it whole (random data, already-compressed buffers), which
+    /// the entropy stage would only spend time on.
+    pub fn pick(data: &[u8], trial: &mut zstd::bulk::Compressor<'static>) -> Option<usize> {
         let sample: Vec<u8> = if data.len() <= SAMPLE {
             data[..data.len() / 8 * 8].to_vec()
         } else {
@@ -266,22 +269,24 @@ pub mod lanes {
                 .collect()
         };
         if sample.is_empty() {
-            return 1;
+            return Some(1);
         }
         let size = |b: &[u8], t: &mut zstd::bulk::Compressor<'static>| {
             t.compress(b).map_or(usize::MAX, |z| z.len())
         };
         let plain = size(&sample, trial);
         let mut best = (plain - plain / 33, 1);
+        let mut smallest = plain;
         let mut buf = vec![0u8; sample.len()];
         for w in WIDTHS {
             split(&sample, w, &mut buf);
             let n = size(&buf, trial);
+            smallest = smallest.min(n);
             if n < best.0 {
                 best = (n, w);
             }
         }
-        best.1
+        (smallest < sample.len() - sample.len() / 100).then_some(best.1)
     }
 }
 
@@ -1307,31 +1312,46 @@ fn encode_chunk(
                 }
                 lanes::pick(plain, cx.trial.as_mut().expect("made above"))
             }
-            Coding::Pointers => 1,
+            Coding::Pointers => Some(1),
         };
-        let (input, codec) = if w == 1 {
+        let (input, codec) = if w.is_none() {
+            (std::borrow::Cow::Borrowed(&[][..]), Codec::Raw)
+        } else if w == Some(1) {
             (std::borrow::Cow::Borrowed(plain), Codec::Zstd)
         } else {
+            let w = w.unwrap_or(1);
             let mut t = vec![0u8; plain.len()];
             lanes::split(plain, w, &mut t);
             (std::borrow::Cow::Owned(t), Codec::ZstdLanes(w))
         };
-        let z = cx
-            .main
-            .as_mut()
-            .expect("made above")
-            .compress(&input)
-            .map_err(|e| Error::Invalid(format!("zstd: {e}")))?;
-        if z.len() < plain.len() {
-            best = Some((z, codec));
+        if codec != Codec::Raw {
+            let z = cx
+                .main
+                .as_mut()
+                .expect("made above")
+                .compress(&input)
+                .map_err(|e| Error::Invalid(format!("zstd: {e}")))?;
+            if z.len() < plain.len() {
+                best = Some((z, codec));
+            }
         }
     }
-    let (stored, codec) = match best {
-        Some(b) => b,
-        None => (coded.unwrap_or_else(|| data.to_vec()), Codec::Raw),
+    let (stored, codec, stored_crc) = match best {
+        Some((z, codec)) => {
+            let crc = crc32fast::hash(&z);
+            (z, codec, crc)
+        }
+        // Raw records are the decoded bytes: their CRC is already known.
+        None => match coded {
+            Some(c) => {
+                let crc = crc32fast::hash(&c);
+                (c, Codec::Raw, crc)
+            }
+            None => (data.to_vec(), Codec::Raw, decoded_crc),
+        },
     };
     Ok(Encoded {
-        stored_crc: crc32fast::hash(&stored),
+        stored_crc,
         stored,
         codec,
         decoded_crc,
@@ -1826,6 +1846,32 @@ mod tests {
             }
             other => panic!("expected a chunk CRC error, got {other:?}"),
         }
+    }
+
+    /// A chunk whose sample does not shrink is stored raw without being
+    /// compressed whole; a compressible chunk beside it still is; both read
+    /// back and check (the raw one's stored CRC is its decoded CRC).
+    #[test]
+    fn an_incompressible_chunk_is_stored_raw_and_reads_back() {
+        let d = tempfile::tempdir().unwrap();
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut data: Vec<u8> = (0..1 << 18)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        data.extend(std::iter::repeat_n(3u8, 1 << 18));
+        let fmt = WriteFormat::default();
+        let p = write_v(d.path(), "g.rps", Kind::Rps, fmt, &data);
+        let f = ChunkedFile::open(&p, Kind::Rps).unwrap();
+        assert_eq!(f.chunk_count(), 2);
+        assert_eq!(f.stored_chunk(0).unwrap().2, Codec::Raw);
+        assert_ne!(f.stored_chunk(1).unwrap().2, Codec::Raw);
+        f.verify_all().unwrap();
+        assert_eq!(f.payload().unwrap(), &data[..]);
     }
 
     /// Writes `data` as one file of `kind` in `fmt`, returns its path.

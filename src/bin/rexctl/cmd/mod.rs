@@ -15,6 +15,11 @@ use std::path::Path;
 /// only a regular file may be replaced (never a device, a FIFO, a directory
 /// or a symlink's link), and only with `--force`. Exit 5 otherwise.
 pub fn check_out(out: &Path, force: bool) -> rexctl::Result<()> {
+    if out.as_os_str() == "-" {
+        return Err(rexctl::Error::Invalid(
+            "-: the output cannot be standard output: it is written under a temporary name and renamed into place; give a file name (./- for a file named -)".into(),
+        ));
+    }
     if let Ok(m) = std::fs::symlink_metadata(out) {
         if !m.file_type().is_file() {
             return Err(rexctl::Error::Invalid(format!(
