@@ -203,6 +203,13 @@ pub fn time(ns: u64) -> String {
     humantime::format_rfc3339_seconds(t).to_string()
 }
 
+/// `n` and a noun, singular for 1: `count(1, "chain")` is "1 chain",
+/// `count(2, "chain")` "2 chains".
+pub fn count(n: impl Into<u64>, noun: &str) -> String {
+    let n = n.into();
+    format!("{n} {noun}{}", if n == 1 { "" } else { "s" })
+}
+
 /// A share as a percentage with one decimal.
 pub fn pct(x: f64) -> String {
     format!("{:.1} %", x * 100.0)

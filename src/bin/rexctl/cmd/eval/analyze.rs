@@ -174,11 +174,12 @@ fn print_human(r: &Analysis) -> Result<(), ui::StdoutError> {
     outln!();
     if p.source == "pipeline" {
         outln!(
-            "Pipeline  batches of {}: {} of IC files -> {} in L2 over {} generations: compression ratio {:.2} (full {}, Δ {}) in {:.2} s",
+            "Pipeline  batches of {}: {} of IC files -> {} in L2 over {} generations (ratio {:.2}); the controller's compression ratio {:.2} (full {}, Δ {}); in {:.2} s",
             p.batch,
             ui::bytes(p.bytes_in),
             ui::bytes(p.bytes_out),
             p.generations,
+            p.bytes_in as f64 / p.bytes_out.max(1) as f64,
             p.compression_ratio,
             p.full_compression_ratio
                 .map_or("-".into(), |c| format!("{c:.2}")),

@@ -121,9 +121,9 @@ fn print_human(r: &rexctl::l2::gc::GcReport) -> Result<(), ui::StdoutError> {
         outln!("{n}");
     }
     outln!(
-        "gc {}: {verb} {} objects ({}), kept {} referenced, {} young, {} evidence; grace {:.0} s",
+        "gc {}: {verb} {} ({}), kept {} referenced, {} young, {} evidence; grace {:.0} s",
         r.store,
-        r.deleted.len(),
+        ui::count(r.deleted.len() as u64, "object"),
         ui::bytes(r.bytes_freed),
         r.referenced,
         r.young.len(),

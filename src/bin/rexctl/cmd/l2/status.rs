@@ -90,11 +90,11 @@ fn print_human(job: &Job, s: &Status) -> Result<(), ui::StdoutError> {
         );
     }
     outln!(
-        "{} chains in L2 {} ({}), newest chain {} generations long",
-        s.chains,
+        "{} in L2 {} ({}), newest chain {} long",
+        ui::count(s.chains as u64, "chain"),
         job.l2.describe(),
         ui::bytes(s.l2_bytes),
-        s.newest_chain_length
+        ui::count(s.newest_chain_length as u64, "generation")
     );
     match (&s.pending_error, s.pending_seqs) {
         (Some(e), _) => outln!("pending L1 checkpoints: {}: {e}", ui::bad("ERROR")),
