@@ -1430,7 +1430,9 @@ fn two_l1s_racing_on_one_l2_never_corrupt() {
 /// committed, and collects the generation's data files: what `gc` on a
 /// bucket (which takes no lock) does to a push stalled for longer than its
 /// grace period between its uploads and its manifest.
-struct GcBeforeCommit(DirStore);
+/// With `damage`, it also flips a byte of L1's copy of the generation's
+/// Pointer File (in that `L1/rex` directory) at that moment.
+struct GcBeforeCommit(DirStore, Option<PathBuf>);
 
 impl Store for GcBeforeCommit {
     fn describe(&self) -> String {
@@ -1445,6 +1447,13 @@ impl Store for GcBeforeCommit {
                 if rexctl::format::manifest::generation_of(&o.name) == Some(g) {
                     self.0.delete(&o.name)?;
                 }
+            }
+            if let Some(rex) = &self.1 {
+                let pf = rex.join(format!("g{g:08}.pf"));
+                let mut b = std::fs::read(&pf).unwrap();
+                let at = b.len() / 2;
+                b[at] ^= 1;
+                std::fs::write(&pf, b).unwrap();
             }
         }
         self.0.put_bytes(name, bytes)
@@ -1482,7 +1491,7 @@ fn files_collected_before_the_commit_are_uploaded_again() {
     let mut w = workload("balanced", 256, 7);
     let job = Job::open(
         &l1,
-        Box::new(GcBeforeCommit(DirStore::create(&l2).unwrap())),
+        Box::new(GcBeforeCommit(DirStore::create(&l2).unwrap(), None)),
     )
     .unwrap();
     take_until(&mut w, &l1, 3, &truth);
@@ -1508,4 +1517,27 @@ fn files_collected_before_the_commit_are_uploaded_again() {
     )
     .unwrap();
     assert_image(&out, &want, "L2 alone after the push");
+
+    // L1's copy is damaged too: nothing is uploaded from it, and the push
+    // fails and keeps its checkpoints.
+    let job = Job::open(
+        &l1,
+        Box::new(GcBeforeCommit(
+            DirStore::open(&l2).unwrap(),
+            Some(l1.join("rex")),
+        )),
+    )
+    .unwrap();
+    take_until(&mut w, &l1, 9, &truth);
+    let e = push_l2(&job, &PushOptions::default()).unwrap_err();
+    assert!(e.to_string().contains("not copied"), "{e}");
+    assert_eq!(
+        list_ic_files(&l1).unwrap().len(),
+        3,
+        "the checkpoints were not kept"
+    );
+    assert!(
+        !l2.join("g00000003.pf").exists(),
+        "a damaged copy reached L2"
+    );
 }

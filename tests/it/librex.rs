@@ -684,50 +684,6 @@ mod rust_api {
         }
     }
 
-    /// A job that starts on a node whose clock is behind the one that
-    /// pushed the last generation: its new run's FULL checkpoint is still
-    /// stamped after that generation, so the next push takes it (it was
-    /// refused as "an older L1 pointed at a newer L2").
-    #[test]
-    fn a_clock_behind_the_last_push_still_starts_a_newer_run() {
-        let d = tempfile::tempdir().unwrap();
-        let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
-        std::fs::create_dir_all(&l1).unwrap();
-        // A generation pushed from a node a day ahead.
-        let ahead = rexctl::format::ic::now_ns() + 86_400_000_000_000;
-        let mut p = rexctl::eval::workload::profile("balanced").unwrap();
-        p.pages = 32;
-        let mut w = rexctl::eval::workload::Workload::new(p, 1).unwrap();
-        for k in 0..2 {
-            let c = w.step();
-            w.write(&c, &l1, ahead + k).unwrap();
-        }
-        crate::util::ok(&[
-            "push-l2",
-            "--l1",
-            crate::util::s(&l1),
-            "--l2",
-            crate::util::s(&l2),
-        ]);
-        let mut rex = Rex::with_config(config(&l1, &l2, false, TrackerChoice::Mprotect)).unwrap();
-        rex.alloc(9, 10).unwrap();
-        let c = rex.checkpoint().unwrap();
-        rex.finalize().unwrap();
-        assert!(c.full);
-        let f = IcFile::open(l1.join(rexctl::l1::ic_file_name(c.seq))).unwrap();
-        assert!(
-            f.meta().header.time_ns > ahead + 1,
-            "stamped before the last push"
-        );
-        crate::util::ok(&[
-            "push-l2",
-            "--l1",
-            crate::util::s(&l1),
-            "--l2",
-            crate::util::s(&l2),
-        ]);
-    }
-
     /// A damaged newest checkpoint: the restart falls back to the newest
     /// valid state, says so, and the next checkpoint starts a new run above
     /// the damaged file, which stays as it was.

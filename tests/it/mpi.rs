@@ -4,7 +4,7 @@
 //! rank SIGKILLed during a collective push leaves the previous job
 //! generation restorable for every rank.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use crate::util::{assert_image, copy_tree, names_in, ok, run, s, show};
@@ -65,6 +65,10 @@ fn hold_back(from: &Path, to: &Path, last: u64) {
         std::fs::create_dir_all(&b).unwrap();
         for e in std::fs::read_dir(&a).unwrap() {
             let p = e.unwrap().path();
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            if !p.is_file() || !name.starts_with("ckpt-") {
+                continue; // partner-* directories, L1/rex, lock files
+            }
             let seq: u64 = p
                 .file_stem()
                 .and_then(|n| n.to_str())
@@ -751,4 +755,65 @@ fn an_mpi_job_checkpointing_itself_restarts_bit_identically_after_kills_and_a_lo
         );
     }
     outputs_equal(s(&part_out), s(&ref_out));
+}
+
+/// Partner copies are pruned by what their sender pushed: a rank whose L1
+/// was lost pushes nothing new, so the other ranks keep their copies of its
+/// later checkpoints (they were pruned by the pushing rank's own last seq,
+/// which left those checkpoints nowhere).
+#[test]
+fn partner_copies_are_pruned_by_what_their_sender_pushed() {
+    let _one_at_a_time = crate::util::exclusive();
+    let t = tempfile::tempdir().unwrap();
+    let (l1, l2, truth, later) = (
+        t.path().join("l1"),
+        t.path().join("l2"),
+        t.path().join("truth"),
+        t.path().join("later"),
+    );
+    gen_ranks(&l1, "0.5", "64", "4", &truth);
+    let o = mpirun(&["replicate", "--l1", s(&l1), "--replicas", "2"], None);
+    success(&o, "replicate");
+    // The copies of rank 1's checkpoints after seq 1, wherever the
+    // balanced pairing put them.
+    let copies: Vec<PathBuf> = (0..RANKS)
+        .flat_map(|r| (2..=4).map(move |seq| (r, seq)))
+        .map(|(r, seq)| {
+            l1.join(r.to_string())
+                .join("partner-1")
+                .join(rexctl::l1::ic_file_name(seq))
+        })
+        .filter(|p| p.is_file())
+        .collect();
+    assert!(
+        copies.len() >= 3,
+        "rank 1's seqs 2..=4 have no copies: {copies:?}"
+    );
+    hold_back(&l1, &later, 1);
+    let push = ["push-l2", "--collective", "--l1", s(&l1), "--l2", s(&l2)];
+    success(&mpirun(&push, None), "first collective push");
+    // What every rank pushed (seqs 0 and 1) needs no copy any more.
+    for r in 0..RANKS {
+        for sender in 0..RANKS {
+            for seq in 0..=1 {
+                let c = l1
+                    .join(r.to_string())
+                    .join(format!("partner-{sender}"))
+                    .join(rexctl::l1::ic_file_name(seq));
+                assert!(!c.exists(), "{} was kept after its push", c.display());
+            }
+        }
+    }
+    release(&later, &l1);
+    // Rank 1's node is lost: its L1 directory is empty.
+    std::fs::remove_dir_all(l1.join("1")).unwrap();
+    std::fs::create_dir(l1.join("1")).unwrap();
+    let _ = mpirun(&push, None);
+    for c in &copies {
+        assert!(
+            c.is_file(),
+            "{} was pruned, though rank 1 never pushed it",
+            c.display()
+        );
+    }
 }

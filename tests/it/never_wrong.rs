@@ -1142,10 +1142,15 @@ fn gc_keeps_the_files_of_a_lost_ancestor() {
     let c = chain(43, 3, true);
     let (_work, l1, l2) = c.copy();
     std::fs::remove_file(l2.join(manifest_name(2))).unwrap();
+    // A file of a committed generation that its manifest does not name is
+    // garbage all the same (gc reads the manifest again before deleting).
+    let extra = l2.join("g00000001.extra");
+    std::fs::write(&extra, b"not rexctl's").unwrap();
     rex_ok(&["gc", "--l2", s(&l2), "--grace", "0"]);
     for kind in ["rps", "pf", "ptab"] {
         assert!(gen_file(&l2, 2, kind).is_file(), "gc deleted g2.{kind}");
     }
+    assert!(!extra.exists(), "gc kept a file no manifest names");
     for n in names_in(&c.template.join("more")) {
         std::fs::copy(c.template.join("more").join(&n), l1.join(&n)).unwrap();
     }

@@ -254,11 +254,6 @@ struct Restored {
 /// A job checkpointing itself (the Rust API; the C API wraps one of these).
 pub struct Rex {
     cfg: Config,
-    /// Every checkpoint is stamped after this (then it moves up to that
-    /// stamp): the newest time of the job's checkpoints and generations
-    /// when it started ([`crate::l2::push::newest_time_ns`]), so a clock
-    /// behind the node that pushed last never stamps a new run older.
-    time_floor_ns: u64,
     tracker: Box<dyn Tracker>,
     ps: usize,
     regions: BTreeMap<u32, RegionState>,
@@ -344,12 +339,7 @@ impl Rex {
         crate::durable::remove_stale_temps(&cfg.l1)?;
         crate::l2::partners::remove_stale_temps(&cfg.l1)?;
         // The L2 location must work before the job relies on it.
-        let job = open_job(&cfg, job_root.as_ref())?;
-        // (From L1 alone if L2 cannot be read now: a push or restore names
-        // that problem better.)
-        let time_floor_ns = crate::l2::push::newest_time_ns(&cfg.l1, Some(job.l2.as_ref()))
-            .or_else(|_| crate::l2::push::newest_time_ns(&cfg.l1, None))?;
-        drop(job);
+        open_job(&cfg, job_root.as_ref())?;
         let tracker: Box<dyn Tracker> = match cfg.tracker {
             TrackerChoice::Mprotect => Box::new(MprotectTracker::new()?),
             TrackerChoice::Userfaultfd => Box::new(uffd::UffdTracker::new()?),
@@ -372,7 +362,6 @@ impl Rex {
             job_root,
             comm: None,
             collective_pushes: 0,
-            time_floor_ns,
             _producer: producer,
         })
     }
@@ -643,8 +632,7 @@ impl Rex {
             chain: Some(chain),
             regions: Some(table.clone()),
         };
-        let time_ns = now_ns().max(self.time_floor_ns.saturating_add(1));
-        self.time_floor_ns = time_ns;
+        let time_ns = now_ns();
         let l2 = self.l2.as_ref().map(|t| t.shared.clone());
         let ps32 = ps as u32;
         let writer = std::thread::Builder::new()

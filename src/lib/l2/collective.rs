@@ -300,11 +300,37 @@ pub fn push_collective(
             return Err(e);
         }
     };
-    report.push = push_with(job, opts, forced_reason, Some(&mut hooks))?;
+    let pushed = push_with(job, opts, forced_reason, Some(&mut hooks));
     // Partner copies of what L2 now holds are not needed any more (librex
-    // and `push-l2 --collective` alike).
-    if let Some(m) = &report.push.manifest {
-        crate::l2::partners::prune(&job.l1, m.last_seq)?;
+    // and `push-l2 --collective` alike): this rank's copies of rank S's
+    // checkpoints up to the last seq S itself pushed, all-gathered (a rank
+    // that had nothing to push, its L1 lost say, covers nothing new). Every
+    // rank takes part, whatever its push did, and nothing is pruned unless
+    // every rank's push succeeded.
+    let local = match &pushed {
+        Ok(r) => Ok(r
+            .manifest
+            .as_ref()
+            .map(|m| m.last_seq.to_le_bytes().to_vec())
+            .unwrap_or_default()),
+        Err(e) => Err(e.report()),
+    };
+    let all = agree(comm, local, "pruning the partner copies");
+    report.push = pushed?;
+    if let Ok(all) = all {
+        for (sender, b) in all.iter().enumerate() {
+            if let Ok(last) = <[u8; 8]>::try_from(&b[..]) {
+                // A copy left behind is only disk: never a failed push.
+                if let Err(e) =
+                    crate::l2::partners::prune(&job.l1, sender as u32, u64::from_le_bytes(last))
+                {
+                    report.push.recovered.push(format!(
+                        "partner copies of rank {sender} not pruned: {}",
+                        e.report()
+                    ));
+                }
+            }
+        }
     }
     hooks.stats.seconds = t0.elapsed().as_secs_f64();
     report.collective = hooks.stats;

@@ -34,11 +34,12 @@
 //! L1. Ages are measured against the store's modification times, so clock
 //! skew between this node and the store eats into the grace period.
 //!
-//! Two more checks close the race with a push stalled past the grace
-//! period (a frozen VM, skewed clocks): `gc` looks for a generation's
-//! manifest again right before it deletes that generation's objects, and a
-//! push, after its commit and before it deletes its checkpoints, checks that
-//! L2 still holds every file of the generation and uploads again from L1's
+//! Two more checks narrow the race with a push stalled past the grace
+//! period (a frozen VM, skewed clocks) to the latency of one request: `gc`
+//! reads a generation's manifest again right before it deletes each of
+//! its objects, and keeps the object if the manifest now names it; a push,
+//! after its commit and before it deletes its checkpoints, checks that L2
+//! still holds every file of the generation and uploads again from L1's
 //! copy any that went missing.
 
 use std::collections::BTreeSet;
@@ -48,10 +49,23 @@ use std::time::{Duration, SystemTime};
 use serde::Serialize;
 
 use crate::error::Result;
-use crate::format::manifest::{generation_of, manifest_name, parse_manifest_name};
+use crate::format::manifest::{Manifest, generation_of, manifest_name, parse_manifest_name};
 use crate::l1::lock::JobLock;
 use crate::l2::chain::ChainIndex;
 use crate::store::Store;
+
+/// Whether generation `g`'s manifest, read now, names object `name` (or
+/// cannot be told: a read or decode error other than "no such object").
+fn named_by_manifest_now(store: &dyn Store, g: u64, name: &str) -> bool {
+    let mname = manifest_name(g);
+    match store.read(&mname) {
+        Err(e) => !e.is_not_found(),
+        Ok(b) => match Manifest::decode(Path::new(&mname), &b) {
+            Ok(m) => m.files.iter().any(|f| f.name == name),
+            Err(_) => true,
+        },
+    }
+}
 
 /// Default grace period: one hour.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(3600);
@@ -147,7 +161,6 @@ pub fn gc(store: &dyn Store, l1: Option<&Path>, opts: &GcOptions) -> Result<GcRe
         grace_s: opts.grace.as_secs_f64(),
         ..Default::default()
     };
-    let mut late = std::collections::BTreeMap::new();
     for o in &objects {
         let Some(g) = generation_of(&o.name) else {
             continue;
@@ -166,16 +179,10 @@ pub fn gc(store: &dyn Store, l1: Option<&Path>, opts: &GcOptions) -> Result<GcRe
             report.evidence.push(entry);
         } else if age.is_some_and(|a| a >= opts.grace) || (age.is_none() && opts.grace.is_zero()) {
             // A push may have committed this generation since the listing:
-            // look for its manifest again right before deleting (once per
-            // generation).
-            // (Anything but "no such object" counts as committed.)
-            let committed = *late
-                .entry(g)
-                .or_insert_with(|| match store.read(&manifest_name(g)) {
-                    Ok(_) => true,
-                    Err(e) => !e.is_not_found(),
-                });
-            if committed {
+            // read its manifest again right before deleting each object,
+            // and keep the object if that manifest names it (or cannot be
+            // read or decoded: anything but "no such object" keeps it).
+            if named_by_manifest_now(store, g, &o.name) {
                 report.referenced += 1;
                 continue;
             }

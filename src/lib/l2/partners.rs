@@ -445,23 +445,20 @@ impl Incoming {
     }
 }
 
-/// Deletes the copies this rank holds of checkpoints up to seq `covered`
-/// (the job's L2 holds them now).
-pub fn prune(l1: &Path, covered: u64) -> Result<()> {
-    for e in std::fs::read_dir(l1).map_err(|e| Error::io(l1, "read directory", e))? {
-        let e = e.map_err(|e| Error::io(l1, "read directory", e))?;
-        let name = e.file_name();
-        if !name.to_string_lossy().starts_with("partner-") || !e.path().is_dir() {
-            continue;
-        }
-        for p in list_ic_files(&e.path())? {
-            let seq = p
-                .file_name()
-                .and_then(|n| n.to_str())
-                .and_then(seq_of_file_name);
-            if seq.is_some_and(|s| s <= covered) {
-                durable::remove_file(&p)?;
-            }
+/// Deletes the copies this rank holds of rank `sender`'s checkpoints up to
+/// seq `covered` (`sender`'s own L2 chain holds them now).
+pub fn prune(l1: &Path, sender: u32, covered: u64) -> Result<()> {
+    let dir = partner_dir(l1, sender);
+    if !dir.is_dir() {
+        return Ok(());
+    }
+    for p in list_ic_files(&dir)? {
+        let seq = p
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(seq_of_file_name);
+        if seq.is_some_and(|s| s <= covered) {
+            durable::remove_file(&p)?;
         }
     }
     Ok(())

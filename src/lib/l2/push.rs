@@ -101,31 +101,6 @@ impl Default for PushOptions {
     }
 }
 
-/// The newest capture time (ns) among the job's checkpoints and
-/// generations: L1's IC files, L1's copy of the chain and, when given, the
-/// L2 store's manifests. A producer stamps its checkpoints above it.
-///
-/// Runs are ordered by time: a FULL checkpoint that starts a new run must
-/// be newer than the generation it follows, or pushes and restores refuse
-/// it as an old L1 pointed at a newer L2. A node whose clock is behind the
-/// one that pushed last would otherwise write such a checkpoint.
-pub fn newest_time_ns(l1: &Path, l2: Option<&dyn Store>) -> Result<u64> {
-    let mut t = crate::l1::read_readable(l1)
-        .iter()
-        .map(|m| m.header.time_ns)
-        .max()
-        .unwrap_or(0);
-    let chain_dir = l1.join(L1_CHAIN_DIR);
-    let newest = |idx: &ChainIndex| idx.manifests.values().map(|m| m.time_ns).max();
-    if chain_dir.is_dir() {
-        t = t.max(newest(&ChainIndex::load(&DirStore::open(&chain_dir)?)?).unwrap_or(0));
-    }
-    if let Some(l2) = l2 {
-        t = t.max(newest(&ChainIndex::load(l2)?).unwrap_or(0));
-    }
-    Ok(t)
-}
-
 /// A job's two storage levels.
 pub struct Job {
     /// The L1 directory (IC files).
@@ -1351,6 +1326,23 @@ fn copy_generation(
                     "XXH3 {got:016x}, the manifest of generation {} says {:016x}: not this generation's file",
                     m.generation,
                     f.xxh3.unwrap_or_default()
+                ),
+            ));
+        }
+        // The source is checked before anything is sent: a damaged copy
+        // must never replace a missing file under a committed manifest.
+        let (sb, sc) = crate::store::file_crc(&src)?;
+        if (sb, sc) != (f.bytes, f.crc32) {
+            return Err(Error::corrupt(
+                &src,
+                0,
+                "file",
+                format!(
+                    "{sb} bytes with CRC {sc:08x}, the manifest of generation {} says {} bytes with CRC {:08x}: not copied to {}",
+                    m.generation,
+                    f.bytes,
+                    f.crc32,
+                    to.describe()
                 ),
             ));
         }

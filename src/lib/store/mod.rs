@@ -424,9 +424,14 @@ impl DirStore {
         let root = root.as_ref().to_path_buf();
         // Something else by that name is a location that cannot be used
         // (exit 5), as `status` reports it, not an I/O failure.
-        if fs::metadata(&root).is_ok_and(|m| !m.is_dir()) {
+        let unusable = match fs::metadata(&root) {
+            Ok(m) => !m.is_dir(),
+            // A dangling symbolic link.
+            Err(_) => fs::symlink_metadata(&root).is_ok(),
+        };
+        if unusable {
             return Err(Error::Invalid(format!(
-                "{}: not a directory: an L2 directory cannot be made there",
+                "{}: not a directory (or a symbolic link to none): an L2 directory cannot be made there",
                 root.display()
             )));
         }

@@ -199,10 +199,6 @@ pub enum Step {
 pub struct Capture {
     ident: ProcessIdentity,
     l1: PathBuf,
-    /// Checkpoints are stamped after this, which then moves up to the
-    /// stamp: the newest time in L1 and its chain copy when the capture
-    /// started (see [`crate::l2::push::newest_time_ns`]).
-    time_floor_ns: u64,
     page_size: u32,
     opts: CaptureOptions,
     soft_dirty: bool,
@@ -389,10 +385,8 @@ impl Capture {
                 Some(format!("ignoring a damaged capture state ({e})")),
             ),
         };
-        let time_floor_ns = crate::l2::push::newest_time_ns(&l1, None)?;
         let mut cap = Capture {
             ident,
-            time_floor_ns,
             l1,
             page_size,
             opts,
@@ -527,8 +521,7 @@ impl Capture {
             // them as the changes since the saved state.
             durable::write_file(self.l1.join(CLEARING_NAME), b"")?;
         }
-        let time_ns = now_ns().max(self.time_floor_ns.saturating_add(1));
-        self.time_floor_ns = time_ns;
+        let time_ns = now_ns();
         let t0 = Instant::now();
         let stopped = match Stopped::stop(pid, self.opts.stop, self.opts.stop_timeout) {
             Ok(s) => s,

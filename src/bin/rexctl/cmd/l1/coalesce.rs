@@ -115,11 +115,14 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         && batch[0].seq() != from
         && !batch[0].is_full()
     {
-        anyhow::bail!(
-            "{}: checkpoint seq {from} missing: the batch would start at seq {}",
-            l1dir.display(),
-            batch[0].seq()
-        );
+        return Err(rexctl::Error::Chain {
+            path: l1dir.clone(),
+            reason: format!(
+                "checkpoint seq {from} missing: the batch would start at seq {}",
+                batch[0].seq()
+            ),
+        }
+        .into());
     }
     let clist = CList::build(batch)?;
     if let Some(out) = &a.out {

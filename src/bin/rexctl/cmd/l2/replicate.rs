@@ -37,14 +37,18 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let comm = rexctl::l2::mpi::MpiComm::init()?;
     let rank = comm.rank();
     let l1 = s.l1()?.join(rank.to_string());
-    // The seqs of every rank, which must agree.
-    let files = rexctl::l1::L1Dir::scan(&l1).map(|d| d.files);
+    // The producer lock of the rank's L1 while it writes partner copies
+    // there: a push's recovery then leaves their temporaries alone, and a
+    // librex job cannot replicate into the same directory at once. The
+    // seqs of every rank, which must agree.
+    let files = rexctl::l1::lock::JobLock::acquire_producer(&l1, "rexctl replicate")
+        .and_then(|lock| rexctl::l1::L1Dir::scan(&l1).map(|d| (lock, d.files)));
     let seqs = files
         .as_ref()
-        .map(|f| f.iter().flat_map(|m| m.seq().to_le_bytes()).collect())
+        .map(|(_, f)| f.iter().flat_map(|m| m.seq().to_le_bytes()).collect())
         .map_err(|e| e.report());
     let all = agree(&comm, seqs, "listing the checkpoints");
-    let files = files?;
+    let (_producer, files) = files?;
     let all = all?;
     if all.iter().any(|b| *b != all[0]) {
         return Err(rexctl::Error::Invalid(
