@@ -1854,15 +1854,9 @@ mod tests {
     #[test]
     fn an_incompressible_chunk_is_stored_raw_and_reads_back() {
         let d = tempfile::tempdir().unwrap();
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let mut data: Vec<u8> = (0..1 << 18)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect();
+        use rand::{Rng, SeedableRng};
+        let mut data = vec![0u8; 1 << 18];
+        rand_chacha::ChaCha8Rng::seed_from_u64(5).fill_bytes(&mut data);
         data.extend(std::iter::repeat_n(3u8, 1 << 18));
         let fmt = WriteFormat::default();
         let p = write_v(d.path(), "g.rps", Kind::Rps, fmt, &data);
