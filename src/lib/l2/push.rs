@@ -1329,37 +1329,28 @@ fn copy_generation(
                 ),
             ));
         }
+        let wrong = |(bytes, crc): (u64, u32), what: String| {
+            ((bytes, crc) != (f.bytes, f.crc32)).then(|| {
+                Error::corrupt(
+                    &src,
+                    0,
+                    "file",
+                    format!(
+                        "{bytes} bytes with CRC {crc:08x} {what}, the manifest of generation {} says {} bytes with CRC {:08x}",
+                        m.generation, f.bytes, f.crc32
+                    ),
+                )
+            })
+        };
         // The source is checked before anything is sent: a damaged copy
         // must never replace a missing file under a committed manifest.
-        let (sb, sc) = crate::store::file_crc(&src)?;
-        if (sb, sc) != (f.bytes, f.crc32) {
-            return Err(Error::corrupt(
-                &src,
-                0,
-                "file",
-                format!(
-                    "{sb} bytes with CRC {sc:08x}, the manifest of generation {} says {} bytes with CRC {:08x}: not copied to {}",
-                    m.generation,
-                    f.bytes,
-                    f.crc32,
-                    to.describe()
-                ),
-            ));
+        let here = format!("(not copied to {})", to.describe());
+        if let Some(e) = wrong(crate::store::file_crc(&src)?, here) {
+            return Err(e);
         }
-        let (bytes, crc) = to.put_file(&f.name, &src, progress)?;
-        if (bytes, crc) != (f.bytes, f.crc32) {
-            return Err(Error::corrupt(
-                &src,
-                0,
-                "file",
-                format!(
-                    "{bytes} bytes with CRC {crc:08x} reached {}, the manifest of generation {} says {} bytes with CRC {:08x}",
-                    to.describe(),
-                    m.generation,
-                    f.bytes,
-                    f.crc32
-                ),
-            ));
+        let sent = to.put_file(&f.name, &src, progress)?;
+        if let Some(e) = wrong(sent, format!("reached {}", to.describe())) {
+            return Err(e);
         }
     }
     if manifest {
