@@ -816,4 +816,16 @@ fn partner_copies_are_pruned_by_what_their_sender_pushed() {
             c.display()
         );
     }
+    // A rank that cannot even start (its L1 busy) fails every rank at once:
+    // no rank waits in a collective step the others never reach (an extra
+    // all-gather after the push once hung them all until mpirun's timeout).
+    let held = rexctl::l1::lock::JobLock::acquire(&l1.join("2"), "a test").unwrap();
+    let o = mpirun(&push, None);
+    drop(held);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        matches!(o.status.code(), Some(1 | 4 | 5)) && err.contains("busy"),
+        "{:?}: {err}",
+        o.status.code()
+    );
 }

@@ -258,6 +258,7 @@ pub fn push_collective(
             ranks: comm.size(),
             ..Default::default()
         },
+        covered: Vec::new(),
     };
     let mut report = CollectiveReport::default();
     // The locks, then the job generations' state: what committed, and the
@@ -300,36 +301,20 @@ pub fn push_collective(
             return Err(e);
         }
     };
-    let pushed = push_with(job, opts, forced_reason, Some(&mut hooks));
+    report.push = push_with(job, opts, forced_reason, Some(&mut hooks))?;
     // Partner copies of what L2 now holds are not needed any more (librex
     // and `push-l2 --collective` alike): this rank's copies of rank S's
-    // checkpoints up to the last seq S itself pushed, all-gathered (a rank
-    // that had nothing to push, its L1 lost say, covers nothing new). Every
-    // rank takes part, whatever its push did, and nothing is pruned unless
-    // every rank's push succeeded.
-    let local = match &pushed {
-        Ok(r) => Ok(r
-            .manifest
-            .as_ref()
-            .map(|m| m.last_seq.to_le_bytes().to_vec())
-            .unwrap_or_default()),
-        Err(e) => Err(e.report()),
-    };
-    let all = agree(comm, local, "pruning the partner copies");
-    report.push = pushed?;
-    if let Ok(all) = all {
-        for (sender, b) in all.iter().enumerate() {
-            if let Ok(last) = <[u8; 8]>::try_from(&b[..]) {
-                // A copy left behind is only disk: never a failed push.
-                if let Err(e) =
-                    crate::l2::partners::prune(&job.l1, sender as u32, u64::from_le_bytes(last))
-                {
-                    report.push.recovered.push(format!(
-                        "partner copies of rank {sender} not pruned: {}",
-                        e.report()
-                    ));
-                }
-            }
+    // checkpoints up to the last seq of S's member of the job generation
+    // just committed, which the commit's all-gather carried (a rank that
+    // had nothing to push, its L1 lost say, covers nothing new).
+    for (sender, last) in hooks.covered.iter().enumerate() {
+        let Some(last) = *last else { continue };
+        // A copy left behind is only disk: never a failed push.
+        if let Err(e) = crate::l2::partners::prune(&job.l1, sender as u32, last) {
+            report.push.recovered.push(format!(
+                "partner copies of rank {sender} not pruned: {}",
+                e.report()
+            ));
         }
     }
     hooks.stats.seconds = t0.elapsed().as_secs_f64();
@@ -360,6 +345,8 @@ struct Hooks<'a> {
     full: bool,
     keep: usize,
     stats: CollectiveStats,
+    /// Once the job generation is committed: each rank's last seq in it.
+    covered: Vec<Option<u64>>,
 }
 
 /// A rank's message in an all-gather: `1` and the payload, or `0` and its
@@ -719,6 +706,7 @@ impl Collective for Hooks<'_> {
             b.extend_from_slice(&m.generation.to_le_bytes());
             b.extend_from_slice(&m.chain_base.to_le_bytes());
             b.extend_from_slice(&u64::from(crc32fast::hash(&bytes)).to_le_bytes());
+            b.extend_from_slice(&m.last_seq.to_le_bytes());
             Ok(b)
         });
         let all = self.gather(member, "committing the job generation")?;
@@ -740,6 +728,10 @@ impl Collective for Hooks<'_> {
             Ok(Vec::new())
         };
         self.gather(written, "writing the job manifest")?;
+        self.covered = all
+            .iter()
+            .map(|b| b.get(24..32).map(|_| le64(b, 24)))
+            .collect();
         Ok(())
     }
 }

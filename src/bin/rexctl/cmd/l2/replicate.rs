@@ -12,8 +12,11 @@ use rexctl::control::config::ConfigLayer;
 /// partner's own checkpoint of the same seq holds are not sent: the partner
 /// takes them from its own file. Partners are chosen per checkpoint with
 /// the whole job's view: the heaviest senders first, to the receivers with
-/// the least to receive. Every rank must hold the same seqs. Needs a rexctl
-/// built with the cargo feature `mpi`.
+/// the least to receive. Every rank must hold the same seqs. Each rank holds
+/// its L1 directory's producer lock while it runs, as a librex job or a
+/// capture does: it is refused (exit 4) beside one on the same directory.
+/// Copies are deleted by `push-l2 --collective` once their sender's L2
+/// chain holds them. Needs a rexctl built with the cargo feature `mpi`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
     #[command(flatten)]
