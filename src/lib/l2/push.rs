@@ -818,8 +818,8 @@ fn seal(
 /// store's clock ahead of the node's) has its files collected; committing
 /// then would leave a manifest whose files are gone while its checkpoints
 /// are deleted from L1. Now that the manifest references them, `gc` keeps
-/// them (it looks for a generation's manifest again just before it deletes
-/// its objects).
+/// them (it reads the generation's manifest again just before it deletes
+/// each object, and keeps what the manifest names).
 fn reupload_missing(job: &Job, m: &Manifest, report: &mut PushReport) -> Result<()> {
     let missing = |objects: &[crate::store::ObjectInfo]| -> Vec<&FileEntry> {
         m.files
