@@ -1314,17 +1314,17 @@ fn encode_chunk(
             }
             Coding::Pointers => Some(1),
         };
-        let (input, codec) = if w.is_none() {
-            (std::borrow::Cow::Borrowed(&[][..]), Codec::Raw)
-        } else if w == Some(1) {
-            (std::borrow::Cow::Borrowed(plain), Codec::Zstd)
-        } else {
-            let w = w.unwrap_or(1);
-            let mut t = vec![0u8; plain.len()];
-            lanes::split(plain, w, &mut t);
-            (std::borrow::Cow::Owned(t), Codec::ZstdLanes(w))
+        // `None`: the sample says the chunk will not shrink; it stays raw.
+        let input = match w {
+            None => None,
+            Some(1) => Some((std::borrow::Cow::Borrowed(plain), Codec::Zstd)),
+            Some(w) => {
+                let mut t = vec![0u8; plain.len()];
+                lanes::split(plain, w, &mut t);
+                Some((std::borrow::Cow::Owned(t), Codec::ZstdLanes(w)))
+            }
         };
-        if codec != Codec::Raw {
+        if let Some((input, codec)) = input {
             let z = cx
                 .main
                 .as_mut()
