@@ -426,8 +426,9 @@ impl DirStore {
         // (exit 5), as `status` reports it, not an I/O failure.
         let unusable = match fs::metadata(&root) {
             Ok(m) => !m.is_dir(),
-            // A dangling symbolic link.
-            Err(_) => fs::symlink_metadata(&root).is_ok(),
+            // A dangling symbolic link (not a directory another process,
+            // another rank say, made meanwhile).
+            Err(_) => fs::symlink_metadata(&root).is_ok_and(|m| m.file_type().is_symlink()),
         };
         if unusable {
             return Err(Error::Invalid(format!(
