@@ -312,6 +312,9 @@ const CORRUPT: &[(&str, &str, u64, Stage)] = &[
     ("ext-record-overruns", "extension", 116, Meta),
     ("ext-chain-id-all-zero", "extension", 116, Meta),
     ("ext-two-chain-ids", "extension", 140, Meta),
+    ("ext-instance-id-all-zero", "extension", 140, Meta),
+    ("ext-instance-id-short", "extension", 140, Meta),
+    ("ext-two-instance-ids", "extension", 164, Meta),
     // Region tables (FORMAT.md §2.12).
     ("regions-page-outside-table", "page index", 80, Meta),
     ("regions-wrong-page-count", "region table", 132, Meta),

@@ -598,6 +598,17 @@ mod rust_api {
         let faults = rex.faults();
         assert!(faults > 0);
         rex.finalize().unwrap();
+        // The instance that wrote the pushed state: a restored image names
+        // it, as that state's FULL checkpoint would.
+        let instance_of = |args: &[&str], name: &str| {
+            let img = d.path().join(name);
+            let mut a = args.to_vec();
+            a.extend(["--out", super::s(&img)]);
+            crate::util::ok(&a);
+            IcFile::open(&img).unwrap().meta().instance
+        };
+        let first = instance_of(&["restore", "--l2", super::s(&l2)], "first.rexic");
+        assert!(first.is_some(), "the restored image names no instance");
         // The node is lost.
         std::fs::remove_dir_all(&l1).unwrap();
         let mut rex = Rex::with_config(config(&l1, &l2, true, TrackerChoice::Mprotect)).unwrap();
@@ -639,6 +650,15 @@ mod rust_api {
         assert_eq!(got.len(), n);
         assert_eq!(got[5], 99);
         assert!(got[6..] == want[6..]);
+        // The restarted process continued the run as a new instance.
+        let second = instance_of(
+            &["restore", "--l1", super::s(&l1), "--l2", super::s(&l2)],
+            "second.rexic",
+        );
+        assert!(
+            second.is_some() && second != first,
+            "{first:?} then {second:?}"
+        );
     }
 
     /// Two small regions on one memory page each keep their own dirty

@@ -972,6 +972,8 @@ fn two_l1s_on_one_l2_are_refused() {
 struct Hand {
     dir: PathBuf,
     image: std::collections::BTreeMap<u64, Vec<u8>>,
+    /// The instance id its files carry (`None`: none, as older producers).
+    instance: Option<u8>,
 }
 
 const HPS: u32 = 4096;
@@ -992,6 +994,7 @@ impl Hand {
         Hand {
             dir: dir.to_path_buf(),
             image: Default::default(),
+            instance: None,
         }
     }
 
@@ -1002,13 +1005,20 @@ impl Hand {
             self.image.clear();
         }
         let path = self.dir.join(ic_file_name(seq));
-        let mut w = rexctl::format::ic::IcWriter::create_in_chain(
+        let ext = rexctl::format::ic::IcExt {
+            chain: run.map(run_id),
+            instance: self
+                .instance
+                .map(|b| rexctl::format::ic::InstanceId([b; 16])),
+            regions: None,
+        };
+        let mut w = rexctl::format::ic::IcWriter::create_ext(
             &path,
             HPS,
             seq,
             full,
             1_800_000_000_000_000_000 + t * 1_000_000_000,
-            run.map(run_id),
+            &ext,
             pages.to_vec(),
             Vec::new(),
         )
@@ -1339,6 +1349,85 @@ fn a_fork_of_a_run_is_never_taken_as_pushed() {
     assert!(err.contains("a fork of the run"), "{err}");
     let (out, _) = restore(&l2, Some(&b_dir), &[], &d.path().join("r"));
     assert_eq!(out.status.code(), Some(3), "{}", show(&["restore"], &out));
+}
+
+/// The same fork, but the restarted copy's clock is behind: its
+/// checkpoints look older than the generation the other copy pushed. Their
+/// instance id, not their time, shows they are not the ones pushed: refused
+/// and kept; restore from L1 refuses them too, and `--fallback` restores
+/// what L2 holds, never a mix of the two copies.
+#[test]
+fn a_fork_whose_clock_is_behind_is_never_taken_as_pushed() {
+    let d = tempfile::tempdir().unwrap();
+    let (a_dir, b_dir, l2) = (d.path().join("a"), d.path().join("b"), d.path().join("l2"));
+    let mut a = Hand::new(&a_dir);
+    a.instance = Some(1);
+    a.ic(0, true, &[1, 2, 3], 100, Some(0xA));
+    a.ic(1, false, &[2], 101, Some(0xA));
+    rex_ok(&push_args(&a_dir, &l2));
+    // Copy B restarts from generation 1 on a node 60 s behind.
+    let mut b = Hand::new(&b_dir);
+    b.instance = Some(2);
+    b.image = a.image.clone();
+    b.ic(2, false, &[5], 45, Some(0xA));
+    b.ic(3, false, &[6], 46, Some(0xA));
+    // Copy A goes on and is pushed first, later in real time.
+    a.ic(2, false, &[3], 102, Some(0xA));
+    a.ic(3, false, &[1], 103, Some(0xA));
+    rex_ok(&push_args(&a_dir, &l2));
+    let want = a.truth(&d.path().join("truth.rexic"));
+    b.ic(4, false, &[7], 47, Some(0xA));
+    let err = refused_and_kept(&push_args(&b_dir, &l2), &b_dir);
+    assert!(err.contains("a fork of the run"), "{err}");
+    assert!(
+        err.contains(&format!("instance {}", "02".repeat(16))),
+        "{err}"
+    );
+    let (out, _) = restore(&l2, Some(&b_dir), &[], &d.path().join("r"));
+    assert_eq!(out.status.code(), Some(3), "{}", show(&["restore"], &out));
+    let (out, img) = restore(&l2, Some(&b_dir), &["--fallback"], &d.path().join("f"));
+    assert!(out.status.success(), "{}", show(&["restore"], &out));
+    assert_image(&img, &want, "restore --l1 b --fallback");
+}
+
+/// A push committed a batch that two instances wrote (a job restarted in
+/// its L1 directory, on a node whose clock is behind), then died before it
+/// deleted the batch. The leftovers are the checkpoints it pushed, by their
+/// instance ids, although the first instance's look newer than the
+/// generation: the next push removes them and restores stay exact.
+#[test]
+fn a_batch_of_two_instances_left_after_its_push_is_taken_as_pushed() {
+    let d = tempfile::tempdir().unwrap();
+    let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
+    let mut h = Hand::new(&l1);
+    h.instance = Some(1);
+    h.ic(0, true, &[1, 2, 3], 100, Some(0xA));
+    h.ic(1, false, &[2], 101, Some(0xA));
+    h.instance = Some(2);
+    h.ic(2, false, &[3, 4], 90, Some(0xA));
+    h.ic(3, false, &[1], 91, Some(0xA));
+    let kept: Vec<(PathBuf, Vec<u8>)> = ic_names(&l1)
+        .iter()
+        .map(|n| (l1.join(n), std::fs::read(l1.join(n)).unwrap()))
+        .collect();
+    rex_ok(&push_args(&l1, &l2));
+    let m = std::fs::read_to_string(l2.join(manifest_name(1))).unwrap();
+    let spans = m.matches("\"from_seq\"").count();
+    assert_eq!(spans, 2, "two instance spans in\n{m}");
+    for (p, b) in &kept {
+        std::fs::write(p, b).unwrap();
+    }
+    h.instance = Some(3);
+    h.ic(4, false, &[5], 92, Some(0xA));
+    let want = h.truth(&d.path().join("truth.rexic"));
+    let (out, img) = restore(&l2, Some(&l1), &[], &d.path().join("r"));
+    assert!(out.status.success(), "{}", show(&["restore"], &out));
+    assert_image(&img, &want, "restore --l1 with the leftovers");
+    rex_ok(&push_args(&l1, &l2));
+    assert!(ic_names(&l1).is_empty(), "left: {:?}", ic_names(&l1));
+    let (out, img) = restore(&l2, None, &[], &d.path().join("r2"));
+    assert!(out.status.success(), "{}", show(&["restore"], &out));
+    assert_image(&img, &want, "restore after the next push");
 }
 
 /// Another rank-less job's chains (two full generations) pruned this L1

@@ -34,7 +34,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
 use crate::error::{Error, IoContext, Result};
-use crate::format::ic::{ChainId, DropRange, IcWriter};
+use crate::format::ic::{ChainId, DropRange, IcExt, IcWriter, InstanceId};
 use crate::l1::ic_file_name;
 
 /// The granularity at which the generator mutates pages (the paper's
@@ -206,6 +206,8 @@ pub struct Workload {
     /// The run's chain id (REX-IC version 2), derived from the seed so that
     /// generated runs are reproducible and tell apart.
     chain_id: ChainId,
+    /// The instance id its files carry (one generator run is one process).
+    instance: InstanceId,
 }
 
 impl Workload {
@@ -241,6 +243,7 @@ impl Workload {
             // real process has; mappings go above.
             next_base: 0x5_5555_5555,
             chain_id: ChainId::from_seed(seed),
+            instance: InstanceId::from_seed(seed),
         };
         // Three regions: a large heap, a medium mapping, a small stack-like.
         let total = w.profile.pages;
@@ -471,13 +474,17 @@ impl Workload {
     /// taken from the current image. Returns the file's path.
     pub fn write(&self, c: &Checkpoint, dir: &Path, time_ns: u64) -> Result<PathBuf> {
         let path = dir.join(ic_file_name(c.seq));
-        let mut w = IcWriter::create_in_chain(
+        let mut w = IcWriter::create_ext(
             &path,
             self.profile.page_size,
             c.seq,
             c.full,
             time_ns,
-            Some(self.chain_id),
+            &IcExt {
+                chain: Some(self.chain_id),
+                instance: Some(self.instance),
+                regions: None,
+            },
             c.pages.clone(),
             c.drops.clone(),
         )?;
@@ -612,6 +619,7 @@ pub fn generate_ranks(
             part(total - shared_pages, seed + 1 + u64::from(r))?,
         ];
         let chain_id = ChainId::from_seed(seed ^ (u64::from(r) << 32) ^ 0x5eed);
+        let instance = InstanceId::from_seed(seed ^ (u64::from(r) << 32) ^ 0x5eed);
         let mut files = Vec::new();
         let mut bytes = 0;
         for _ in 0..=profile.checkpoints {
@@ -631,13 +639,17 @@ pub fn generate_ranks(
                 (seq, full) = (c.seq, c.full);
             }
             let path = dir.join(ic_file_name(seq));
-            let mut w = IcWriter::create_in_chain(
+            let mut w = IcWriter::create_ext(
                 &path,
                 profile.page_size,
                 seq,
                 full,
                 GEN_EPOCH_NS + seq * 1_000_000_000,
-                Some(chain_id),
+                &IcExt {
+                    chain: Some(chain_id),
+                    instance: Some(instance),
+                    regions: None,
+                },
                 pages,
                 drops,
             )?;

@@ -42,6 +42,9 @@ pub const EXT_CHAIN_ID: u32 = 1;
 /// Extension record tags with this bit set may be skipped by readers that
 /// do not know them; others must be understood.
 pub const EXT_OPTIONAL: u32 = 1 << 31;
+/// Extension record tag (optional): the 16-byte instance id of the process
+/// that wrote the checkpoint.
+pub const EXT_INSTANCE: u32 = EXT_OPTIONAL | 3;
 /// Length of the fixed header.
 pub const HEADER_LEN: u64 = 64;
 /// Flag bit 0: the file holds every live page.
@@ -74,85 +77,113 @@ impl DropRange {
     }
 }
 
-/// The identity of one run of a job: 16 random bytes minted with its FULL
-/// checkpoint and carried by every incremental that extends it, and by the
-/// L2 generations made from them. Checkpoints of another run (a job
-/// restarted in a fresh L1 at seq 0, two jobs on one L2) are thereby never
-/// taken for this run's, whatever their seq numbers.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ChainId(pub [u8; 16]);
+/// Defines a 16-byte random identity: not all zero, written in text as 32
+/// lowercase hexadecimal digits, byte 0 first.
+macro_rules! random_id {
+    ($(#[$doc:meta])* $name:ident, $what:literal, $salt:literal) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(pub [u8; 16]);
 
-impl ChainId {
-    /// A fresh random id (from the kernel's random source).
-    pub fn random() -> Result<ChainId> {
-        use std::io::Read;
-        let mut b = [0u8; 16];
-        let path = Path::new("/dev/urandom");
-        File::open(path)
-            .and_then(|mut f| f.read_exact(&mut b))
-            .ctx(path, "read")?;
-        if b == [0; 16] {
-            b[0] = 1; // all-zero is reserved (never valid in a file)
-        }
-        Ok(ChainId(b))
-    }
+        impl $name {
+            /// A fresh random id (from the kernel's random source).
+            pub fn random() -> Result<$name> {
+                use std::io::Read;
+                let mut b = [0u8; 16];
+                let path = Path::new("/dev/urandom");
+                File::open(path)
+                    .and_then(|mut f| f.read_exact(&mut b))
+                    .ctx(path, "read")?;
+                if b == [0; 16] {
+                    b[0] = 1; // all-zero is reserved (never valid in a file)
+                }
+                Ok($name(b))
+            }
 
-    /// A deterministic id derived from `seed` (the workload generator's, so
-    /// that generated runs are reproducible and distinct per seed).
-    pub fn from_seed(seed: u64) -> ChainId {
-        let h =
-            xxhash_rust::xxh3::xxh3_128(&[b"rex chain ".as_slice(), &seed.to_le_bytes()].concat());
-        let mut b = h.to_le_bytes();
-        if b == [0; 16] {
-            b[0] = 1;
-        }
-        ChainId(b)
-    }
+            /// A deterministic id derived from `seed` (the workload
+            /// generator's, so that generated runs are reproducible and
+            /// distinct per seed).
+            pub fn from_seed(seed: u64) -> $name {
+                let h = xxhash_rust::xxh3::xxh3_128(
+                    &[$salt.as_slice(), &seed.to_le_bytes()].concat(),
+                );
+                let mut b = h.to_le_bytes();
+                if b == [0; 16] {
+                    b[0] = 1;
+                }
+                $name(b)
+            }
 
-    /// Parses 32 hex digits.
-    pub fn parse(s: &str) -> Option<ChainId> {
-        if s.len() != 32 || !s.bytes().all(|c| c.is_ascii_hexdigit()) {
-            return None;
+            /// Parses 32 hex digits.
+            pub fn parse(s: &str) -> Option<$name> {
+                if s.len() != 32 || !s.bytes().all(|c| c.is_ascii_hexdigit()) {
+                    return None;
+                }
+                let mut b = [0u8; 16];
+                for (i, v) in b.iter_mut().enumerate() {
+                    *v = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
+                }
+                (b != [0; 16]).then_some($name(b))
+            }
         }
-        let mut b = [0u8; 16];
-        for (i, v) in b.iter_mut().enumerate() {
-            *v = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                for b in self.0 {
+                    write!(f, "{b:02x}")?;
+                }
+                Ok(())
+            }
         }
-        (b != [0; 16]).then_some(ChainId(b))
-    }
+
+        impl std::fmt::Debug for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, concat!(stringify!($name), "({})"), self)
+            }
+        }
+
+        impl Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+                s.serialize_str(&self.to_string())
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+                let s = String::deserialize(d)?;
+                $name::parse(&s).ok_or_else(|| {
+                    serde::de::Error::custom(format!(
+                        concat!("{:?} is not ", $what, " (32 hex digits, not all zero)"),
+                        s
+                    ))
+                })
+            }
+        }
+    };
 }
 
-impl std::fmt::Display for ChainId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        for b in self.0 {
-            write!(f, "{b:02x}")?;
-        }
-        Ok(())
-    }
-}
+random_id!(
+    /// The identity of one run of a job: 16 random bytes minted with its FULL
+    /// checkpoint and carried by every incremental that extends it, and by the
+    /// L2 generations made from them. Checkpoints of another run (a job
+    /// restarted in a fresh L1 at seq 0, two jobs on one L2) are thereby never
+    /// taken for this run's, whatever their seq numbers.
+    ChainId,
+    "a chain id",
+    b"rex chain "
+);
 
-impl std::fmt::Debug for ChainId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ChainId({self})")
-    }
-}
-
-impl Serialize for ChainId {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        s.serialize_str(&self.to_string())
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for ChainId {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        ChainId::parse(&s).ok_or_else(|| {
-            serde::de::Error::custom(format!(
-                "{s:?} is not a chain id (32 hex digits, not all zero)"
-            ))
-        })
-    }
-}
+random_id!(
+    /// The identity of one process that writes checkpoints (a librex job
+    /// from `rex_init` on, one `rexctl capture`): 16 random bytes, minted
+    /// afresh at every start, restarts included. Two copies of a job that
+    /// continue one run from the same restored state (a fork) write the same
+    /// seqs with different instances, which tells their checkpoints apart
+    /// whatever their clocks say (docs/FORMAT.md §2.11.2).
+    InstanceId,
+    "an instance id",
+    b"rex instance "
+);
 
 /// What an extension area carries (docs/FORMAT.md §2.11, §2.12).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -162,6 +193,8 @@ pub struct IcExt {
     /// The region table of a checkpoint written by librex (record
     /// `0x8000_0002`).
     pub regions: Option<RegionTable>,
+    /// The instance id of the process that wrote it (record `0x8000_0003`).
+    pub instance: Option<InstanceId>,
 }
 
 impl IcExt {
@@ -169,11 +202,12 @@ impl IcExt {
     pub fn chain(chain: Option<ChainId>) -> IcExt {
         IcExt {
             chain,
-            regions: None,
+            ..IcExt::default()
         }
     }
 
-    /// The encoded area: the chain id record, then the region table record.
+    /// The encoded area: the chain id record, then the region table record,
+    /// then the instance id record.
     pub fn encode(&self) -> Vec<u8> {
         let mut e = Vec::new();
         let mut record = |tag: u32, value: &[u8]| {
@@ -188,6 +222,9 @@ impl IcExt {
         if let Some(t) = &self.regions {
             record(EXT_REGIONS, &t.encode());
         }
+        if let Some(i) = self.instance {
+            record(EXT_INSTANCE, &i.0);
+        }
         e
     }
 }
@@ -199,9 +236,10 @@ pub fn encode_ext(chain: Option<ChainId>) -> Vec<u8> {
 
 /// Parses and checks an extension area (docs/FORMAT.md §2.11) that starts
 /// at file offset `base`, of a file of `page_size`-byte pages; returns the
-/// chain id and region table it carries.
+/// chain id, region table and instance id it carries.
 pub(crate) fn parse_ext(path: &Path, base: u64, page_size: u32, ext: &[u8]) -> Result<IcExt> {
     let mut chain = None;
+    let mut instance = None;
     let mut regions = None;
     let mut seen_regions = false;
     let mut at = 0usize;
@@ -240,6 +278,18 @@ pub(crate) fn parse_ext(path: &Path, base: u64, page_size: u32, ext: &[u8]) -> R
                 }
                 chain = Some(ChainId(id));
             }
+            EXT_INSTANCE => {
+                if instance.is_some() {
+                    return Err(bad("a second instance id".into()));
+                }
+                let id: [u8; 16] = value
+                    .try_into()
+                    .map_err(|_| bad(format!("instance id of {len} bytes, expected 16")))?;
+                if id == [0; 16] {
+                    return Err(bad("instance id is all zeros".into()));
+                }
+                instance = Some(InstanceId(id));
+            }
             EXT_REGIONS => {
                 if seen_regions {
                     return Err(bad("a second region table".into()));
@@ -256,7 +306,11 @@ pub(crate) fn parse_ext(path: &Path, base: u64, page_size: u32, ext: &[u8]) -> R
         }
         at += 8 + padded;
     }
-    Ok(IcExt { chain, regions })
+    Ok(IcExt {
+        chain,
+        regions,
+        instance,
+    })
 }
 
 /// The fixed 64-byte header, decoded.
@@ -441,6 +495,9 @@ pub struct IcMeta {
     /// The region table of a checkpoint written by librex (§2.12); every
     /// carried page then lies in one of its regions.
     pub regions: Option<RegionTable>,
+    /// The process that wrote it (§2.11.2); `None` when the file does not
+    /// say (older producers, version 1).
+    pub instance: Option<InstanceId>,
     /// Bytes read from the file to obtain this (header + metadata block).
     pub bytes_read: u64,
 }
@@ -518,6 +575,7 @@ impl IcMeta {
             page_crcs: parsed.2,
             chain_id: parsed.3.chain,
             regions: parsed.3.regions,
+            instance: parsed.3.instance,
             bytes_read: HEADER_LEN + meta_len as u64,
         })
     }

@@ -24,7 +24,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::format::ic::ChainId;
+use crate::format::ic::{ChainId, InstanceId};
 use crate::format::ptable::check_sizes;
 use crate::format::region::RegionTable;
 
@@ -172,6 +172,24 @@ fn is_zero(x: &f64) -> bool {
 /// never read into memory.
 pub const MAX_MANIFEST_BYTES: u64 = 1 << 20;
 
+/// The most instance spans a manifest carries; a writer keeps the newest.
+pub const MAX_INSTANCE_SPANS: usize = 64;
+
+/// Which process wrote the checkpoints of a run from `from_seq` on (up to
+/// the next span's `from_seq`, or the generation's `last_seq`): the
+/// instance id their IC files carry, `None` for files without one
+/// (docs/FORMAT.md §3.4). Spans let a push tell the checkpoints it holds
+/// from a fork's checkpoints of the same seqs, whatever the clocks say.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InstanceSpan {
+    /// The first seq of the span.
+    pub from_seq: u64,
+    /// The instance id of its checkpoints (absent: they carry none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<InstanceId>,
+}
+
 /// A generation's manifest.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
@@ -241,6 +259,12 @@ pub struct Manifest {
     /// restore only once that job generation's manifest does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job_generation: Option<u64>,
+    /// The instances that wrote the run's checkpoints up to `last_seq`,
+    /// ascending by `from_seq` (at most [`MAX_INSTANCE_SPANS`], the newest);
+    /// seqs before the first span are not known. Empty in manifests written
+    /// before instance ids.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub instances: Vec<InstanceSpan>,
 }
 
 impl Manifest {
@@ -253,6 +277,13 @@ impl Manifest {
     /// space so far).
     pub fn pattern_end(&self) -> u64 {
         self.pattern_base + self.patterns
+    }
+
+    /// The instance that wrote checkpoint `seq` of the run: `None` when the
+    /// spans do not reach back to it, `Some(None)` when its file carries no
+    /// instance id.
+    pub fn instance_at(&self, seq: u64) -> Option<Option<InstanceId>> {
+        instance_at(&self.instances, seq)
     }
 
     /// The entry of the file with `role`.
@@ -331,6 +362,39 @@ impl Manifest {
                 format!("first_seq {} > last_seq {}", self.first_seq, self.last_seq),
             );
         }
+        if self.instances.len() > MAX_INSTANCE_SPANS {
+            return bad(
+                "instances",
+                format!(
+                    "{} spans (at most {MAX_INSTANCE_SPANS})",
+                    self.instances.len()
+                ),
+            );
+        }
+        if let Some(w) = self
+            .instances
+            .windows(2)
+            .find(|w| w[0].from_seq >= w[1].from_seq)
+        {
+            return bad(
+                "instances",
+                format!(
+                    "spans not ascending: from_seq {} then {}",
+                    w[0].from_seq, w[1].from_seq
+                ),
+            );
+        }
+        if let Some(s) = self.instances.last()
+            && s.from_seq > self.last_seq
+        {
+            return bad(
+                "instances",
+                format!(
+                    "a span from seq {} after last_seq {}",
+                    s.from_seq, self.last_seq
+                ),
+            );
+        }
         for role in [Role::Rps, Role::Pf, Role::Ptable] {
             if self.files.iter().filter(|f| f.role == role).count() != 1 {
                 return bad("files", format!("needs exactly one {role:?} file"));
@@ -359,6 +423,38 @@ impl Manifest {
         }
         Ok(())
     }
+}
+
+/// [`Manifest::instance_at`] over `spans`.
+pub fn instance_at(spans: &[InstanceSpan], seq: u64) -> Option<Option<InstanceId>> {
+    let i = spans.partition_point(|s| s.from_seq <= seq);
+    i.checked_sub(1).map(|i| spans[i].id)
+}
+
+/// The spans of a generation of run `chain` that holds `parent`'s state
+/// (when it is of the same run) and then the checkpoints `batch`, in seq
+/// order: `parent`'s spans, a new span wherever the instance changes, the
+/// newest [`MAX_INSTANCE_SPANS`] kept.
+pub fn extend_instances(
+    parent: Option<&Manifest>,
+    chain: Option<ChainId>,
+    batch: &[(u64, Option<InstanceId>)],
+) -> Vec<InstanceSpan> {
+    let mut spans: Vec<InstanceSpan> = parent
+        .filter(|p| p.chain_id == chain)
+        .map(|p| p.instances.clone())
+        .unwrap_or_default();
+    for &(seq, id) in batch {
+        // Spans describe seqs up to the parent's last one; a batch starts
+        // after it, but never let a span begin at or before an earlier one.
+        spans.retain(|s| s.from_seq < seq || s.from_seq == seq && s.id == id);
+        if spans.last().is_none_or(|s| s.id != id) {
+            spans.push(InstanceSpan { from_seq: seq, id });
+        }
+    }
+    let extra = spans.len().saturating_sub(MAX_INSTANCE_SPANS);
+    spans.drain(..extra);
+    spans
 }
 
 /// Frames `value` as a manifest-like object: the line `magic_line`, the
@@ -514,6 +610,7 @@ mod tests {
             rank: None,
             regions: None,
             job_generation: None,
+            instances: Vec::new(),
         }
     }
 
@@ -570,5 +667,60 @@ mod tests {
             );
         }
         decode(&manifest()).unwrap();
+    }
+    fn id(b: u8) -> Option<InstanceId> {
+        Some(InstanceId([b; 16]))
+    }
+
+    #[test]
+    fn instance_spans_follow_the_writers_and_keep_the_newest() {
+        let chain = Some(ChainId([0xA; 16]));
+        let mut parent = manifest();
+        parent.chain_id = chain;
+        parent.instances = extend_instances(None, chain, &[(0, id(1)), (1, id(1)), (2, None)]);
+        let want = |v: &[(u64, Option<InstanceId>)]| -> Vec<InstanceSpan> {
+            v.iter()
+                .map(|&(from_seq, id)| InstanceSpan { from_seq, id })
+                .collect()
+        };
+        assert_eq!(parent.instances, want(&[(0, id(1)), (2, None)]));
+        assert_eq!(instance_at(&parent.instances, 1), Some(id(1)));
+        assert_eq!(instance_at(&parent.instances, 9), Some(None));
+        // A Δ of the run carries the parent's spans on.
+        let next = extend_instances(Some(&parent), chain, &[(13, None), (14, id(2))]);
+        assert_eq!(next, want(&[(0, id(1)), (2, None), (14, id(2))]));
+        // Another run starts afresh; seqs before the first span are unknown.
+        let other = extend_instances(Some(&parent), Some(ChainId([0xB; 16])), &[(20, id(3))]);
+        assert_eq!(other, want(&[(20, id(3))]));
+        assert_eq!(instance_at(&other, 19), None);
+        // At most MAX_INSTANCE_SPANS, the newest.
+        let many: Vec<_> = (0..200u64).map(|s| (s, id(s as u8 % 2 + 1))).collect();
+        let capped = extend_instances(None, chain, &many);
+        assert_eq!(capped.len(), MAX_INSTANCE_SPANS);
+        assert_eq!(capped.last().unwrap().from_seq, 199);
+        let mut m = manifest();
+        m.last_seq = 199;
+        m.instances = capped;
+        assert_eq!(decode(&m).unwrap(), m);
+    }
+
+    #[test]
+    fn bad_instance_spans_are_refused() {
+        let span = |from_seq| InstanceSpan {
+            from_seq,
+            id: id(1),
+        };
+        for (spans, why) in [
+            (vec![span(5), span(5)], "not ascending"),
+            (vec![span(6), span(5)], "not ascending"),
+            (vec![span(13)], "after last_seq"),
+            ((0..65).map(span).collect(), "at most 64"),
+        ] {
+            let mut m = manifest();
+            m.last_seq = 100.min(spans.len() as u64 + 11);
+            m.instances = spans;
+            let e = decode(&m).unwrap_err().to_string();
+            assert!(e.contains("instances") && e.contains(why), "{e}");
+        }
     }
 }

@@ -25,8 +25,10 @@
 //!   fault, L2 alone after a lost node.
 //!
 //! Runs and seq numbers: the first checkpoint is FULL with a fresh chain id.
-//! A restarted job continues its run (next seq, same chain id), so its
-//! later checkpoints extend the chain it restored; when the restore had to
+//! A restarted job continues its run (next seq, same chain id) as a new
+//! instance (a fresh instance id per process), so its later checkpoints
+//! extend the chain it restored, and a second copy restarted from the same
+//! state is told apart from it; when the restore had to
 //! fall back past damaged checkpoints, it starts a new run with a FULL
 //! checkpoint instead, so that no file of the abandoned tail is ever taken
 //! for a continuation. A failed L1 write also makes the next checkpoint
@@ -52,7 +54,7 @@ use serde::Serialize;
 use crate::control::config::{Config, ConfigLayer, TrackerChoice};
 use crate::control::flush::flush;
 use crate::error::{Error, Result};
-use crate::format::ic::{ChainId, DropRange, IcExt, IcFile, IcWriter, now_ns};
+use crate::format::ic::{ChainId, DropRange, IcExt, IcFile, IcWriter, InstanceId, now_ns};
 use crate::format::region::{Region, RegionTable, page_number, split_page};
 use crate::l1::ic_file_name;
 use crate::l1::lock::JobLock;
@@ -261,6 +263,10 @@ pub struct Rex {
     seq: Option<u64>,
     /// The run the next incremental continues.
     chain: Option<ChainId>,
+    /// This process's instance id (§2.11.2), minted at `rex_init`: a job
+    /// restarted from a restore continues the run as a new instance, so two
+    /// copies restarted from one state never pass for each other.
+    instance: InstanceId,
     /// Region table of the newest checkpoint (drops are computed from it).
     prev_table: Option<RegionTable>,
     /// The next checkpoint must be FULL.
@@ -352,6 +358,7 @@ impl Rex {
             regions: BTreeMap::new(),
             seq: None,
             chain: None,
+            instance: InstanceId::random()?,
             prev_table: None,
             need_full: true,
             writer: None,
@@ -631,6 +638,7 @@ impl Rex {
         let ext = IcExt {
             chain: Some(chain),
             regions: Some(table.clone()),
+            instance: Some(self.instance),
         };
         let time_ns = now_ns();
         let l2 = self.l2.as_ref().map(|t| t.shared.clone());

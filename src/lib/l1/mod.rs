@@ -11,9 +11,12 @@
 //! incremental continues exactly the run of the file before it; a FULL file
 //! of another run must be newer in time (runs are ordered by time, not by
 //! seq). A file counts as covered by an L2 generation ([`Covered`]) only if
-//! it is of the same run and was taken no later: seq numbers alone never
+//! it is of the same run and was written by the instance (the producer
+//! process) that the generation records for its seq, or, where the
+//! generation records none, was taken no later: seq numbers alone never
 //! decide it, because a job restarted in a fresh L1 directory counts from 0
-//! again. Version 1 files carry no id and are one run among themselves.
+//! again, and times alone cannot tell a forked copy whose clock is behind.
+//! Version 1 files carry no id and are one run among themselves.
 //!
 //! This is the L1 layer of the pipeline (the left of the paper's Fig. 4):
 //! the directory of IC files ([`L1Dir`]), the Page Coalescer that turns a
@@ -27,12 +30,13 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, IoContext, Result};
-use crate::format::ic::{ChainId, EXTENSION, IcMeta};
-use crate::format::manifest::Manifest;
+use crate::format::ic::{ChainId, EXTENSION, IcMeta, InstanceId};
+use crate::format::manifest::{InstanceSpan, Manifest, instance_at};
 
 /// What an L2 generation already holds of an L1 directory: the checkpoints
-/// of run `chain_id` up to `last_seq`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// of run `chain_id` up to `last_seq`, written by the instances `instances`
+/// says.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Covered {
     /// The last seq the generation holds.
     pub last_seq: u64,
@@ -40,6 +44,9 @@ pub struct Covered {
     pub chain_id: Option<ChainId>,
     /// The capture time of checkpoint `last_seq`.
     pub time_ns: u64,
+    /// Which instance wrote which seqs (the manifest's spans; empty when it
+    /// predates them).
+    pub instances: Vec<InstanceSpan>,
 }
 
 impl From<&Manifest> for Covered {
@@ -48,6 +55,7 @@ impl From<&Manifest> for Covered {
             last_seq: m.last_seq,
             chain_id: m.chain_id,
             time_ns: m.time_ns,
+            instances: m.instances.clone(),
         }
     }
 }
@@ -88,15 +96,30 @@ fn run_break(run: Option<ChainId>, time_ns: u64, next: &IcMeta) -> Option<String
 
 impl Covered {
     /// Whether the generation already holds `m`: a checkpoint of its run,
-    /// at or below its last seq, taken no later than its last checkpoint. A
-    /// checkpoint of the run taken later with such a seq is a fork (a
-    /// restarted job that continued the run elsewhere while this generation
-    /// was pushed from another copy): never taken as pushed.
+    /// at or below its last seq, written by the instance that the
+    /// generation's spans name for its seq. A process writes each seq once,
+    /// so that instance's file is the one pushed, whatever the clocks say.
+    /// Where the spans do not reach back, or the file names no instance,
+    /// times decide: the checkpoint must be no later than the generation's
+    /// last one. Any other checkpoint of the run with such a seq is a fork
+    /// (a restarted job that continued the run elsewhere while this
+    /// generation was pushed from another copy): never taken as pushed.
     pub fn covers(&self, m: &IcMeta) -> bool {
+        let by_time = m.header.time_ns <= self.time_ns;
         m.seq() <= self.last_seq
             && same_run(m.chain_id, self.chain_id)
-            && m.header.time_ns <= self.time_ns
+            && match instance_at(&self.instances, m.seq()) {
+                Some(Some(id)) => m.instance == Some(id),
+                Some(None) => m.instance.is_none() && by_time,
+                None => by_time,
+            }
     }
+}
+
+fn instance_name(i: Option<InstanceId>) -> String {
+    i.map_or("a process that names no instance".into(), |i| {
+        format!("instance {i}")
+    })
 }
 
 fn run_name(c: Option<ChainId>) -> String {
@@ -261,10 +284,21 @@ impl L1Dir {
             && first.seq() <= last
             && !first.is_full()
         {
+            let how = match instance_at(&cov.instances, first.seq()) {
+                Some(want) if want != first.instance => format!(
+                    "was written by {}, but L2's newest generation holds that run up to seq {last} with seq {} written by {}",
+                    instance_name(first.instance),
+                    first.seq(),
+                    instance_name(want)
+                ),
+                _ => format!(
+                    "was taken after L2's newest generation, which already holds that run up to seq {last}"
+                ),
+            };
             return Err(Error::chain(
                 &first.path,
                 format!(
-                    "seq {} of {} was taken after L2's newest generation, which already holds that run up to seq {last}: a fork of the run (a restarted job that continued it while another copy was pushed); not pushed, kept",
+                    "seq {} of {} {how}: a fork of the run (a restarted job that continued it while another copy was pushed); not pushed, kept",
                     first.seq(),
                     run_name(first.chain_id)
                 ),
@@ -322,7 +356,7 @@ impl L1Dir {
         let mut metas = Vec::new();
         for p in paths {
             match IcMeta::read(&p) {
-                Ok(m) if covered.is_none_or(|c| !c.covers(&m)) => metas.push(m),
+                Ok(m) if covered.as_ref().is_none_or(|c| !c.covers(&m)) => metas.push(m),
                 Ok(_) => {}
                 Err(e) => skipped.push(format!("{}: {}", p.display(), e.report())),
             }
@@ -340,7 +374,7 @@ impl L1Dir {
         // state there, unless a later FULL checkpoint (which needs nothing
         // before it) starts a newer one.
         let mut out: Vec<IcMeta> = Vec::new();
-        let mut expected = match covered {
+        let mut expected = match &covered {
             Some(c) => c.last_seq.checked_add(1),
             None => metas.first().map(|m| m.seq()),
         };

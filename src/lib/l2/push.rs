@@ -734,7 +734,7 @@ fn seal(
         (Some(ch), None, _) => (ch.gens[0].manifest.first_seq, ch.manifest().last_seq),
         (None, None, _) => unreachable!("nothing to push was handled above"),
     };
-    let manifest = Manifest {
+    let mut manifest = Manifest {
         format: crate::format::manifest::FORMAT,
         generation,
         parent,
@@ -784,7 +784,14 @@ fn seal(
             None => chain.as_ref().and_then(|c| c.manifest().regions.clone()),
         },
         job_generation: coll.map(|(_, j)| j),
+        instances: Vec::new(),
     };
+    let batch_ids: Vec<_> = batch.iter().map(|m| (m.seq(), m.instance)).collect();
+    manifest.instances = crate::format::manifest::extend_instances(
+        chain.as_ref().map(|c| c.manifest()),
+        manifest.chain_id,
+        &batch_ids,
+    );
     // Never commit a Δ on a broken L2 lineage: it would make every later
     // restore fail. The pending IC files are kept; recovery healed what L1's
     // copy could heal.

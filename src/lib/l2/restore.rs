@@ -268,7 +268,7 @@ pub fn restore_l1_l2(job: &Job, opts: &RestoreOptions, out: &Path) -> Result<Res
             // The generation cannot be opened, but a pending FULL
             // checkpoint after it needs nothing from it.
             Err(e) if opts.fallback && pending_apply => {
-                let (prefix, skipped) = L1Dir::valid_prefix_after(&job.l1, Some(covered));
+                let (prefix, skipped) = L1Dir::valid_prefix_after(&job.l1, Some(covered.clone()));
                 let Some(i) = prefix.iter().rposition(|p| p.is_full()) else {
                     return Err(e);
                 };
@@ -300,7 +300,7 @@ pub fn restore_l1_l2(job: &Job, opts: &RestoreOptions, out: &Path) -> Result<Res
             return Ok(report);
         }
         let last = m.last_seq;
-        let strict = L1Dir::scan_after_up_to(&job.l1, Some(covered), opts.seq)
+        let strict = L1Dir::scan_after_up_to(&job.l1, Some(covered.clone()), opts.seq)
             .and_then(|l1| write_state(&chain, &l1.files, opts, out, &mut report));
         match strict {
             Ok(()) => Ok(report),
@@ -308,7 +308,7 @@ pub fn restore_l1_l2(job: &Job, opts: &RestoreOptions, out: &Path) -> Result<Res
             // valid state is the generation plus the files before it (or a
             // later pending FULL checkpoint and the files after it).
             Err(e) if opts.fallback => {
-                let (prefix, skipped) = L1Dir::valid_prefix_after(&job.l1, Some(covered));
+                let (prefix, skipped) = L1Dir::valid_prefix_after(&job.l1, Some(covered.clone()));
                 // Nothing of the pending files continues this generation,
                 // and they are of another run: this generation is not the
                 // L1 directory's (another job's chain on the same L2); fall
@@ -829,9 +829,16 @@ fn write_image(
         report.raw_first_page = Some(first_page);
     } else {
         let full = opts.pages.is_none();
+        // And the instance that wrote that checkpoint, so that the image
+        // stands for it as its FULL checkpoint would.
+        let instance = match pending.last() {
+            Some(m) => m.instance,
+            None => chain.and_then(|c| c.manifest().instance_at(seq).flatten()),
+        };
         let ext = IcExt {
             chain: chain_id,
             regions,
+            instance,
         };
         let mut w = IcWriter::create_ext(
             out,

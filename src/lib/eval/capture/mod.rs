@@ -59,7 +59,7 @@ pub use state::{CaptureState, ProcessIdentity, STATE_NAME};
 
 use crate::durable;
 use crate::error::{Error, IoContext, Result};
-use crate::format::ic::{ChainId, IcWriter, now_ns};
+use crate::format::ic::{ChainId, IcExt, IcWriter, InstanceId, now_ns};
 use crate::l1::lock::JobLock;
 use memory::{
     Memory, ProcMemory, ScanOpts, ScanPart, drop_ranges, live_runs, scan_part, split_runs,
@@ -208,6 +208,9 @@ pub struct Capture {
     next_full: bool,
     /// The run the checkpoints belong to; minted with each FULL one.
     chain_id: Option<ChainId>,
+    /// This capture's instance id (§2.11.2), minted at its start: a
+    /// capture that continues a chain is a new writer of it.
+    instance: InstanceId,
     start_note: String,
     bufs: Vec<Vec<u8>>,
     _lock: File,
@@ -396,6 +399,7 @@ impl Capture {
             next_seq: newest.map_or(0, |s| s + 1),
             next_full: true,
             chain_id: None,
+            instance: InstanceId::random()?,
             start_note: String::new(),
             bufs: Vec::new(),
             _lock: lock,
@@ -719,13 +723,20 @@ impl Capture {
         if full {
             self.chain_id = Some(ChainId::random()?);
         }
-        let mut w = IcWriter::create_in_chain(
+        // A version 1 chain (no chain id) stays version 1, without an
+        // instance id either.
+        let ext = IcExt {
+            chain: self.chain_id,
+            instance: self.chain_id.map(|_| self.instance),
+            regions: None,
+        };
+        let mut w = IcWriter::create_ext(
             &path,
             self.page_size,
             seq,
             full,
             time_ns,
-            self.chain_id,
+            &ext,
             pages,
             drops,
         )?;

@@ -1270,6 +1270,7 @@ impl MemIc {
                 page_crcs,
                 chain_id: ext.chain,
                 regions: ext.regions,
+                instance: ext.instance,
                 bytes_read: meta_end as u64,
             },
             bytes,

@@ -98,7 +98,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     } else {
         None
     };
-    let l1 = L1Dir::scan_after(&l1dir, newest)?;
+    let l1 = L1Dir::scan_after(&l1dir, newest.clone())?;
     let batch = l1.since(a.from.unwrap_or(0));
     if batch.is_empty() {
         return Err(rexctl::Error::Chain {

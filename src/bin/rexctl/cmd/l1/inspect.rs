@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use rexctl::format::ic::{ChainId, DropRange, IcFile, IcHeader, IcLayout, RegionTable};
+use rexctl::format::ic::{ChainId, DropRange, IcFile, IcHeader, IcLayout, InstanceId, RegionTable};
 use serde::Serialize;
 
 use crate::ui;
@@ -42,6 +42,9 @@ struct Report {
     dropped_pages: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     chain_id: Option<ChainId>,
+    /// The process that wrote it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    instance: Option<InstanceId>,
     /// The region table of a checkpoint written by librex.
     #[serde(skip_serializing_if = "Option::is_none")]
     regions: Option<RegionTable>,
@@ -65,6 +68,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             last_page: None,
             dropped_pages: 0,
             chain_id: None,
+            instance: None,
             regions: None,
             pages: None,
             drops: None,
@@ -78,6 +82,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 r.last_page = m.pages.last().copied();
                 r.dropped_pages = m.drops.iter().map(|d| d.count).sum();
                 r.chain_id = m.chain_id;
+                r.instance = m.instance;
                 r.regions = m.regions.clone();
                 if a.index {
                     r.pages = Some(m.pages.clone());
@@ -118,13 +123,15 @@ fn print_human(r: &Report) -> Result<(), ui::StdoutError> {
     };
     let l = r.layout.expect("layout with header");
     outln!(
-        "{}: REX-IC v{}, seq {}, {}, page size {}{}",
+        "{}: REX-IC v{}, seq {}, {}, page size {}{}{}",
         r.path.display(),
         if h.ext_len > 0 { 2 } else { 1 },
         h.seq,
         if h.full { "FULL" } else { "incremental" },
         h.page_size,
-        r.chain_id.map_or(String::new(), |c| format!(", run {c}"))
+        r.chain_id.map_or(String::new(), |c| format!(", run {c}")),
+        r.instance
+            .map_or(String::new(), |i| format!(", instance {i}"))
     );
     let span = match (r.first_page, r.last_page) {
         (Some(a), Some(b)) => format!(", pages {a:#x}..={b:#x}"),
