@@ -1542,3 +1542,58 @@ fn files_collected_before_the_commit_are_uploaded_again() {
         "a damaged copy reached L2"
     );
 }
+
+/// A push died between L1's manifest and L2's; the next push's recovery
+/// uploads L1's copy of that generation. A gc that collects its files just
+/// before that commit is answered as after a push's own commit: they are
+/// uploaded again before the checkpoints are deleted.
+#[test]
+fn files_collected_before_a_recovered_commit_are_uploaded_again() {
+    use rexctl::l2::push::{Job, PushOptions, push_l2};
+    let d = tempfile::tempdir().unwrap();
+    let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
+    std::fs::create_dir_all(&l1).unwrap();
+    let truth = d.path().join("truth");
+    let mut w = workload("balanced", 256, 11);
+    let want = take_until(&mut w, &l1, 3, &truth);
+    let kept: Vec<(PathBuf, Vec<u8>)> = list_ic_files(&l1)
+        .unwrap()
+        .into_iter()
+        .map(|p| {
+            let b = std::fs::read(&p).unwrap();
+            (p, b)
+        })
+        .collect();
+    let job = Job::open(&l1, Box::new(DirStore::create(&l2).unwrap())).unwrap();
+    push_l2(&job, &PushOptions::default()).unwrap();
+    // The push died before L2's manifest: its checkpoints are still in L1.
+    std::fs::remove_file(l2.join(manifest_name(1))).unwrap();
+    for (p, b) in &kept {
+        std::fs::write(p, b).unwrap();
+    }
+    let job = Job::open(
+        &l1,
+        Box::new(GcBeforeCommit(DirStore::open(&l2).unwrap(), None)),
+    )
+    .unwrap();
+    let r = push_l2(&job, &PushOptions::default()).unwrap();
+    for want_note in ["uploaded generation 1", "uploaded again"] {
+        assert!(
+            r.recovered.iter().any(|n| n.contains(want_note)),
+            "{want_note}: {:?}",
+            r.recovered
+        );
+    }
+    assert!(
+        list_ic_files(&l1).unwrap().is_empty(),
+        "the checkpoints were kept"
+    );
+    let out = d.path().join("out.rexic");
+    restore_l2(
+        &DirStore::open(&l2).unwrap(),
+        &RestoreOptions::default(),
+        &out,
+    )
+    .unwrap();
+    assert_image(&out, &want, "L2 alone after the recovery");
+}

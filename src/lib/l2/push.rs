@@ -811,13 +811,14 @@ fn seal(
     let bytes = manifest.encode();
     job.l1_chain.put_bytes(&manifest_name(generation), &bytes)?;
     job.l2.put_bytes(&manifest_name(generation), &bytes)?;
-    reupload_missing(job, &manifest, report)?;
+    report.recovered.extend(reupload_missing(job, &manifest)?);
     Ok((out, manifest))
 }
 
 /// After the commit, before the pending checkpoints are deleted: checks
 /// that L2 still holds every file of generation `m`, and uploads again from
-/// L1's copy any that went missing.
+/// L1's copy any that went missing; says so when it did. Recovery's
+/// uploads of L1's generations commit through the same check.
 ///
 /// `gc` on an object store takes no lock: it deletes the unreferenced
 /// objects older than its grace period by age alone. A push stalled for
@@ -827,7 +828,7 @@ fn seal(
 /// are deleted from L1. Now that the manifest references them, `gc` keeps
 /// them (it reads the generation's manifest again just before it deletes
 /// each object, and keeps what the manifest names).
-fn reupload_missing(job: &Job, m: &Manifest, report: &mut PushReport) -> Result<()> {
+fn reupload_missing(job: &Job, m: &Manifest) -> Result<Option<String>> {
     let missing = |objects: &[crate::store::ObjectInfo]| -> Vec<&FileEntry> {
         m.files
             .iter()
@@ -840,7 +841,7 @@ fn reupload_missing(job: &Job, m: &Manifest, report: &mut PushReport) -> Result<
     };
     let lost: Vec<FileEntry> = missing(&job.l2.list()?).into_iter().cloned().collect();
     if lost.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
     let again = Manifest {
         files: lost.clone(),
@@ -857,12 +858,14 @@ fn reupload_missing(job: &Job, m: &Manifest, report: &mut PushReport) -> Result<
             ),
         ));
     }
-    report.recovered.push(format!(
+    Ok(Some(format!(
         "{} of generation {} went missing from L2 before its commit (a gc?): uploaded again from L1's copy",
-        lost.iter().map(|f| f.name.as_str()).collect::<Vec<_>>().join(", "),
+        lost.iter()
+            .map(|f| f.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", "),
         m.generation
-    ));
-    Ok(())
+    )))
 }
 
 fn empty_clist(chain: Option<&OpenChain>, clist: Option<&CList>) -> CList {
@@ -1018,7 +1021,8 @@ pub fn recover(
         }
         let replace = l2_index.invalid.iter().any(|(g, _)| *g == m.generation);
         match upload_generation(job, &m, replace) {
-            Ok(()) => {
+            Ok(note) => {
+                report.recovered.extend(note);
                 report.recovered.push(format!(
                     "uploaded generation {} to {}{}",
                     m.generation,
@@ -1297,7 +1301,8 @@ fn heal_l2_lineage(
         let replace = l2_objects
             .iter()
             .any(|o| o.name == manifest_name(m.generation));
-        upload_generation(job, &m, replace)?;
+        let note = upload_generation(job, &m, replace)?;
+        report.recovered.extend(note);
         report.recovered.push(format!(
             "healed {}: generation {} was not whole there ({why}); uploaded L1's copy",
             job.l2.describe(),
@@ -1385,14 +1390,18 @@ fn manifest_bytes(from: &dyn Store, m: &Manifest) -> Result<Vec<u8>> {
 /// Uploads generation `m` from L1 to L2, data files first. With
 /// `replace_invalid`, L2 holds an invalid manifest of that generation: it is
 /// no generation, and gives way to L1's valid copy (deleted first, because
-/// stores never overwrite a manifest).
-fn upload_generation(job: &Job, m: &Manifest, replace_invalid: bool) -> Result<()> {
+/// stores never overwrite a manifest). Returns the note of
+/// [`reupload_missing`] when a file had to be sent again after the commit.
+fn upload_generation(job: &Job, m: &Manifest, replace_invalid: bool) -> Result<Option<String>> {
     copy_generation(&job.l1_chain, job.l2.as_ref(), m, job.progress(), false)?;
     let bytes = manifest_bytes(&job.l1_chain, m)?;
     if replace_invalid {
         job.l2.delete(&manifest_name(m.generation))?;
     }
-    job.l2.put_bytes(&manifest_name(m.generation), &bytes)
+    job.l2.put_bytes(&manifest_name(m.generation), &bytes)?;
+    // As after a push's own commit: a gc may have taken a file between its
+    // upload and this manifest.
+    reupload_missing(job, m)
 }
 
 /// Deletes chains beyond the retention counts, oldest first, manifests
