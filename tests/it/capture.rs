@@ -366,6 +366,12 @@ fn a_restarted_capture_continues_the_chain_of_the_same_process_only() {
     assert!(runs[0].is_some(), "capture writes REX-IC version 2");
     assert_eq!(runs[0], runs[1], "a restarted capture continues its run");
     assert_ne!(runs[1], runs[2], "another process starts a new run");
+    // Each capture is an instance of its own (docs/FORMAT.md §2.11.2): the
+    // restarted one continued the run under another instance id.
+    let ids: Vec<_> = chain.files.iter().map(|m| m.instance).collect();
+    assert!(ids.iter().all(Option::is_some), "{ids:?}");
+    assert_ne!(ids[0], ids[1], "a restarted capture is a new instance");
+    assert_ne!(ids[1], ids[2]);
     drop(cap);
 
     // --full starts a new chain even for the same process.
