@@ -1388,6 +1388,66 @@ fn a_fork_whose_clock_is_behind_is_never_taken_as_pushed() {
     let (out, img) = restore(&l2, Some(&b_dir), &["--fallback"], &d.path().join("f"));
     assert!(out.status.success(), "{}", show(&["restore"], &out));
     assert_image(&img, &want, "restore --l1 b --fallback");
+
+    // Copy B restarts (librex falls back to L2's state and starts a new run
+    // with a FULL checkpoint). A FULL checkpoint no newer than L2's state
+    // supersedes nothing: still refused and kept.
+    b.instance = Some(3);
+    b.ic(5, true, &[8, 9], 100, Some(0xB));
+    refused_and_kept(&push_args(&b_dir, &l2), &b_dir);
+    // Taken after it: the fork's files are superseded; the push takes the
+    // FULL checkpoint, says so, then deletes them with it.
+    b.ic(5, true, &[8, 9], 200, Some(0xB));
+    let want_b = b.truth(&d.path().join("truth-b.rexic"));
+    let (out, img) = restore(&l2, Some(&b_dir), &[], &d.path().join("g"));
+    assert!(out.status.success(), "{}", show(&["restore"], &out));
+    assert_image(&img, &want_b, "restore --l1 b after B's new run");
+    let out = rex(&push_args(&b_dir, &l2));
+    assert!(out.status.success(), "{}", show(&["push-l2"], &out));
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
+    assert!(said.contains("L1 checkpoints seq 2..=4 cannot continue L2's newest generation (a fork of the run), but the FULL checkpoint of seq 5"), "{said}");
+    assert!(ic_names(&b_dir).is_empty(), "left: {:?}", ic_names(&b_dir));
+    let (out, img) = restore(&l2, None, &[], &d.path().join("h"));
+    assert!(out.status.success(), "{}", show(&["restore"], &out));
+    assert_image(&img, &want_b, "restore from L2 after B's push");
+}
+
+/// Once another instance has taken a run over, a checkpoint of the earlier
+/// one is a second copy's (a dead run's later checkpoints recovered from
+/// partner copies after the restarted job's own): refused in L1 alone and
+/// after a generation that records the hand-over; `--fallback` restores
+/// the state before it.
+#[test]
+fn an_instance_that_comes_back_is_a_fork() {
+    let d = tempfile::tempdir().unwrap();
+    let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
+    let mut h = Hand::new(&l1);
+    h.instance = Some(1);
+    h.ic(0, true, &[1, 2, 3], 100, Some(0xA));
+    h.ic(1, false, &[2], 101, Some(0xA));
+    h.instance = Some(2);
+    h.ic(2, false, &[3], 102, Some(0xA));
+    let want = h.truth(&d.path().join("truth.rexic"));
+    h.instance = Some(1);
+    h.ic(3, false, &[1], 103, Some(0xA));
+    let err = refused_and_kept(&push_args(&l1, &l2), &l1);
+    assert!(err.contains("had already handed that run over"), "{err}");
+    let (out, img) = restore(&l2, Some(&l1), &["--fallback"], &d.path().join("a"));
+    assert!(out.status.success(), "{}", show(&["restore"], &out));
+    assert_image(&img, &want, "restore --fallback, L1 alone");
+    // The same after a push of seq 0..=2 (the hand-over is in its spans).
+    let late = l1.join(ic_file_name(3));
+    let keep = std::fs::read(&late).unwrap();
+    std::fs::remove_file(&late).unwrap();
+    rex_ok(&push_args(&l1, &l2));
+    std::fs::write(&late, keep).unwrap();
+    let err = refused_and_kept(&push_args(&l1, &l2), &l1);
+    assert!(err.contains("had already handed that run over"), "{err}");
+    let (out, _) = restore(&l2, Some(&l1), &[], &d.path().join("b"));
+    assert_eq!(out.status.code(), Some(3), "{}", show(&["restore"], &out));
+    let (out, img) = restore(&l2, Some(&l1), &["--fallback"], &d.path().join("c"));
+    assert!(out.status.success(), "{}", show(&["restore"], &out));
+    assert_image(&img, &want, "restore --fallback after the push");
 }
 
 /// A push committed a batch that two instances wrote (a job restarted in

@@ -181,13 +181,39 @@ pub const MAX_INSTANCE_SPANS: usize = 64;
 /// (docs/FORMAT.md §3.4). Spans let a push tell the checkpoints it holds
 /// from a fork's checkpoints of the same seqs, whatever the clocks say.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct InstanceSpan {
     /// The first seq of the span.
     pub from_seq: u64,
     /// The instance id of its checkpoints (absent: they carry none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<InstanceId>,
+    /// The writers of these seqs are no longer recorded (older spans were
+    /// dropped at the cap): no checkpoint of them counts as covered.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub forgotten: bool,
+}
+
+/// Who wrote a seq of a generation's run, by its spans.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Writer {
+    /// The spans do not reach back to the seq (or there are none).
+    Unknown,
+    /// Files that carry no instance id.
+    NoId,
+    /// The instance with this id.
+    Id(InstanceId),
+    /// Recorded once, dropped at the cap.
+    Forgotten,
+}
+
+impl Writer {
+    /// The instance id, when one is recorded.
+    pub fn id(self) -> Option<InstanceId> {
+        match self {
+            Writer::Id(i) => Some(i),
+            _ => None,
+        }
+    }
 }
 
 /// A generation's manifest.
@@ -279,10 +305,8 @@ impl Manifest {
         self.pattern_base + self.patterns
     }
 
-    /// The instance that wrote checkpoint `seq` of the run: `None` when the
-    /// spans do not reach back to it, `Some(None)` when its file carries no
-    /// instance id.
-    pub fn instance_at(&self, seq: u64) -> Option<Option<InstanceId>> {
+    /// Who wrote checkpoint `seq` of the run.
+    pub fn instance_at(&self, seq: u64) -> Writer {
         instance_at(&self.instances, seq)
     }
 
@@ -384,6 +408,25 @@ impl Manifest {
                 ),
             );
         }
+        if let Some((i, s)) = self
+            .instances
+            .iter()
+            .enumerate()
+            .find(|(i, s)| s.forgotten && (*i > 0 || s.id.is_some()))
+        {
+            return bad(
+                "instances",
+                format!(
+                    "span {i} (from seq {}) is forgotten but {}",
+                    s.from_seq,
+                    if i > 0 {
+                        "not the first"
+                    } else {
+                        "names an id"
+                    }
+                ),
+            );
+        }
         if let Some(s) = self.instances.last()
             && s.from_seq > self.last_seq
         {
@@ -426,15 +469,22 @@ impl Manifest {
 }
 
 /// [`Manifest::instance_at`] over `spans`.
-pub fn instance_at(spans: &[InstanceSpan], seq: u64) -> Option<Option<InstanceId>> {
+pub fn instance_at(spans: &[InstanceSpan], seq: u64) -> Writer {
     let i = spans.partition_point(|s| s.from_seq <= seq);
-    i.checked_sub(1).map(|i| spans[i].id)
+    match i.checked_sub(1).map(|i| &spans[i]) {
+        None => Writer::Unknown,
+        Some(s) if s.forgotten => Writer::Forgotten,
+        Some(InstanceSpan { id: Some(id), .. }) => Writer::Id(*id),
+        Some(_) => Writer::NoId,
+    }
 }
 
 /// The spans of a generation of run `chain` that holds `parent`'s state
 /// (when it is of the same run) and then the checkpoints `batch`, in seq
-/// order: `parent`'s spans, a new span wherever the instance changes, the
-/// newest [`MAX_INSTANCE_SPANS`] kept.
+/// order: `parent`'s spans, a new span wherever the instance changes. Past
+/// [`MAX_INSTANCE_SPANS`], the oldest spans give way to one `forgotten`
+/// span from the first seq they described: those seqs are then never taken
+/// as covered, rather than judged by times again.
 pub fn extend_instances(
     parent: Option<&Manifest>,
     chain: Option<ChainId>,
@@ -447,13 +497,27 @@ pub fn extend_instances(
     for &(seq, id) in batch {
         // Spans describe seqs up to the parent's last one; a batch starts
         // after it, but never let a span begin at or before an earlier one.
-        spans.retain(|s| s.from_seq < seq || s.from_seq == seq && s.id == id);
-        if spans.last().is_none_or(|s| s.id != id) {
-            spans.push(InstanceSpan { from_seq: seq, id });
+        spans.retain(|s| s.from_seq < seq || s.from_seq == seq && s.id == id && !s.forgotten);
+        if spans.last().is_none_or(|s| s.id != id || s.forgotten) {
+            spans.push(InstanceSpan {
+                from_seq: seq,
+                id,
+                forgotten: false,
+            });
         }
     }
-    let extra = spans.len().saturating_sub(MAX_INSTANCE_SPANS);
-    spans.drain(..extra);
+    if spans.len() > MAX_INSTANCE_SPANS {
+        let from_seq = spans[0].from_seq;
+        spans.drain(..spans.len() - (MAX_INSTANCE_SPANS - 1));
+        spans.insert(
+            0,
+            InstanceSpan {
+                from_seq,
+                id: None,
+                forgotten: true,
+            },
+        );
+    }
     spans
 }
 
@@ -680,26 +744,50 @@ mod tests {
         parent.instances = extend_instances(None, chain, &[(0, id(1)), (1, id(1)), (2, None)]);
         let want = |v: &[(u64, Option<InstanceId>)]| -> Vec<InstanceSpan> {
             v.iter()
-                .map(|&(from_seq, id)| InstanceSpan { from_seq, id })
+                .map(|&(from_seq, id)| InstanceSpan {
+                    from_seq,
+                    id,
+                    forgotten: false,
+                })
                 .collect()
         };
         assert_eq!(parent.instances, want(&[(0, id(1)), (2, None)]));
-        assert_eq!(instance_at(&parent.instances, 1), Some(id(1)));
-        assert_eq!(instance_at(&parent.instances, 9), Some(None));
+        assert_eq!(
+            instance_at(&parent.instances, 1),
+            Writer::Id(id(1).unwrap())
+        );
+        assert_eq!(instance_at(&parent.instances, 9), Writer::NoId);
         // A Δ of the run carries the parent's spans on.
         let next = extend_instances(Some(&parent), chain, &[(13, None), (14, id(2))]);
         assert_eq!(next, want(&[(0, id(1)), (2, None), (14, id(2))]));
         // Another run starts afresh; seqs before the first span are unknown.
         let other = extend_instances(Some(&parent), Some(ChainId([0xB; 16])), &[(20, id(3))]);
         assert_eq!(other, want(&[(20, id(3))]));
-        assert_eq!(instance_at(&other, 19), None);
-        // At most MAX_INSTANCE_SPANS, the newest.
-        let many: Vec<_> = (0..200u64).map(|s| (s, id(s as u8 % 2 + 1))).collect();
+        assert_eq!(instance_at(&other, 19), Writer::Unknown);
+        // At most MAX_INSTANCE_SPANS: the newest, after one forgotten span
+        // from the first seq the dropped ones described.
+        let many: Vec<_> = (0..200u64).map(|s| (s + 5, id(s as u8 % 2 + 1))).collect();
         let capped = extend_instances(None, chain, &many);
         assert_eq!(capped.len(), MAX_INSTANCE_SPANS);
-        assert_eq!(capped.last().unwrap().from_seq, 199);
+        assert_eq!(capped.last().unwrap().from_seq, 204);
+        assert!(
+            capped[0].forgotten && capped[0].from_seq == 5,
+            "{:?}",
+            capped[0]
+        );
+        assert_eq!(instance_at(&capped, 4), Writer::Unknown);
+        assert_eq!(instance_at(&capped, 100), Writer::Forgotten);
+        assert_eq!(instance_at(&capped, 204), Writer::Id(id(2).unwrap()));
+        // Capped again: the forgotten span still starts at seq 5.
+        let mut p = manifest();
+        p.chain_id = chain;
+        p.instances = capped.clone();
+        let again = extend_instances(Some(&p), chain, &[(205, id(1))]);
+        assert_eq!(again.len(), MAX_INSTANCE_SPANS);
+        assert!(again[0].forgotten && again[0].from_seq == 5);
+        assert_eq!(again[1].from_seq, capped[2].from_seq);
         let mut m = manifest();
-        m.last_seq = 199;
+        m.last_seq = 204;
         m.instances = capped;
         assert_eq!(decode(&m).unwrap(), m);
     }
@@ -709,8 +797,16 @@ mod tests {
         let span = |from_seq| InstanceSpan {
             from_seq,
             id: id(1),
+            forgotten: false,
+        };
+        let forgot = |from_seq, id| InstanceSpan {
+            from_seq,
+            id,
+            forgotten: true,
         };
         for (spans, why) in [
+            (vec![span(1), forgot(2, None)], "not the first"),
+            (vec![forgot(1, id(1))], "names an id"),
             (vec![span(5), span(5)], "not ascending"),
             (vec![span(6), span(5)], "not ascending"),
             (vec![span(13)], "after last_seq"),

@@ -940,6 +940,11 @@ impl Rex {
             ));
         }
         let target = seqs.iter().flatten().copied().min().expect("some");
+        // The copies this rank holds of any rank's checkpoints after the
+        // target are not the job's either: a lost rank recovered from them
+        // later would find a dead run's checkpoints after the restarted
+        // job's own of the same seqs' run.
+        let partners = crate::l2::partners::remove_after(&self.cfg.l1, target);
         let redo = match mine {
             Some(s) if s > target => {
                 // Checkpoints after the target are not the job's: some
@@ -961,12 +966,13 @@ impl Rex {
             }
             _ => None,
         };
-        let local = match &redo {
-            Some((_, Err(e))) => Err(e.report()),
-            Some((_, Ok(s))) => Ok(msg(*s)),
-            None => Ok(msg(mine)),
+        let local = match (&redo, &partners) {
+            (_, Err(e)) | (Some((_, Err(e))), _) => Err(e.report()),
+            (Some((_, Ok(s))), _) => Ok(msg(*s)),
+            (None, _) => Ok(msg(mine)),
         };
         let all = agree(comm, local, "restoring the agreed checkpoint");
+        partners?;
         if let Some((_, r)) = redo {
             r?;
         }

@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, IoContext, Result};
 use crate::format::ic::{ChainId, EXTENSION, IcMeta, InstanceId};
-use crate::format::manifest::{InstanceSpan, Manifest, instance_at};
+use crate::format::manifest::{InstanceSpan, Manifest, Writer, instance_at};
 
 /// What an L2 generation already holds of an L1 directory: the checkpoints
 /// of run `chain_id` up to `last_seq`, written by the instances `instances`
@@ -109,11 +109,81 @@ impl Covered {
         m.seq() <= self.last_seq
             && same_run(m.chain_id, self.chain_id)
             && match instance_at(&self.instances, m.seq()) {
-                Some(Some(id)) => m.instance == Some(id),
-                Some(None) => m.instance.is_none() && by_time,
-                None => by_time,
+                Writer::Id(id) => m.instance == Some(id),
+                Writer::NoId => m.instance.is_none() && by_time,
+                Writer::Unknown => by_time,
+                Writer::Forgotten => false,
             }
     }
+}
+
+/// Why `first`, the lowest pending file of `dir`, cannot continue the
+/// generation `cov` describes, if it cannot: another run's file that is not
+/// a newer FULL checkpoint, a fork of the generation's run, or a gap (in
+/// a few words, and the error).
+fn cannot_continue(dir: &Path, cov: &Covered, first: &IcMeta) -> Option<(&'static str, Error)> {
+    let last = cov.last_seq;
+    if let Some(why) = run_break(cov.chain_id, cov.time_ns, first) {
+        let kind = if first.is_full() {
+            "an older run"
+        } else {
+            "another run"
+        };
+        return Some((
+            kind,
+            Error::chain(
+                &first.path,
+                format!(
+                    "{why}; L2's newest generation holds {} up to seq {last}: not pushed, kept",
+                    run_name(cov.chain_id)
+                ),
+            ),
+        ));
+    }
+    if first.is_full() {
+        return None;
+    }
+    if first.seq() <= last {
+        let how = match instance_at(&cov.instances, first.seq()) {
+            Writer::Forgotten => format!(
+                "was written by {}, but L2's newest generation holds that run up to seq {last}, and no longer records which instance wrote seq {} (its instance spans were capped)",
+                instance_name(first.instance),
+                first.seq()
+            ),
+            w @ (Writer::Id(_) | Writer::NoId) if w.id() != first.instance => format!(
+                "was written by {}, but L2's newest generation holds that run up to seq {last} with seq {} written by {}",
+                instance_name(first.instance),
+                first.seq(),
+                instance_name(w.id())
+            ),
+            _ => format!(
+                "was taken after L2's newest generation, which already holds that run up to seq {last}"
+            ),
+        };
+        return Some((
+            "a fork of the run",
+            Error::chain(
+                &first.path,
+                format!(
+                    "seq {} of {} {how}: a fork of the run, from seq {} on this directory branches off from what L2 holds (another copy of the job, or the job restarted elsewhere, pushed first); not pushed, kept (if this branch is abandoned, remove its files: `restore --fallback` restores what L2 holds)",
+                    first.seq(),
+                    run_name(first.chain_id),
+                    first.seq()
+                ),
+            ),
+        ));
+    }
+    (first.seq() != last + 1).then(|| {
+        ("a gap", Error::chain(
+            dir,
+            format!(
+                "checkpoint seq {} missing: the L2 chain covers up to seq {last}, the next L1 checkpoint is {} (seq {})",
+                last + 1,
+                first.path.display(),
+                first.seq()
+            ),
+        ))
+    })
 }
 
 fn instance_name(i: Option<InstanceId>) -> String {
@@ -137,6 +207,12 @@ pub struct L1Dir {
     pub files: Vec<IcMeta>,
     /// Files older than the first FULL file, which no chain can use.
     pub orphans: Vec<IcMeta>,
+    /// Pending files that could not continue the generation but that a
+    /// later FULL checkpoint of the directory supersedes (`files` starts
+    /// there): deleted only once that checkpoint is pushed.
+    pub superseded: Vec<IcMeta>,
+    /// Why they were superseded, for the push to report.
+    pub superseded_why: Option<String>,
 }
 
 /// Lists the `*.rexic` files of `dir` (temporaries excluded), unsorted.
@@ -262,66 +338,61 @@ impl L1Dir {
                 path: dir.to_path_buf(),
                 files,
                 orphans,
+                superseded: Vec::new(),
+                superseded_why: None,
             });
         };
-        let last = cov.last_seq;
-        let (mut files, pending): (Vec<IcMeta>, Vec<IcMeta>) =
+        let (mut files, mut pending): (Vec<IcMeta>, Vec<IcMeta>) =
             all.into_iter().partition(|m| cov.covers(m));
         check_unique_seqs(dir, &files)?;
         check_unique_seqs(dir, &pending)?;
         files.sort_by_key(|m| m.seq());
-        if let Some(first) = pending.first()
-            && let Some(why) = run_break(cov.chain_id, cov.time_ns, first)
-        {
-            return Err(Error::chain(
-                &first.path,
-                format!(
-                    "{why}; L2's newest generation holds {} up to seq {last}: not pushed, kept",
-                    run_name(cov.chain_id)
-                ),
-            ));
-        } else if let Some(first) = pending.first()
-            && first.seq() <= last
-            && !first.is_full()
-        {
-            let how = match instance_at(&cov.instances, first.seq()) {
-                Some(want) if want != first.instance => format!(
-                    "was written by {}, but L2's newest generation holds that run up to seq {last} with seq {} written by {}",
-                    instance_name(first.instance),
-                    first.seq(),
-                    instance_name(want)
-                ),
-                _ => format!(
-                    "was taken after L2's newest generation, which already holds that run up to seq {last}"
-                ),
-            };
-            return Err(Error::chain(
-                &first.path,
-                format!(
-                    "seq {} of {} {how}: a fork of the run (a restarted job that continued it while another copy was pushed); not pushed, kept",
-                    first.seq(),
-                    run_name(first.chain_id)
-                ),
-            ));
-        } else if let Some(first) = pending.first()
-            && first.seq() != last + 1
-            && !first.is_full()
-        {
-            return Err(Error::chain(
-                dir,
-                format!(
-                    "checkpoint seq {} missing: the L2 chain covers up to seq {last}, the next L1 checkpoint is {} (seq {})",
-                    last + 1,
-                    first.path.display(),
-                    first.seq()
-                ),
-            ));
+        let mut superseded = Vec::new();
+        let mut superseded_why = None;
+        if let Some((kind, refused)) = pending.first().and_then(|f| cannot_continue(dir, &cov, f)) {
+            // A later FULL checkpoint of this directory that may follow the
+            // generation, and was taken after the files before it, is a
+            // newer state that needs none of them (the producer restarted
+            // past them, as librex does after a fallback): they are
+            // superseded, and deleted once it is pushed.
+            let i = pending
+                .iter()
+                .position(|f| f.is_full() && run_break(cov.chain_id, cov.time_ns, f).is_none());
+            match i.filter(|&i| {
+                i > 0 && {
+                    let (a, b) = (&pending[i - 1], &pending[i]);
+                    run_break(a.chain_id, a.header.time_ns, b).is_none()
+                        && pending[..i]
+                            .iter()
+                            .all(|p| p.header.time_ns < b.header.time_ns)
+                }
+            }) {
+                Some(i) => {
+                    superseded = pending.drain(..i).collect::<Vec<_>>();
+                    let (a, b) = (superseded[0].seq(), superseded[superseded.len() - 1].seq());
+                    superseded_why = Some(format!(
+                        "L1 checkpoint{} cannot continue L2's newest generation ({}), but the FULL checkpoint of seq {}, taken after {}, supersedes {}: not pushed, deleted once it is",
+                        if a == b {
+                            format!(" seq {a}")
+                        } else {
+                            format!("s seq {a}..={b}")
+                        },
+                        kind,
+                        pending[0].seq(),
+                        if a == b { "it" } else { "them" },
+                        if a == b { "it" } else { "them" },
+                    ));
+                }
+                None => return Err(refused),
+            }
         }
-        check_contiguous(dir, &pending)?;
+        check_contiguous_after(dir, &pending, Writers::of_spans(&cov.instances))?;
         Ok(L1Dir {
             path: dir.to_path_buf(),
             files: pending,
             orphans: files,
+            superseded,
+            superseded_why,
         })
     }
 
@@ -378,6 +449,9 @@ impl L1Dir {
             Some(c) => c.last_seq.checked_add(1),
             None => metas.first().map(|m| m.seq()),
         };
+        let mut writers = covered
+            .as_ref()
+            .map_or_else(Writers::default, |c| Writers::of_spans(&c.instances));
         let (mut run, mut time) = match covered {
             Some(c) => (c.chain_id, c.time_ns),
             None => (metas.first().and_then(|m| m.chain_id), 0),
@@ -401,6 +475,17 @@ impl L1Dir {
                 .is_some_and(|p| p.header.page_size != m.header.page_size && !m.is_full())
             {
                 Some("its page size differs from the previous checkpoint's".into())
+            } else if let Some(why) = {
+                // Recorded only if the file is taken; a refused one leaves
+                // the writers as they were.
+                let mut w = writers.clone();
+                let why = w.refuse(&m);
+                if why.is_none() {
+                    writers = w;
+                }
+                why
+            } {
+                Some(why)
             } else {
                 crate::format::ic::IcFile::open(&m.path)
                     .and_then(|f| f.verify())
@@ -484,6 +569,77 @@ pub fn order_chain(dir: &Path, metas: Vec<IcMeta>) -> Result<(Vec<IcMeta>, Vec<I
 /// file, and that each chain (a FULL file and the incrementals after it)
 /// has one page size.
 pub fn check_contiguous(dir: &Path, files: &[IcMeta]) -> Result<()> {
+    check_contiguous_after(dir, files, Writers::default())
+}
+
+/// The instances that wrote a run, in seq order. Once another instance has
+/// taken a run over, an earlier one never writes it again: a process writes
+/// its seqs in order, and a restarted one is a new instance. An instance
+/// that comes back is therefore a second copy of the job writing the same
+/// run (a fork), for example a dead run's later checkpoints recovered from
+/// partner copies after the restarted job's own.
+#[derive(Clone, Debug, Default)]
+pub struct Writers {
+    current: Option<InstanceId>,
+    ended: std::collections::HashSet<InstanceId>,
+}
+
+impl Writers {
+    /// The writers a generation's spans record for its run.
+    pub fn of_spans(spans: &[InstanceSpan]) -> Writers {
+        let mut w = Writers::default();
+        for s in spans {
+            if let Some(id) = s.id {
+                w.see(id);
+            }
+        }
+        w
+    }
+
+    /// Records that `id` wrote the next checkpoint of the run; false when it
+    /// had already handed the run over (the checkpoint is a fork's).
+    pub fn see(&mut self, id: InstanceId) -> bool {
+        if self.current == Some(id) {
+            return true;
+        }
+        if self.ended.contains(&id) {
+            return false;
+        }
+        if let Some(c) = self.current.replace(id) {
+            self.ended.insert(c);
+        }
+        true
+    }
+
+    /// Why `m` cannot be the next checkpoint of the run (recording it when
+    /// it can): its instance had handed the run over. A FULL file starts
+    /// afresh.
+    fn refuse(&mut self, m: &IcMeta) -> Option<String> {
+        if m.is_full() {
+            *self = Writers::default();
+        }
+        let id = m.instance?;
+        let before = self.current;
+        (!self.see(id)).then(|| {
+            format!(
+                "seq {} of {} was written by instance {id}, which had already handed that run over to {}: two copies of the job wrote it (a fork)",
+                m.seq(),
+                run_name(m.chain_id),
+                instance_name(before)
+            )
+        })
+    }
+}
+
+/// [`check_contiguous`] of files that continue a run whose writers so far
+/// were `writers`.
+fn check_contiguous_after(dir: &Path, files: &[IcMeta], mut writers: Writers) -> Result<()> {
+    if let Some(why) = files.first().and_then(|f| writers.refuse(f)) {
+        return Err(Error::chain(
+            &files[0].path,
+            format!("{why}; not pushed, kept"),
+        ));
+    }
     for w in files.windows(2) {
         let (a, b) = (&w[0], &w[1]);
         if b.header.page_size != a.header.page_size && !b.is_full() {
@@ -531,6 +687,9 @@ pub fn check_contiguous(dir: &Path, files: &[IcMeta]) -> Result<()> {
                     a.seq()
                 ),
             ));
+        }
+        if let Some(why) = writers.refuse(b) {
+            return Err(Error::chain(&b.path, format!("{why}; not pushed, kept")));
         }
     }
     Ok(())

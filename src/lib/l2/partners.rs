@@ -448,20 +448,47 @@ impl Incoming {
 /// Deletes the copies this rank holds of rank `sender`'s checkpoints up to
 /// seq `covered` (`sender`'s own L2 chain holds them now).
 pub fn prune(l1: &Path, sender: u32, covered: u64) -> Result<()> {
-    let dir = partner_dir(l1, sender);
-    if !dir.is_dir() {
-        return Ok(());
+    remove_where(&partner_dir(l1, sender), |s| s <= covered).map(|_| ())
+}
+
+/// Deletes every copy this rank holds, of any rank, of a checkpoint after
+/// seq `target`: after a collective restart at `target`, they are a dead
+/// run's, and a lost rank recovered from them would find them after the
+/// restarted job's own checkpoints of the same run. Returns how many.
+pub fn remove_after(l1: &Path, target: u64) -> Result<usize> {
+    let entries = match std::fs::read_dir(l1) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(Error::io(l1, "read directory", e)),
+    };
+    let mut n = 0;
+    for e in entries {
+        let e = e.map_err(|e| Error::io(l1, "read directory", e))?;
+        if e.file_name().to_string_lossy().starts_with("partner-") && e.path().is_dir() {
+            n += remove_where(&e.path(), |s| s > target)?;
+        }
     }
-    for p in list_ic_files(&dir)? {
+    Ok(n)
+}
+
+/// Deletes the checkpoint files of `dir` whose seq (by name) `doomed`
+/// picks; returns how many.
+fn remove_where(dir: &Path, doomed: impl Fn(u64) -> bool) -> Result<usize> {
+    if !dir.is_dir() {
+        return Ok(0);
+    }
+    let mut n = 0;
+    for p in list_ic_files(dir)? {
         let seq = p
             .file_name()
             .and_then(|n| n.to_str())
             .and_then(seq_of_file_name);
-        if seq.is_some_and(|s| s <= covered) {
+        if seq.is_some_and(&doomed) {
             durable::remove_file(&p)?;
+            n += 1;
         }
     }
-    Ok(())
+    Ok(n)
 }
 
 /// Removes the temporary files a crashed replication left in the partner
@@ -634,6 +661,37 @@ mod tests {
         let refs: Vec<(u64, &[u8])> = data.iter().map(|(p, d)| (*p, &d[..])).collect();
         crate::format::ic::write_ic(&path, 4096, seq, true, 1, &refs, &[]).unwrap();
         IcFile::open(&path).unwrap()
+    }
+
+    /// After a collective restart at seq 5, every rank's copies of later
+    /// checkpoints are a dead run's: all go, of every sender; the rest and
+    /// this rank's own L1 stay.
+    #[test]
+    fn copies_after_a_restart_target_are_removed() {
+        let d = tempfile::tempdir().unwrap();
+        let l1 = d.path();
+        for sender in [1, 3] {
+            let dir = partner_dir(l1, sender);
+            std::fs::create_dir_all(&dir).unwrap();
+            for seq in 4..8 {
+                ic_file(&dir, seq, &[(1, seq as u8)]);
+            }
+        }
+        ic_file(l1, 7, &[(1, 7)]);
+        assert_eq!(remove_after(l1, 5).unwrap(), 4);
+        for sender in [1, 3] {
+            let left: Vec<_> = list_ic_files(&partner_dir(l1, sender))
+                .unwrap()
+                .iter()
+                .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+                .collect();
+            assert_eq!(left, [ic_file_name(4), ic_file_name(5)]);
+        }
+        assert!(
+            l1.join(ic_file_name(7)).is_file(),
+            "its own L1 is not a copy"
+        );
+        assert_eq!(remove_after(&l1.join("none"), 5).unwrap(), 0);
     }
 
     #[test]

@@ -419,6 +419,7 @@ fn prepare(
     let rec = recover(job, opts, collective, report)?;
     let t0 = Instant::now();
     let l1 = L1Dir::scan_after(&job.l1, rec.newest.as_ref().map(Covered::from))?;
+    report.recovered.extend(l1.superseded_why.clone());
     let batch = &l1.files;
     let mut full_reason = forced_reason.or_else(|| opts.full.then(|| "--full".to_string()));
     let clist = if batch.is_empty() {
@@ -632,8 +633,9 @@ pub fn push_with(
     let (out, manifest) = sealed?;
     let full = full_reason.is_some();
 
-    // Durable in both places: the batch's IC files can go.
-    for m in l1.orphans.iter().chain(batch.iter()) {
+    // Durable in both places: the batch's IC files can go, and the files
+    // its FULL checkpoint superseded.
+    for m in l1.orphans.iter().chain(&l1.superseded).chain(batch.iter()) {
         durable::remove_file(&m.path)?;
         report.deleted_ics += 1;
     }

@@ -9,7 +9,9 @@
 //!   run, or a newer run's from its FULL checkpoint, which then supersedes
 //!   the chain) come from those files; all other live pages come from the
 //!   chain, read from L1's local copy, with each generation falling back to
-//!   L2 when its L1 copy is missing or corrupt.
+//!   L2 when its L1 copy is missing or corrupt (found corrupt when a chunk
+//!   fails its check during the rebuild: the restore then runs again with
+//!   that generation from L2, and nothing is published before the end).
 //! * **`--fallback`** restores the newest valid state instead of failing:
 //!   the pending files up to the first unusable one (a later FULL one
 //!   restarts the state), a pending FULL checkpoint when the generation is
@@ -21,10 +23,11 @@
 //! by one pass over the live pages. Every byte is CRC-checked (chunks of
 //! RPS and PF, IC pages) and every pointer bounds-checked, and each rebuilt
 //! page is compared with the CRC its P-Table delta recorded, so a restore
-//! either produces the exact image or fails naming the file. A full restore
-//! verifies whole files first and then runs at memory speed; a `--pages`
-//! restore verifies only the chunks it touches.
+//! either produces the exact image or fails naming the file. Chunks are
+//! verified as they are first decoded, so a restore reads each chunk a live
+//! page needs once, and a `--pages` restore only the chunks it touches.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
@@ -35,7 +38,7 @@ use crate::durable::AtomicFile;
 use crate::error::{Error, Result};
 use crate::format::chunked::{ChunkedFile, Kind, check_all_parallel};
 use crate::format::ic::{ChainId, IcExt, IcFile, IcMeta, IcWriter, RegionTable};
-use crate::format::manifest::{Manifest, Role};
+use crate::format::manifest::{Manifest, Role, generation_of};
 use crate::format::ptable::PTableDelta;
 use crate::l1::coalesce::{PageLayer, merge_layers};
 use crate::l1::{Covered, L1Dir, same_run};
@@ -232,6 +235,69 @@ pub fn restore_l1_l2(job: &Job, opts: &RestoreOptions, out: &Path) -> Result<Res
         job.l1.display()
     );
     restore_with_fallback(&index, &place, opts, |g, first| {
+        // L1's copy of a generation is trusted until one of its chunks
+        // fails a CRC while the image is rebuilt (each chunk is checked as
+        // it is first decoded); the restore then runs again with that
+        // generation read from L2. Nothing is published before the end, and
+        // L1's copy is not read twice (a check pass, then the rebuild) on
+        // every restart.
+        let mut from_l2 = BTreeMap::new();
+        loop {
+            let attempt = Attempt {
+                job,
+                l1_index: &l1_index,
+                index: &index,
+                newest,
+                opts,
+                out,
+                from_l2: &from_l2,
+            };
+            match attempt.restore(g, first) {
+                Err(e) => match damaged_l1_copy(job, &e) {
+                    Some(bad) if !from_l2.contains_key(&bad) => {
+                        from_l2.insert(bad, e.report());
+                    }
+                    _ => return Err(e),
+                },
+                ok => return ok,
+            }
+        }
+    })
+}
+
+/// One try of [`restore_l1_l2`] at generation `g`, reading the generations
+/// in `from_l2` from L2 (their L1 copy failed a check, the reason beside).
+struct Attempt<'a> {
+    job: &'a Job,
+    l1_index: &'a ChainIndex,
+    index: &'a ChainIndex,
+    newest: Option<u64>,
+    opts: &'a RestoreOptions,
+    out: &'a Path,
+    from_l2: &'a BTreeMap<u64, String>,
+}
+
+/// The generation whose L1 copy `e` found damaged, if `e` is that.
+fn damaged_l1_copy(job: &Job, e: &Error) -> Option<u64> {
+    match e {
+        Error::Corrupt { path, .. } if path.starts_with(job.l1_chain.root()) => path
+            .file_name()
+            .and_then(|n| generation_of(&n.to_string_lossy())),
+        _ => None,
+    }
+}
+
+impl Attempt<'_> {
+    fn restore(&self, g: u64, first: bool) -> Result<RestoreReport> {
+        let Attempt {
+            job,
+            l1_index,
+            index,
+            newest,
+            opts,
+            out,
+            from_l2,
+        } = *self;
         let Some(m) = index.get(g).cloned() else {
             return Err(Error::chain(
                 job.l2.describe(),
@@ -260,7 +326,7 @@ pub fn restore_l1_l2(job: &Job, opts: &RestoreOptions, out: &Path) -> Result<Res
                 ),
             ));
         }
-        let (chain, notes) = match open_mixed(job, &l1_index, &index, g) {
+        let (chain, notes) = match open_mixed(job, l1_index, index, g, from_l2) {
             Ok((mut c, notes)) => {
                 opts.attach(&mut c);
                 (c, notes)
@@ -343,7 +409,7 @@ pub fn restore_l1_l2(job: &Job, opts: &RestoreOptions, out: &Path) -> Result<Res
             }
             Err(e) => Err(e),
         }
-    })
+    }
 }
 
 /// Whether the L1 directory holds pending incrementals of another run than
@@ -485,20 +551,18 @@ fn open_mixed(
     l1: &ChainIndex,
     l2: &ChainIndex,
     g: u64,
+    from_l2: &BTreeMap<u64, String>,
 ) -> Result<(OpenChain, Vec<String>)> {
     let lineage = l2.lineage(g, job.l2.as_ref())?;
     let mut gens = Vec::new();
     let mut notes = Vec::new();
     for m in &lineage {
-        let local = if l1.get(m.generation) == Some(m) {
-            // Every chunk checked (both CRCs, on every core, keeping
-            // nothing decoded) before L1's copy is trusted over L2's, so
-            // that a damaged copy falls back here, not in the middle of
-            // the rebuild.
-            OpenGeneration::open(&job.l1_chain, m).and_then(|og| {
-                check_all_parallel(&[&og.rps, &og.pf], crate::durable::default_threads())?;
-                Ok(og)
-            })
+        let local = if let Some(why) = from_l2.get(&m.generation) {
+            Err(Error::Invalid(why.clone()))
+        } else if l1.get(m.generation) == Some(m) {
+            // Its chunks are checked as the rebuild decodes them; one that
+            // fails makes the caller try again with this generation from L2.
+            OpenGeneration::open(&job.l1_chain, m)
         } else {
             Err(Error::chain(
                 job.l1_chain.root(),
@@ -833,7 +897,7 @@ fn write_image(
         // stands for it as its FULL checkpoint would.
         let instance = match pending.last() {
             Some(m) => m.instance,
-            None => chain.and_then(|c| c.manifest().instance_at(seq).flatten()),
+            None => chain.and_then(|c| c.manifest().instance_at(seq).id()),
         };
         let ext = IcExt {
             chain: chain_id,
