@@ -1450,6 +1450,50 @@ fn an_instance_that_comes_back_is_a_fork() {
     assert_image(&img, &want, "restore --fallback after the push");
 }
 
+/// A stale copy of the job holds, after its forked incrementals, a FULL
+/// checkpoint of the same run (spec-legal: only "should" a producer mint a
+/// new run with each FULL file) taken before L2's newest generation. It
+/// supersedes nothing and is no newer state: refused and kept, by push and
+/// by restore, and so is such a FULL file alone, at a seq L2 holds or above.
+#[test]
+fn a_stale_full_checkpoint_of_the_run_never_replaces_l2s_state() {
+    let d = tempfile::tempdir().unwrap();
+    let (a_dir, b_dir, l2) = (d.path().join("a"), d.path().join("b"), d.path().join("l2"));
+    let mut a = Hand::new(&a_dir);
+    a.instance = Some(1);
+    a.ic(0, true, &[1, 2, 3], 100, Some(0xA));
+    a.ic(1, false, &[2], 101, Some(0xA));
+    rex_ok(&push_args(&a_dir, &l2));
+    // Copy B continues from seq 1 and is pushed.
+    let mut b = Hand::new(&b_dir);
+    b.instance = Some(2);
+    b.image = a.image.clone();
+    b.ic(2, false, &[4], 150, Some(0xA));
+    b.ic(3, false, &[5], 151, Some(0xA));
+    rex_ok(&push_args(&b_dir, &l2));
+    let want = b.truth(&d.path().join("truth.rexic"));
+    // Copy A's stale branch: a fork, then a FULL file of the run, older.
+    a.ic(2, false, &[6], 102, Some(0xA));
+    a.ic(3, true, &[7], 103, Some(0xA));
+    a.ic(4, false, &[8], 104, Some(0xA));
+    let err = refused_and_kept(&push_args(&a_dir, &l2), &a_dir);
+    assert!(err.contains("a fork of the run"), "{err}");
+    let (out, _) = restore(&l2, Some(&a_dir), &[], &d.path().join("r"));
+    assert_eq!(out.status.code(), Some(3), "{}", show(&["restore"], &out));
+    // The FULL file alone: at a seq L2 holds, then above it.
+    for (seq, what) in [(2, "a fork of the run"), (4, "a stale branch of the run")] {
+        let lone = d.path().join(format!("lone{seq}"));
+        let mut c = Hand::new(&lone);
+        c.instance = Some(1);
+        c.ic(seq, true, &[9], 103, Some(0xA));
+        let err = refused_and_kept(&push_args(&lone, &l2), &lone);
+        assert!(err.contains(what), "seq {seq}: {err}");
+    }
+    let (out, img) = restore(&l2, None, &[], &d.path().join("l2only"));
+    assert!(out.status.success(), "{}", show(&["restore"], &out));
+    assert_image(&img, &want, "L2 keeps copy B's state");
+}
+
 /// A push committed a batch that two instances wrote (a job restarted in
 /// its L1 directory, on a node whose clock is behind), then died before it
 /// deleted the batch. The leftovers are the checkpoints it pushed, by their

@@ -173,7 +173,9 @@ fn is_zero(x: &f64) -> bool {
 pub const MAX_MANIFEST_BYTES: u64 = 1 << 20;
 
 /// The most instance spans a manifest carries; a writer keeps the newest.
-pub const MAX_INSTANCE_SPANS: usize = 64;
+/// Each costs about 80 bytes of manifest; a run restarts this often only
+/// in a crash loop.
+pub const MAX_INSTANCE_SPANS: usize = 1024;
 
 /// Which process wrote the checkpoints of a run from `from_seq` on (up to
 /// the next span's `from_seq`, or the generation's `last_seq`): the
@@ -766,10 +768,11 @@ mod tests {
         assert_eq!(instance_at(&other, 19), Writer::Unknown);
         // At most MAX_INSTANCE_SPANS: the newest, after one forgotten span
         // from the first seq the dropped ones described.
-        let many: Vec<_> = (0..200u64).map(|s| (s + 5, id(s as u8 % 2 + 1))).collect();
+        let n = MAX_INSTANCE_SPANS as u64 + 100;
+        let many: Vec<_> = (0..n).map(|s| (s + 5, id(s as u8 % 2 + 1))).collect();
         let capped = extend_instances(None, chain, &many);
         assert_eq!(capped.len(), MAX_INSTANCE_SPANS);
-        assert_eq!(capped.last().unwrap().from_seq, 204);
+        assert_eq!(capped.last().unwrap().from_seq, n + 4);
         assert!(
             capped[0].forgotten && capped[0].from_seq == 5,
             "{:?}",
@@ -777,17 +780,17 @@ mod tests {
         );
         assert_eq!(instance_at(&capped, 4), Writer::Unknown);
         assert_eq!(instance_at(&capped, 100), Writer::Forgotten);
-        assert_eq!(instance_at(&capped, 204), Writer::Id(id(2).unwrap()));
+        assert_eq!(instance_at(&capped, n + 4), Writer::Id(id(2).unwrap()));
         // Capped again: the forgotten span still starts at seq 5.
         let mut p = manifest();
         p.chain_id = chain;
         p.instances = capped.clone();
-        let again = extend_instances(Some(&p), chain, &[(205, id(1))]);
+        let again = extend_instances(Some(&p), chain, &[(n + 5, id(1))]);
         assert_eq!(again.len(), MAX_INSTANCE_SPANS);
         assert!(again[0].forgotten && again[0].from_seq == 5);
         assert_eq!(again[1].from_seq, capped[2].from_seq);
         let mut m = manifest();
-        m.last_seq = 204;
+        m.last_seq = n + 4;
         m.instances = capped;
         assert_eq!(decode(&m).unwrap(), m);
     }
@@ -810,10 +813,13 @@ mod tests {
             (vec![span(5), span(5)], "not ascending"),
             (vec![span(6), span(5)], "not ascending"),
             (vec![span(13)], "after last_seq"),
-            ((0..65).map(span).collect(), "at most 64"),
+            (
+                (0..MAX_INSTANCE_SPANS as u64 + 1).map(span).collect(),
+                "at most 1024",
+            ),
         ] {
             let mut m = manifest();
-            m.last_seq = 100.min(spans.len() as u64 + 11);
+            m.last_seq = 2000.min(spans.len() as u64 + 11);
             m.instances = spans;
             let e = decode(&m).unwrap_err().to_string();
             assert!(e.contains("instances") && e.contains(why), "{e}");

@@ -140,8 +140,26 @@ fn cannot_continue(dir: &Path, cov: &Covered, first: &IcMeta) -> Option<(&'stati
             ),
         ));
     }
-    if first.is_full() {
+    // A FULL file of another run passed `run_break` (it is newer); one of
+    // the generation's own run must come after it, in seq and in time, like
+    // an incremental would.
+    if first.is_full() && !same_run(first.chain_id, cov.chain_id) {
         return None;
+    }
+    if first.is_full() && first.seq() > last && first.header.time_ns <= cov.time_ns {
+        return Some((
+            "an older FULL checkpoint of its run",
+            Error::chain(
+                &first.path,
+                format!(
+                    "its FULL checkpoint of {} (seq {}) was taken at {} ns, not after the {} ns of L2's newest generation, which holds that run up to seq {last}: a stale branch of the run; not pushed, kept",
+                    run_name(first.chain_id),
+                    first.seq(),
+                    first.header.time_ns,
+                    cov.time_ns
+                ),
+            ),
+        ));
     }
     if first.seq() <= last {
         let how = match instance_at(&cov.instances, first.seq()) {
@@ -173,7 +191,7 @@ fn cannot_continue(dir: &Path, cov: &Covered, first: &IcMeta) -> Option<(&'stati
             ),
         ));
     }
-    (first.seq() != last + 1).then(|| {
+    (first.seq() != last + 1 && !first.is_full()).then(|| {
         ("a gap", Error::chain(
             dir,
             format!(
@@ -357,7 +375,7 @@ impl L1Dir {
             // superseded, and deleted once it is pushed.
             let i = pending
                 .iter()
-                .position(|f| f.is_full() && run_break(cov.chain_id, cov.time_ns, f).is_none());
+                .position(|f| f.is_full() && cannot_continue(dir, &cov, f).is_none());
             match i.filter(|&i| {
                 i > 0 && {
                     let (a, b) = (&pending[i - 1], &pending[i]);
@@ -386,7 +404,11 @@ impl L1Dir {
                 None => return Err(refused),
             }
         }
-        check_contiguous_after(dir, &pending, Writers::of_spans(&cov.instances))?;
+        check_contiguous_after(
+            dir,
+            &pending,
+            Writers::of_spans(cov.chain_id, &cov.instances),
+        )?;
         Ok(L1Dir {
             path: dir.to_path_buf(),
             files: pending,
@@ -449,9 +471,9 @@ impl L1Dir {
             Some(c) => c.last_seq.checked_add(1),
             None => metas.first().map(|m| m.seq()),
         };
-        let mut writers = covered
-            .as_ref()
-            .map_or_else(Writers::default, |c| Writers::of_spans(&c.instances));
+        let mut writers = covered.as_ref().map_or_else(Writers::default, |c| {
+            Writers::of_spans(c.chain_id, &c.instances)
+        });
         let (mut run, mut time) = match covered {
             Some(c) => (c.chain_id, c.time_ns),
             None => (metas.first().and_then(|m| m.chain_id), 0),
@@ -580,14 +602,19 @@ pub fn check_contiguous(dir: &Path, files: &[IcMeta]) -> Result<()> {
 /// partner copies after the restarted job's own.
 #[derive(Clone, Debug, Default)]
 pub struct Writers {
+    /// The run they wrote (`None` before the first file).
+    run: Option<Option<ChainId>>,
     current: Option<InstanceId>,
     ended: std::collections::HashSet<InstanceId>,
 }
 
 impl Writers {
-    /// The writers a generation's spans record for its run.
-    pub fn of_spans(spans: &[InstanceSpan]) -> Writers {
-        let mut w = Writers::default();
+    /// The writers a generation's spans record for its run `chain`.
+    pub fn of_spans(chain: Option<ChainId>, spans: &[InstanceSpan]) -> Writers {
+        let mut w = Writers {
+            run: Some(chain),
+            ..Writers::default()
+        };
         for s in spans {
             if let Some(id) = s.id {
                 w.see(id);
@@ -612,12 +639,14 @@ impl Writers {
     }
 
     /// Why `m` cannot be the next checkpoint of the run (recording it when
-    /// it can): its instance had handed the run over. A FULL file starts
-    /// afresh.
+    /// it can): its instance had handed the run over. A file of another
+    /// run (a FULL one starts it) starts afresh; a FULL file of the same run
+    /// does not.
     fn refuse(&mut self, m: &IcMeta) -> Option<String> {
-        if m.is_full() {
+        if self.run.is_some_and(|r| !same_run(r, m.chain_id)) {
             *self = Writers::default();
         }
+        self.run = Some(m.chain_id);
         let id = m.instance?;
         let before = self.current;
         (!self.see(id)).then(|| {
