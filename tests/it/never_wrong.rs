@@ -840,9 +840,14 @@ fn job_restarted_in_a_fresh_l1_starts_a_new_chain() {
     let mut b = workload("balanced", 40, 202);
     let want = take_until_at(&mut b, &l1, 11, &truth.join("b"), 1_800_000_100_000_000_000);
     // Before the push, L1 + L2 is already B's state (B's FULL supersedes).
-    let (out, img) = restore(&l2, Some(&l1), &[], &d.path().join("r0"));
-    assert!(out.status.success(), "{}", show(&["restore"], &out));
-    assert_image(&img, &want, "restore --l1 --l2 before pushing B");
+    restores(
+        &l2,
+        Some(&l1),
+        &[],
+        &d.path().join("r0"),
+        &want,
+        "restore --l1 --l2 before pushing B",
+    );
     rex_ok(&push_args(&l1, &l2));
     for (which, l1opt) in [("L2 alone", None), ("L1 + L2", Some(l1.as_path()))] {
         let (out, img) = restore(&l2, l1opt, &[], &d.path().join(which.replace(' ', "")));
@@ -891,9 +896,14 @@ fn older_run_pointed_at_a_newer_l2_is_refused_and_kept() {
     let (out, _) = restore(&l2, Some(&l1), &[], &d.path().join("r1"));
     assert_eq!(out.status.code(), Some(3), "{}", show(&["restore"], &out));
     // L2 alone still holds A's newest durable state.
-    let (out, img) = restore(&l2, None, &[], &d.path().join("r2"));
-    assert!(out.status.success(), "{}", show(&["restore"], &out));
-    assert_image(&img, &want_a, "restore --l2 after the refused push");
+    restores(
+        &l2,
+        None,
+        &[],
+        &d.path().join("r2"),
+        &want_a,
+        "restore --l2 after the refused push",
+    );
 }
 
 /// Incrementals of run B (its FULL lost) in the L1 of run A's L2 chain, with
@@ -1032,6 +1042,16 @@ impl Hand {
         path
     }
 
+    /// A hand in `dir` whose instance 1 wrote seq 0 (FULL, pages 1 to 3, at
+    /// 100 s) and seq 1 (page 2, at 101 s) of run 0xA.
+    fn run_a(dir: &Path) -> Hand {
+        let mut h = Hand::new(dir);
+        h.instance = Some(1);
+        h.ic(0, true, &[1, 2, 3], 100, Some(0xA));
+        h.ic(1, false, &[2], 101, Some(0xA));
+        h
+    }
+
     /// Writes the model image as a FULL file, to compare restores with.
     fn truth(&self, path: &Path) -> PathBuf {
         let pages: Vec<u64> = self.image.keys().copied().collect();
@@ -1043,6 +1063,13 @@ impl Hand {
         w.finish().unwrap();
         path.to_path_buf()
     }
+}
+
+/// A restore (see [`restore`]) that succeeds and writes the image `want`.
+fn restores(l2: &Path, l1: Option<&Path>, extra: &[&str], outdir: &Path, want: &Path, ctx: &str) {
+    let (out, img) = restore(l2, l1, extra, outdir);
+    assert!(out.status.success(), "{ctx}: {}", show(&["restore"], &out));
+    assert_image(&img, want, ctx);
 }
 
 fn refused_and_kept(args: &[&str], l1: &Path) -> String {
@@ -1113,9 +1140,7 @@ fn a_generation_without_a_run_never_covers_a_newer_run() {
     let want = b.truth(&d.path().join("truth.rexic"));
     rex_ok(&push_args(&l1, &l2));
     for (which, l1opt) in [("L2", None), ("L1+L2", Some(l1.as_path()))] {
-        let (out, img) = restore(&l2, l1opt, &[], &d.path().join(which));
-        assert!(out.status.success(), "{}", show(&["restore"], &out));
-        assert_image(&img, &want, which);
+        restores(&l2, l1opt, &[], &d.path().join(which), &want, which);
     }
 }
 
@@ -1189,9 +1214,14 @@ fn fallback_restores_a_pending_full_when_the_generation_is_broken() {
         let len = std::fs::metadata(&pf).unwrap().len();
         flip_byte(&pf, len / 2);
     }
-    let (out, img) = restore(&l2, Some(&l1), &["--fallback"], &d.path().join("r"));
-    assert!(out.status.success(), "{}", show(&["restore"], &out));
-    assert_image(&img, &want, "restore --l1 --l2 --fallback");
+    restores(
+        &l2,
+        Some(&l1),
+        &["--fallback"],
+        &d.path().join("r"),
+        &want,
+        "restore --l1 --l2 --fallback",
+    );
 }
 
 /// A damaged page in a pending file that a later pending FULL checkpoint
@@ -1214,9 +1244,14 @@ fn fallback_is_not_stopped_by_damage_a_later_full_supersedes() {
     }
     let (out, _) = restore(&l2, Some(&l1), &[], &d.path().join("r0"));
     assert_eq!(out.status.code(), Some(3), "{}", show(&["restore"], &out));
-    let (out, img) = restore(&l2, Some(&l1), &["--fallback"], &d.path().join("r"));
-    assert!(out.status.success(), "{}", show(&["restore"], &out));
-    assert_image(&img, &want, "restore --l1 --l2 --fallback");
+    restores(
+        &l2,
+        Some(&l1),
+        &["--fallback"],
+        &d.path().join("r"),
+        &want,
+        "restore --l1 --l2 --fallback",
+    );
     assert!(
         all_output(&out).contains("ckpt-00000004.rexic"),
         "names the damaged file"
@@ -1246,9 +1281,14 @@ fn fallback_prefers_the_l1_directorys_own_run() {
     let want = a.truth(&d.path().join("truth.rexic"));
     let (out, _) = restore(&l2, Some(&x), &[], &d.path().join("r1"));
     assert_eq!(out.status.code(), Some(3), "{}", show(&["restore"], &out));
-    let (out, img) = restore(&l2, Some(&x), &["--fallback"], &d.path().join("r2"));
-    assert!(out.status.success(), "{}", show(&["restore"], &out));
-    assert_image(&img, &want, "restore --l1 x --l2 --fallback");
+    restores(
+        &l2,
+        Some(&x),
+        &["--fallback"],
+        &d.path().join("r2"),
+        &want,
+        "restore --l1 x --l2 --fallback",
+    );
 }
 
 /// A dangling symlink named like the newest manifest is an invalid
@@ -1266,9 +1306,14 @@ fn a_dangling_manifest_link_is_an_invalid_manifest() {
         "{}",
         show(&["restore"], &out)
     );
-    let (out, img) = restore(&l2, None, &["--fallback"], &work.path().join("r2"));
-    assert!(out.status.success(), "{}", show(&["restore"], &out));
-    assert_image(&img, &c.truth.join("seq-3.rexic"), "restore --fallback");
+    restores(
+        &l2,
+        None,
+        &["--fallback"],
+        &work.path().join("r2"),
+        &c.truth.join("seq-3.rexic"),
+        "restore --fallback",
+    );
     let v = rex(&["verify", "--l2", s(&l2)]);
     assert_eq!(v.status.code(), Some(3), "{}", show(&["verify"], &v));
     // status shows the invalid manifest and exits 3.
@@ -1360,10 +1405,7 @@ fn a_fork_of_a_run_is_never_taken_as_pushed() {
 fn a_fork_whose_clock_is_behind_is_never_taken_as_pushed() {
     let d = tempfile::tempdir().unwrap();
     let (a_dir, b_dir, l2) = (d.path().join("a"), d.path().join("b"), d.path().join("l2"));
-    let mut a = Hand::new(&a_dir);
-    a.instance = Some(1);
-    a.ic(0, true, &[1, 2, 3], 100, Some(0xA));
-    a.ic(1, false, &[2], 101, Some(0xA));
+    let mut a = Hand::run_a(&a_dir);
     rex_ok(&push_args(&a_dir, &l2));
     // Copy B restarts from generation 1 on a node 60 s behind.
     let mut b = Hand::new(&b_dir);
@@ -1385,9 +1427,14 @@ fn a_fork_whose_clock_is_behind_is_never_taken_as_pushed() {
     );
     let (out, _) = restore(&l2, Some(&b_dir), &[], &d.path().join("r"));
     assert_eq!(out.status.code(), Some(3), "{}", show(&["restore"], &out));
-    let (out, img) = restore(&l2, Some(&b_dir), &["--fallback"], &d.path().join("f"));
-    assert!(out.status.success(), "{}", show(&["restore"], &out));
-    assert_image(&img, &want, "restore --l1 b --fallback");
+    restores(
+        &l2,
+        Some(&b_dir),
+        &["--fallback"],
+        &d.path().join("f"),
+        &want,
+        "restore --l1 b --fallback",
+    );
 
     // Copy B restarts (librex falls back to L2's state and starts a new run
     // with a FULL checkpoint). A FULL checkpoint no newer than L2's state
@@ -1399,17 +1446,27 @@ fn a_fork_whose_clock_is_behind_is_never_taken_as_pushed() {
     // FULL checkpoint, says so, then deletes them with it.
     b.ic(5, true, &[8, 9], 200, Some(0xB));
     let want_b = b.truth(&d.path().join("truth-b.rexic"));
-    let (out, img) = restore(&l2, Some(&b_dir), &[], &d.path().join("g"));
-    assert!(out.status.success(), "{}", show(&["restore"], &out));
-    assert_image(&img, &want_b, "restore --l1 b after B's new run");
+    restores(
+        &l2,
+        Some(&b_dir),
+        &[],
+        &d.path().join("g"),
+        &want_b,
+        "restore --l1 b after B's new run",
+    );
     let out = rex(&push_args(&b_dir, &l2));
     assert!(out.status.success(), "{}", show(&["push-l2"], &out));
     let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
     assert!(said.contains("L1 checkpoints seq 2..=4 cannot continue L2's newest generation (a fork of the run), but the FULL checkpoint of seq 5"), "{said}");
     assert!(ic_names(&b_dir).is_empty(), "left: {:?}", ic_names(&b_dir));
-    let (out, img) = restore(&l2, None, &[], &d.path().join("h"));
-    assert!(out.status.success(), "{}", show(&["restore"], &out));
-    assert_image(&img, &want_b, "restore from L2 after B's push");
+    restores(
+        &l2,
+        None,
+        &[],
+        &d.path().join("h"),
+        &want_b,
+        "restore from L2 after B's push",
+    );
 }
 
 /// Once another instance has taken a run over, a checkpoint of the earlier
@@ -1421,10 +1478,7 @@ fn a_fork_whose_clock_is_behind_is_never_taken_as_pushed() {
 fn an_instance_that_comes_back_is_a_fork() {
     let d = tempfile::tempdir().unwrap();
     let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
-    let mut h = Hand::new(&l1);
-    h.instance = Some(1);
-    h.ic(0, true, &[1, 2, 3], 100, Some(0xA));
-    h.ic(1, false, &[2], 101, Some(0xA));
+    let mut h = Hand::run_a(&l1);
     h.instance = Some(2);
     h.ic(2, false, &[3], 102, Some(0xA));
     let want = h.truth(&d.path().join("truth.rexic"));
@@ -1432,9 +1486,14 @@ fn an_instance_that_comes_back_is_a_fork() {
     h.ic(3, false, &[1], 103, Some(0xA));
     let err = refused_and_kept(&push_args(&l1, &l2), &l1);
     assert!(err.contains("had already handed that run over"), "{err}");
-    let (out, img) = restore(&l2, Some(&l1), &["--fallback"], &d.path().join("a"));
-    assert!(out.status.success(), "{}", show(&["restore"], &out));
-    assert_image(&img, &want, "restore --fallback, L1 alone");
+    restores(
+        &l2,
+        Some(&l1),
+        &["--fallback"],
+        &d.path().join("a"),
+        &want,
+        "restore --fallback, L1 alone",
+    );
     // The same after a push of seq 0..=2 (the hand-over is in its spans).
     let late = l1.join(ic_file_name(3));
     let keep = std::fs::read(&late).unwrap();
@@ -1445,9 +1504,14 @@ fn an_instance_that_comes_back_is_a_fork() {
     assert!(err.contains("had already handed that run over"), "{err}");
     let (out, _) = restore(&l2, Some(&l1), &[], &d.path().join("b"));
     assert_eq!(out.status.code(), Some(3), "{}", show(&["restore"], &out));
-    let (out, img) = restore(&l2, Some(&l1), &["--fallback"], &d.path().join("c"));
-    assert!(out.status.success(), "{}", show(&["restore"], &out));
-    assert_image(&img, &want, "restore --fallback after the push");
+    restores(
+        &l2,
+        Some(&l1),
+        &["--fallback"],
+        &d.path().join("c"),
+        &want,
+        "restore --fallback after the push",
+    );
 }
 
 /// A stale copy of the job holds, after its forked incrementals, a FULL
@@ -1459,10 +1523,7 @@ fn an_instance_that_comes_back_is_a_fork() {
 fn a_stale_full_checkpoint_of_the_run_never_replaces_l2s_state() {
     let d = tempfile::tempdir().unwrap();
     let (a_dir, b_dir, l2) = (d.path().join("a"), d.path().join("b"), d.path().join("l2"));
-    let mut a = Hand::new(&a_dir);
-    a.instance = Some(1);
-    a.ic(0, true, &[1, 2, 3], 100, Some(0xA));
-    a.ic(1, false, &[2], 101, Some(0xA));
+    let mut a = Hand::run_a(&a_dir);
     rex_ok(&push_args(&a_dir, &l2));
     // Copy B continues from seq 1 and is pushed.
     let mut b = Hand::new(&b_dir);
@@ -1489,9 +1550,14 @@ fn a_stale_full_checkpoint_of_the_run_never_replaces_l2s_state() {
         let err = refused_and_kept(&push_args(&lone, &l2), &lone);
         assert!(err.contains(what), "seq {seq}: {err}");
     }
-    let (out, img) = restore(&l2, None, &[], &d.path().join("l2only"));
-    assert!(out.status.success(), "{}", show(&["restore"], &out));
-    assert_image(&img, &want, "L2 keeps copy B's state");
+    restores(
+        &l2,
+        None,
+        &[],
+        &d.path().join("l2only"),
+        &want,
+        "L2 keeps copy B's state",
+    );
 }
 
 /// A push committed a batch that two instances wrote (a job restarted in
@@ -1503,10 +1569,7 @@ fn a_stale_full_checkpoint_of_the_run_never_replaces_l2s_state() {
 fn a_batch_of_two_instances_left_after_its_push_is_taken_as_pushed() {
     let d = tempfile::tempdir().unwrap();
     let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
-    let mut h = Hand::new(&l1);
-    h.instance = Some(1);
-    h.ic(0, true, &[1, 2, 3], 100, Some(0xA));
-    h.ic(1, false, &[2], 101, Some(0xA));
+    let mut h = Hand::run_a(&l1);
     h.instance = Some(2);
     h.ic(2, false, &[3, 4], 90, Some(0xA));
     h.ic(3, false, &[1], 91, Some(0xA));
@@ -1524,14 +1587,24 @@ fn a_batch_of_two_instances_left_after_its_push_is_taken_as_pushed() {
     h.instance = Some(3);
     h.ic(4, false, &[5], 92, Some(0xA));
     let want = h.truth(&d.path().join("truth.rexic"));
-    let (out, img) = restore(&l2, Some(&l1), &[], &d.path().join("r"));
-    assert!(out.status.success(), "{}", show(&["restore"], &out));
-    assert_image(&img, &want, "restore --l1 with the leftovers");
+    restores(
+        &l2,
+        Some(&l1),
+        &[],
+        &d.path().join("r"),
+        &want,
+        "restore --l1 with the leftovers",
+    );
     rex_ok(&push_args(&l1, &l2));
     assert!(ic_names(&l1).is_empty(), "left: {:?}", ic_names(&l1));
-    let (out, img) = restore(&l2, None, &[], &d.path().join("r2"));
-    assert!(out.status.success(), "{}", show(&["restore"], &out));
-    assert_image(&img, &want, "restore after the next push");
+    restores(
+        &l2,
+        None,
+        &[],
+        &d.path().join("r2"),
+        &want,
+        "restore after the next push",
+    );
 }
 
 /// Another rank-less job's chains (two full generations) pruned this L1
@@ -1564,9 +1637,14 @@ fn a_refused_push_keeps_the_l1_copy_of_its_own_chain() {
             "L1's copy of g{g} kept"
         );
     }
-    let (out, img) = restore(&l2, Some(&x), &["--fallback"], &d.path().join("r"));
-    assert!(out.status.success(), "{}", show(&["restore"], &out));
-    assert_image(&img, &want, "restore --l1 x --fallback");
+    restores(
+        &l2,
+        Some(&x),
+        &["--fallback"],
+        &d.path().join("r"),
+        &want,
+        "restore --l1 x --fallback",
+    );
 }
 
 /// L1's copy of a generation L2 lacks is never uploaded over another run's
@@ -1626,9 +1704,14 @@ fn an_unreadable_pending_file_does_not_turn_fallback_to_another_job() {
     b.ic(0, true, &[8, 9], 200, Some(0xB));
     rex_ok(&push_args(&y, &l2));
     flip_byte(&bad, 20); // the header: the file no longer reads
-    let (out, img) = restore(&l2, Some(&x), &["--fallback"], &d.path().join("r"));
-    assert!(out.status.success(), "{}", show(&["restore"], &out));
-    assert_image(&img, &want, "restore --l1 x --fallback");
+    restores(
+        &l2,
+        Some(&x),
+        &["--fallback"],
+        &d.path().join("r"),
+        &want,
+        "restore --l1 x --fallback",
+    );
 }
 
 /// A generation that does not exist is a clear error, not a panic.

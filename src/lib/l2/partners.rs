@@ -456,6 +456,12 @@ pub fn prune(l1: &Path, sender: u32, covered: u64) -> Result<()> {
 /// run's, and a lost rank recovered from them would find them after the
 /// restarted job's own checkpoints of the same run. Returns how many.
 pub fn remove_after(l1: &Path, target: u64) -> Result<usize> {
+    sum_over_partner_dirs(l1, |dir| remove_where(dir, |s| s > target))
+}
+
+/// The sum of `f` over the partner directories of `l1` (none when `l1`
+/// does not exist).
+fn sum_over_partner_dirs(l1: &Path, f: impl Fn(&Path) -> Result<usize>) -> Result<usize> {
     let entries = match std::fs::read_dir(l1) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
@@ -465,7 +471,7 @@ pub fn remove_after(l1: &Path, target: u64) -> Result<usize> {
     for e in entries {
         let e = e.map_err(|e| Error::io(l1, "read directory", e))?;
         if e.file_name().to_string_lossy().starts_with("partner-") && e.path().is_dir() {
-            n += remove_where(&e.path(), |s| s > target)?;
+            n += f(&e.path())?;
         }
     }
     Ok(n)
@@ -495,19 +501,7 @@ fn remove_where(dir: &Path, doomed: impl Fn(u64) -> bool) -> Result<usize> {
 /// directories of `l1` (see [`durable::remove_stale_temps`]: call it only
 /// when no replication into `l1` can run, i.e. holding the producer lock).
 pub fn remove_stale_temps(l1: &Path) -> Result<usize> {
-    let entries = match std::fs::read_dir(l1) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
-        Err(e) => return Err(Error::io(l1, "read directory", e)),
-    };
-    let mut n = 0;
-    for e in entries {
-        let e = e.map_err(|e| Error::io(l1, "read directory", e))?;
-        if e.file_name().to_string_lossy().starts_with("partner-") && e.path().is_dir() {
-            n += durable::remove_stale_temps(&e.path())?;
-        }
-    }
-    Ok(n)
+    sum_over_partner_dirs(l1, durable::remove_stale_temps)
 }
 
 /// After a restart on every rank: each rank whose L1 directory lost its
