@@ -1542,13 +1542,20 @@ fn a_stale_full_checkpoint_of_the_run_never_replaces_l2s_state() {
     let (out, _) = restore(&l2, Some(&a_dir), &[], &d.path().join("r"));
     assert_eq!(out.status.code(), Some(3), "{}", show(&["restore"], &out));
     // The FULL file alone: at a seq L2 holds, then above it.
-    for (seq, what) in [(2, "a fork of the run"), (4, "a stale branch of the run")] {
+    for seq in [2, 4] {
         let lone = d.path().join(format!("lone{seq}"));
         let mut c = Hand::new(&lone);
         c.instance = Some(1);
         c.ic(seq, true, &[9], 103, Some(0xA));
         let err = refused_and_kept(&push_args(&lone, &l2), &lone);
-        assert!(err.contains(what), "seq {seq}: {err}");
+        assert!(
+            err.contains("a stale branch of the run"),
+            "seq {seq}: {err}"
+        );
+        // A restore that falls back (as librex's restart does) leaves it
+        // out too: L2's state, never the stale one.
+        let out = d.path().join(format!("fb{seq}"));
+        restores(&l2, Some(&lone), &["--fallback"], &out, &want, "--fallback");
     }
     restores(
         &l2,
@@ -1558,6 +1565,78 @@ fn a_stale_full_checkpoint_of_the_run_never_replaces_l2s_state() {
         &want,
         "L2 keeps copy B's state",
     );
+    // Behind a valid pending file: a FULL file of the run older than it
+    // replaces nothing (refused and kept); the fallback keeps the valid one.
+    let deep = d.path().join("deep");
+    let mut e = Hand::new(&deep);
+    e.instance = Some(2);
+    e.image = b.image.clone();
+    e.ic(4, false, &[6], 152, Some(0xA));
+    let want_e = e.truth(&d.path().join("truth-e.rexic"));
+    e.instance = Some(3);
+    e.ic(5, true, &[9], 120, Some(0xA));
+    let err = refused_and_kept(&push_args(&deep, &l2), &deep);
+    assert!(err.contains("a stale branch of the run"), "{err}");
+    let out = d.path().join("fb-deep");
+    restores(
+        &l2,
+        Some(&deep),
+        &["--fallback"],
+        &out,
+        &want_e,
+        "--fallback",
+    );
+}
+
+/// A pending checkpoint was lost (a gap) and the job restarted past it
+/// with a new run's FULL checkpoint: the files before that checkpoint are
+/// superseded, so pushes go on (they were refused for good).
+#[test]
+fn a_new_runs_full_checkpoint_supersedes_a_gap_before_it() {
+    let d = tempfile::tempdir().unwrap();
+    let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
+    let mut h = Hand::run_a(&l1);
+    rex_ok(&push_args(&l1, &l2));
+    h.ic(2, false, &[3], 102, Some(0xA));
+    h.ic(4, false, &[1], 104, Some(0xA));
+    h.instance = Some(2);
+    h.ic(5, true, &[7, 8], 200, Some(0xB));
+    let want = h.truth(&d.path().join("truth.rexic"));
+    restores(&l2, Some(&l1), &[], &d.path().join("a"), &want, "L1 + L2");
+    let out = rex(&push_args(&l1, &l2));
+    assert!(out.status.success(), "{}", show(&["push-l2"], &out));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("L1 checkpoints seq 2..=4 cannot continue L2's newest generation (a gap, a fork or a stale checkpoint among them)"),
+        "{said}"
+    );
+    assert!(ic_names(&l1).is_empty(), "left: {:?}", ic_names(&l1));
+    restores(&l2, None, &[], &d.path().join("b"), &want, "L2 alone");
+}
+
+/// A version 1 producer (no chain id, no instance id) restarted in a fresh
+/// directory counts seq from 0 again: its newer FULL checkpoint starts a
+/// new chain, as before instance ids; an older one above L2's seqs is
+/// refused (at or below them, times alone take it for pushed, as ever).
+#[test]
+fn a_version_1_job_restarted_in_a_fresh_directory_starts_a_new_chain() {
+    let d = tempfile::tempdir().unwrap();
+    let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
+    let mut h = Hand::new(&l1);
+    h.ic(0, true, &[1, 2], 100, None);
+    h.ic(1, false, &[2], 101, None);
+    rex_ok(&push_args(&l1, &l2));
+    let stale = d.path().join("stale");
+    let mut s = Hand::new(&stale);
+    s.ic(5, true, &[5], 50, None);
+    let err = refused_and_kept(&push_args(&stale, &l2), &stale);
+    assert!(err.contains("a stale branch of the run"), "{err}");
+    let fresh = d.path().join("fresh");
+    let mut f = Hand::new(&fresh);
+    f.ic(0, true, &[9], 200, None);
+    let want = f.truth(&d.path().join("truth.rexic"));
+    rex_ok(&push_args(&fresh, &l2));
+    restores(&l2, None, &[], &d.path().join("r"), &want, "the new chain");
 }
 
 /// A push committed a batch that two instances wrote (a job restarted in

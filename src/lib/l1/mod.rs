@@ -73,8 +73,18 @@ pub fn same_run(a: Option<ChainId>, b: Option<ChainId>) -> bool {
 /// a FULL checkpoint of another run must be newer (checkpoint times order
 /// runs; a higher seq of an older run is never newer). `None` when it can.
 fn run_break(run: Option<ChainId>, time_ns: u64, next: &IcMeta) -> Option<String> {
-    if next.is_full() {
-        (!same_run(run, next.chain_id) && next.header.time_ns <= time_ns).then(|| {
+    if next.is_full() && next.header.time_ns <= time_ns {
+        // A FULL checkpoint replaces the state before it only if it is
+        // newer: of another run (runs are ordered by time), or of the same
+        // one (an older one is a stale branch of it).
+        Some(if same_run(run, next.chain_id) {
+            format!(
+                "its FULL checkpoint of {} was taken at {} ns, not after the {} ns of the state before it (a stale branch of the run)",
+                run_name(next.chain_id),
+                next.header.time_ns,
+                time_ns
+            )
+        } else {
             format!(
                 "its FULL checkpoint starts {} at {} ns, not after the {} ns of {} before it (runs are ordered by time: an older run's checkpoint, or an older L1 directory pointed at a newer L2?)",
                 run_name(next.chain_id),
@@ -83,6 +93,8 @@ fn run_break(run: Option<ChainId>, time_ns: u64, next: &IcMeta) -> Option<String
                 run_name(run)
             )
         })
+    } else if next.is_full() {
+        None
     } else {
         (!same_run(run, next.chain_id)).then(|| {
             format!(
@@ -124,10 +136,10 @@ impl Covered {
 fn cannot_continue(dir: &Path, cov: &Covered, first: &IcMeta) -> Option<(&'static str, Error)> {
     let last = cov.last_seq;
     if let Some(why) = run_break(cov.chain_id, cov.time_ns, first) {
-        let kind = if first.is_full() {
-            "an older run"
-        } else {
-            "another run"
+        let kind = match (first.is_full(), same_run(first.chain_id, cov.chain_id)) {
+            (true, true) => "an older FULL checkpoint of its run",
+            (true, false) => "an older run",
+            (false, _) => "another run",
         };
         return Some((
             kind,
@@ -140,26 +152,21 @@ fn cannot_continue(dir: &Path, cov: &Covered, first: &IcMeta) -> Option<(&'stati
             ),
         ));
     }
-    // A FULL file of another run passed `run_break` (it is newer); one of
-    // the generation's own run must come after it, in seq and in time, like
-    // an incremental would.
-    if first.is_full() && !same_run(first.chain_id, cov.chain_id) {
+    // A FULL file passed `run_break`: it is newer than the generation. One
+    // of another run starts a new chain; one of the generation's run must
+    // also come after it in seq, or be judged as a fork below, unless
+    // nothing but times tells checkpoints of the run apart (a version 1
+    // producer restarted in a fresh directory counts seq anew).
+    if first.is_full()
+        && (!same_run(first.chain_id, cov.chain_id)
+            || first.seq() > last
+            || first.instance.is_none()
+                && matches!(
+                    instance_at(&cov.instances, first.seq()),
+                    Writer::Unknown | Writer::NoId
+                ))
+    {
         return None;
-    }
-    if first.is_full() && first.seq() > last && first.header.time_ns <= cov.time_ns {
-        return Some((
-            "an older FULL checkpoint of its run",
-            Error::chain(
-                &first.path,
-                format!(
-                    "its FULL checkpoint of {} (seq {}) was taken at {} ns, not after the {} ns of L2's newest generation, which holds that run up to seq {last}: a stale branch of the run; not pushed, kept",
-                    run_name(first.chain_id),
-                    first.seq(),
-                    first.header.time_ns,
-                    cov.time_ns
-                ),
-            ),
-        ));
     }
     if first.seq() <= last {
         let how = match instance_at(&cov.instances, first.seq()) {
@@ -365,50 +372,50 @@ impl L1Dir {
         check_unique_seqs(dir, &files)?;
         check_unique_seqs(dir, &pending)?;
         files.sort_by_key(|m| m.seq());
+        // The pending files must continue the generation: the first one
+        // against it, each later one against the one before.
+        let writers = Writers::of_spans(cov.chain_id, &cov.instances);
+        let check = |files: &[IcMeta]| -> Result<()> {
+            if let Some((_, e)) = files.first().and_then(|f| cannot_continue(dir, &cov, f)) {
+                return Err(e);
+            }
+            check_contiguous_after(dir, files, writers.clone())
+        };
         let mut superseded = Vec::new();
         let mut superseded_why = None;
-        if let Some((kind, refused)) = pending.first().and_then(|f| cannot_continue(dir, &cov, f)) {
-            // A later FULL checkpoint of this directory that may follow the
-            // generation, and was taken after the files before it, is a
-            // newer state that needs none of them (the producer restarted
-            // past them, as librex does after a fallback): they are
-            // superseded, and deleted once it is pushed.
-            let i = pending
-                .iter()
-                .position(|f| f.is_full() && cannot_continue(dir, &cov, f).is_none());
-            match i.filter(|&i| {
-                i > 0 && {
-                    let (a, b) = (&pending[i - 1], &pending[i]);
-                    run_break(a.chain_id, a.header.time_ns, b).is_none()
-                        && pending[..i]
-                            .iter()
-                            .all(|p| p.header.time_ns < b.header.time_ns)
-                }
-            }) {
-                Some(i) => {
-                    superseded = pending.drain(..i).collect::<Vec<_>>();
-                    let (a, b) = (superseded[0].seq(), superseded[superseded.len() - 1].seq());
-                    superseded_why = Some(format!(
-                        "L1 checkpoint{} cannot continue L2's newest generation ({}), but the FULL checkpoint of seq {}, taken after {}, supersedes {}: not pushed, deleted once it is",
-                        if a == b {
-                            format!(" seq {a}")
-                        } else {
-                            format!("s seq {a}..={b}")
-                        },
-                        kind,
-                        pending[0].seq(),
-                        if a == b { "it" } else { "them" },
-                        if a == b { "it" } else { "them" },
-                    ));
-                }
-                None => return Err(refused),
-            }
+        if let Err(refused) = check(&pending) {
+            // A later FULL checkpoint of this directory from which on the
+            // files do continue the generation, taken after every file
+            // before it, is a newer state that needs none of them (the
+            // producer restarted past them, as librex does after a
+            // fallback): they are superseded, and deleted once it is pushed.
+            let i = (1..pending.len()).find(|&i| {
+                let b = &pending[i];
+                b.is_full()
+                    && pending[..i]
+                        .iter()
+                        .all(|p| p.header.time_ns < b.header.time_ns)
+                    && check(&pending[i..]).is_ok()
+            });
+            let Some(i) = i else {
+                return Err(refused);
+            };
+            let kind = cannot_continue(dir, &cov, &pending[0])
+                .map_or("a gap, a fork or a stale checkpoint among them", |k| k.0);
+            superseded = pending.drain(..i).collect::<Vec<_>>();
+            let (a, b) = (superseded[0].seq(), superseded[superseded.len() - 1].seq());
+            superseded_why = Some(format!(
+                "L1 checkpoint{} cannot continue L2's newest generation ({kind}), but the FULL checkpoint of seq {}, taken after {}, supersedes {}: not pushed, deleted once it is",
+                if a == b {
+                    format!(" seq {a}")
+                } else {
+                    format!("s seq {a}..={b}")
+                },
+                pending[0].seq(),
+                if a == b { "it" } else { "them" },
+                if a == b { "it" } else { "them" },
+            ));
         }
-        check_contiguous_after(
-            dir,
-            &pending,
-            Writers::of_spans(cov.chain_id, &cov.instances),
-        )?;
         Ok(L1Dir {
             path: dir.to_path_buf(),
             files: pending,
@@ -474,7 +481,7 @@ impl L1Dir {
         let mut writers = covered.as_ref().map_or_else(Writers::default, |c| {
             Writers::of_spans(c.chain_id, &c.instances)
         });
-        let (mut run, mut time) = match covered {
+        let (mut run, mut time) = match &covered {
             Some(c) => (c.chain_id, c.time_ns),
             None => (metas.first().and_then(|m| m.chain_id), 0),
         };
@@ -485,6 +492,15 @@ impl L1Dir {
                 Some(format!("seq {} appears twice", m.seq()))
             } else if broken && !m.is_full() {
                 Some("after a checkpoint left out".to_string())
+            } else if let Some(c) = covered.as_ref().filter(|_| out.is_empty())
+                && let Some((_, e)) = cannot_continue(dir, c, &m)
+            {
+                // Nothing taken yet: the state is the generation's, and
+                // the file must continue it as a push would require.
+                Some(match e {
+                    Error::Chain { reason, .. } => reason,
+                    e => e.report(),
+                })
             } else if let Some(why) = run_break(run, time, &m) {
                 Some(why)
             } else if Some(m.seq()) != expected && !m.is_full() {
