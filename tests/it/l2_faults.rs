@@ -1479,6 +1479,21 @@ impl Store for GcBeforeCommit {
     }
 }
 
+/// The push deleted every checkpoint of `l1`, and L2 alone restores `want`.
+fn assert_l1_deleted_and_l2_restores(l1: &Path, l2: &Path, out: &Path, want: &Path, ctx: &str) {
+    assert!(
+        list_ic_files(l1).unwrap().is_empty(),
+        "{ctx}: the checkpoints were kept"
+    );
+    restore_l2(
+        &DirStore::open(l2).unwrap(),
+        &RestoreOptions::default(),
+        out,
+    )
+    .unwrap();
+    assert_image(out, want, ctx);
+}
+
 /// A push whose files were collected before its commit uploads them again
 /// from L1's copy before it deletes its checkpoints: a node lost right
 /// after the push still restores the newest state from L2 alone.
@@ -1506,18 +1521,13 @@ fn files_collected_before_the_commit_are_uploaded_again() {
             r.recovered
         );
     }
-    assert!(
-        list_ic_files(&l1).unwrap().is_empty(),
-        "the checkpoints were kept"
+    assert_l1_deleted_and_l2_restores(
+        &l1,
+        &l2,
+        &d.path().join("out.rexic"),
+        &want,
+        "L2 alone after the push",
     );
-    let out = d.path().join("out.rexic");
-    restore_l2(
-        &DirStore::open(&l2).unwrap(),
-        &RestoreOptions::default(),
-        &out,
-    )
-    .unwrap();
-    assert_image(&out, &want, "L2 alone after the push");
 
     // L1's copy is damaged too: nothing is uploaded from it, and the push
     // fails and keeps its checkpoints.
@@ -1584,16 +1594,11 @@ fn files_collected_before_a_recovered_commit_are_uploaded_again() {
             r.recovered
         );
     }
-    assert!(
-        list_ic_files(&l1).unwrap().is_empty(),
-        "the checkpoints were kept"
+    assert_l1_deleted_and_l2_restores(
+        &l1,
+        &l2,
+        &d.path().join("out.rexic"),
+        &want,
+        "L2 alone after the recovery",
     );
-    let out = d.path().join("out.rexic");
-    restore_l2(
-        &DirStore::open(&l2).unwrap(),
-        &RestoreOptions::default(),
-        &out,
-    )
-    .unwrap();
-    assert_image(&out, &want, "L2 alone after the recovery");
 }
