@@ -91,11 +91,13 @@ fn run(s: &Scenario) {
         };
         let r = push_l2(&job, &opts).unwrap();
         let m = r.manifest.expect("a batch was pending");
-        // Written in the version asked for.
+        // Written in the versions asked for.
         for (name, kind) in [("rps", Kind::Rps), ("pf", Kind::Pf)] {
             let f = ChunkedFile::open(l2.join(object_name(m.generation, name)), kind).unwrap();
             assert_eq!(f.header().version, opts.format.version);
         }
+        let pt = std::fs::read(l2.join(object_name(m.generation, "ptab"))).unwrap();
+        assert_eq!(pt[8..12], opts.format.ptable_version.to_le_bytes());
         generations.push((m.generation, m.last_seq));
     }
     for _ in 0..s.pending_after {
@@ -349,8 +351,9 @@ proptest! {
         });
     }
 
-    /// A chain whose generations are written in container versions 1 and 2
-    /// (a chain begun by an older rexctl and continued by this one, or the
+    /// A chain whose generations are written in L2 format versions 1, 2
+    /// and 3 (container versions 1 and 2, P-Table versions 1 and 2: a chain
+    /// begun by an older rexctl and continued by this one, or the
     /// reverse), with every zstd level from none to high, small chunks (so
     /// pointer coding crosses chunk boundaries) and several encoder
     /// threads: every generation restores as the naive model says.
@@ -361,7 +364,7 @@ proptest! {
         batches in prop::collection::vec(1usize..4, 2..9),
         complete_at in prop::collection::vec(0usize..9, 0..2),
         formats in prop::collection::vec(
-            (prop::sample::select(vec![1u32, 2]),
+            (prop::sample::select(vec![1u32, 2, 3]),
              prop::sample::select(vec![0i32, 1, 3, 9]),
              prop::sample::select(vec![256u32, 4096, 1 << 18]),
              1usize..4),
@@ -370,10 +373,10 @@ proptest! {
     ) {
         let formats = formats
             .into_iter()
-            .map(|(version, level, chunk_size, threads)| WriteFormat {
-                version,
+            .map(|(l2_version, level, chunk_size, threads)| WriteFormat {
                 chunk_size,
                 encoding: Encoding { level, threads },
+                ..WriteFormat::for_l2_version(l2_version).unwrap()
             })
             .collect();
         run(&Scenario {

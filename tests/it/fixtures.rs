@@ -9,6 +9,11 @@
 //!   through the real binary, without panicking.
 //! * The chains exercise the L1 directory rules (§2.9).
 //! * The committed files must be what the script produces today.
+//!
+//! The P-Table delta fixtures in `fixtures/ptab/` follow the same rules, from
+//! a second script (`fixtures/make_ptab_fixtures.py`, §3.3): golden files of
+//! versions 1 and 2, and corrupt version 2 files listed with the field and
+//! offset the reader must report in `corrupt.tsv`.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -17,6 +22,7 @@ use std::process::Command;
 
 use rexctl::Error;
 use rexctl::format::ic::{ChainId, DropRange, IcFile, IcMeta, IcWriter};
+use rexctl::format::ptable::PTableDelta;
 use rexctl::l1::L1Dir;
 use rexctl::l1::coalesce::{CList, CListEntry};
 
@@ -713,32 +719,136 @@ fn committed_fixtures_are_up_to_date() {
         eprintln!("note: python3 not found; skipping the fixture freshness check");
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let script = util::fixtures().join("make_fixtures.py");
-    let out = Command::new("python3")
-        .arg(&script)
-        .arg(tmp.path())
-        .output()
-        .expect("run python3");
-    assert!(
-        out.status.success(),
-        "{} failed:\n{}",
-        script.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let fresh = tree(tmp.path());
-    let committed = tree(&ic_dir());
-    let names = |t: &BTreeMap<PathBuf, Vec<u8>>| t.keys().cloned().collect::<Vec<_>>();
-    assert_eq!(
-        names(&committed),
-        names(&fresh),
-        "fixtures/ic/ holds other files than the script writes; run python3 fixtures/make_fixtures.py"
-    );
-    for (name, bytes) in &fresh {
+    for (script, dir) in [
+        ("make_fixtures.py", ic_dir()),
+        ("make_ptab_fixtures.py", ptab_dir()),
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let script = util::fixtures().join(script);
+        let out = Command::new("python3")
+            .arg(&script)
+            .arg(tmp.path())
+            .output()
+            .expect("run python3");
         assert!(
-            committed[name] == *bytes,
-            "fixtures/ic/{} is stale; run python3 fixtures/make_fixtures.py",
-            name.display()
+            out.status.success(),
+            "{} failed:\n{}",
+            script.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let fresh = tree(tmp.path());
+        let committed = tree(&dir);
+        let names = |t: &BTreeMap<PathBuf, Vec<u8>>| t.keys().cloned().collect::<Vec<_>>();
+        assert_eq!(
+            names(&committed),
+            names(&fresh),
+            "{} holds other files than {} writes; run it",
+            dir.display(),
+            script.display()
+        );
+        for (name, bytes) in &fresh {
+            assert!(
+                committed[name] == *bytes,
+                "{}/{} is stale; run python3 {}",
+                dir.display(),
+                name.display(),
+                script.display()
+            );
+        }
+    }
+}
+
+fn ptab_dir() -> PathBuf {
+    util::fixtures().join("ptab")
+}
+
+/// The script's P-Table golden delta: generation 7 wrote pages 3, 4, 5, 9
+/// and 2^40 and dropped 20..24; each page's stored CRC is the CRC-32 of
+/// "page N".
+fn golden_ptab(full: bool, generation: u64, pages: &[u64], ranges: &[(u64, u64)]) -> PTableDelta {
+    PTableDelta {
+        path: PathBuf::new(),
+        generation,
+        page_size: 4096,
+        pattern_size: 32,
+        full,
+        pages: pages.to_vec(),
+        drops: drops(ranges),
+        page_crcs: pages
+            .iter()
+            .map(|p| crc32fast::hash(format!("page {p}").as_bytes()))
+            .collect(),
+    }
+}
+
+#[test]
+fn ptab_goldens_read_back_and_the_writer_reproduces_them() {
+    let cases = [
+        (
+            "golden-v1",
+            1,
+            golden_ptab(false, 7, &[3, 4, 5, 9, 1 << 40], &[(20, 4)]),
+        ),
+        (
+            "golden-v2",
+            2,
+            golden_ptab(false, 7, &[3, 4, 5, 9, 1 << 40], &[(20, 4)]),
+        ),
+        (
+            "golden-v2-full",
+            2,
+            golden_ptab(true, 1, &[0, 1, u64::MAX], &[]),
+        ),
+        ("golden-v2-empty", 2, golden_ptab(false, 2, &[], &[])),
+    ];
+    for (name, version, want) in cases {
+        let path = ptab_dir().join(format!("{name}.ptab"));
+        let got = PTableDelta::read(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(
+            got,
+            PTableDelta {
+                path: path.clone(),
+                ..want.clone()
+            },
+            "{name}"
+        );
+        assert_eq!(
+            want.encode_version(version),
+            fs::read(&path).unwrap(),
+            "{name}"
         );
     }
+    // Version 2 of the same delta is smaller: 5 pages in 10 bytes of index.
+    let v1 = fs::metadata(ptab_dir().join("golden-v1.ptab"))
+        .unwrap()
+        .len();
+    let v2 = fs::metadata(ptab_dir().join("golden-v2.ptab"))
+        .unwrap()
+        .len();
+    assert_eq!((v1, v2), (64 + 5 * 12 + 16 + 4, 64 + 10 + 16 + 5 * 4 + 4));
+}
+
+#[test]
+fn ptab_corrupt_fixtures_are_rejected_with_field_and_offset() {
+    let table = fs::read_to_string(ptab_dir().join("corrupt.tsv")).unwrap();
+    let mut failures = Vec::new();
+    let mut listed = Vec::new();
+    for line in table.lines() {
+        let f: Vec<&str> = line.split('\t').collect();
+        let (name, field, offset) = (f[0], f[1], f[2].parse::<u64>().unwrap());
+        let path = ptab_dir().join(format!("{name}.ptab"));
+        failures.extend(check_corrupt(name, &path, PTableDelta::read(&path), field, offset).err());
+        listed.push(format!("{name}.ptab"));
+    }
+    // Every file on disk is a golden file or listed.
+    let mut on_disk: Vec<String> = fs::read_dir(ptab_dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".ptab") && !n.starts_with("golden-"))
+        .collect();
+    on_disk.sort();
+    listed.sort();
+    assert_eq!(on_disk, listed, "fixtures/ptab/ and corrupt.tsv disagree");
+    assert!(listed.len() >= 12);
+    report(failures);
 }

@@ -150,8 +150,9 @@ pub struct ConfigLayer {
     /// pages in capture (default: the cores; capture: up to 4).
     #[arg(long, env = "REX_THREADS", value_name = "N", hide_short_help = true)]
     pub threads: Option<usize>,
-    /// L2 container version written: 2, or 1 for readers older than the
-    /// entropy stage (default 2).
+    /// L2 format version written: 3, or 2 for readers older than the coded
+    /// P-Table index, or 1 for readers older than the entropy stage
+    /// (default 3).
     #[arg(
         long,
         env = "REX_L2_VERSION",
@@ -785,16 +786,15 @@ impl Config {
                 "zstd_level {level} is outside -7..=22"
             )));
         }
-        let version = l.l2_version.unwrap_or(crate::format::chunked::VERSION);
-        if !crate::format::chunked::VERSIONS.contains(&version) {
+        let l2_version = l.l2_version.unwrap_or(crate::format::chunked::L2_VERSION);
+        let Some(base) = WriteFormat::for_l2_version(l2_version) else {
             return Err(Error::Invalid(format!(
-                "l2_version {version}: this rexctl writes version 1 or 2"
+                "l2_version {l2_version}: this rexctl writes version 1, 2 or 3"
             )));
-        }
+        };
         let write_format = WriteFormat {
-            version,
             encoding: Encoding { level, threads },
-            ..WriteFormat::default()
+            ..base
         };
         Ok(Config {
             l1,

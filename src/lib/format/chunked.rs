@@ -1229,6 +1229,9 @@ pub struct WriteFormat {
     pub chunk_size: u32,
     /// Version 2: how chunks are encoded.
     pub encoding: Encoding,
+    /// P-Table delta version (FORMAT.md §3.3): 2, or 1 for readers older
+    /// than its coded page index.
+    pub ptable_version: u32,
 }
 
 impl Default for WriteFormat {
@@ -1237,11 +1240,34 @@ impl Default for WriteFormat {
             version: VERSION,
             chunk_size: DEFAULT_CHUNK,
             encoding: Encoding::default(),
+            ptable_version: crate::format::ptable::VERSION,
         }
     }
 }
 
+/// The L2 format version `rexctl` writes by default (`l2_version`,
+/// rex.toml(5)); FORMAT.md §3.7 maps each to the versions of the files.
+pub const L2_VERSION: u32 = 3;
+
 impl WriteFormat {
+    /// The files' versions for L2 format `l2_version`: 1 (containers and
+    /// P-Table deltas of version 1), 2 (version 2 containers: the entropy
+    /// stage and pointer coding) or 3 (also P-Table deltas of version 2:
+    /// the coded page index). `None` for any other.
+    pub fn for_l2_version(l2_version: u32) -> Option<WriteFormat> {
+        let (version, ptable_version) = match l2_version {
+            1 => (1, 1),
+            2 => (2, 1),
+            3 => (2, 2),
+            _ => return None,
+        };
+        Some(WriteFormat {
+            version,
+            ptable_version,
+            ..WriteFormat::default()
+        })
+    }
+
     /// The header a writer of `kind` starts with in this format.
     pub fn header(
         &self,
@@ -1923,6 +1949,7 @@ mod tests {
                 version,
                 chunk_size: 1 << 14,
                 encoding: Encoding { level, threads },
+                ..WriteFormat::default()
             };
             for (kind, data) in [(Kind::Rps, &text), (Kind::Pf, &ptrs)] {
                 let p = write_v(

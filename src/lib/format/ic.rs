@@ -671,7 +671,6 @@ pub(crate) fn parse_meta(
         ));
     }
     let pc = h.page_count as usize;
-    let dc = h.drop_count as usize;
     let mut pages = Vec::with_capacity(pc);
     for i in 0..pc {
         let p = le64(meta, i * 8);
@@ -689,14 +688,58 @@ pub(crate) fn parse_meta(
         }
         pages.push(p);
     }
+    let drops = parse_drops(
+        path,
+        &meta[rel(l.drops_off)..rel(l.crcs_off)],
+        l.drops_off,
+        &pages,
+    )?;
+    let mut crcs = Vec::with_capacity(pc);
+    for i in 0..pc {
+        crcs.push(le32(meta, rel(l.crcs_off) + i * 4));
+    }
+    let ext = parse_ext(
+        path,
+        l.ext_off,
+        page_size,
+        &meta[rel(l.ext_off)..rel(l.meta_crc_off)],
+    )?;
+    if let Some(t) = &ext.regions
+        && let Err(p) = t.check_pages(&pages)
+    {
+        let i = pages.binary_search(&p).expect("a carried page");
+        let (id, idx) = crate::format::region::split_page(p);
+        return Err(Error::corrupt(
+            path,
+            HEADER_LEN + 8 * i as u64,
+            "page index",
+            format!(
+                "entry {i} is page {p:#x} (region {id}, index {idx}), outside every region of the file's region table"
+            ),
+        ));
+    }
+    Ok((pages, drops, crcs, ext))
+}
+
+/// Parses and checks `bytes`, the drop ranges of a metadata block (16
+/// bytes each) that start at file offset `abs_off`, against the block's
+/// page index `pages` (§2.8 steps 11a to 11d). Shared by REX-IC and both
+/// P-Table delta versions.
+pub(crate) fn parse_drops(
+    path: &Path,
+    bytes: &[u8],
+    abs_off: u64,
+    pages: &[u64],
+) -> Result<Vec<DropRange>> {
+    let dc = bytes.len() / 16;
     let mut drops: Vec<DropRange> = Vec::with_capacity(dc);
     let mut cursor = 0usize; // into pages, for the disjointness check
     for i in 0..dc {
-        let off = rel(l.drops_off) + i * 16;
-        let abs = l.drops_off + 16 * i as u64;
+        let off = i * 16;
+        let abs = abs_off + 16 * i as u64;
         let d = DropRange {
-            first: le64(meta, off),
-            count: le64(meta, off + 8),
+            first: le64(bytes, off),
+            count: le64(bytes, off + 8),
         };
         if d.count == 0 {
             return Err(Error::corrupt(
@@ -750,31 +793,7 @@ pub(crate) fn parse_meta(
         }
         drops.push(d);
     }
-    let mut crcs = Vec::with_capacity(pc);
-    for i in 0..pc {
-        crcs.push(le32(meta, rel(l.crcs_off) + i * 4));
-    }
-    let ext = parse_ext(
-        path,
-        l.ext_off,
-        page_size,
-        &meta[rel(l.ext_off)..rel(l.meta_crc_off)],
-    )?;
-    if let Some(t) = &ext.regions
-        && let Err(p) = t.check_pages(&pages)
-    {
-        let i = pages.binary_search(&p).expect("a carried page");
-        let (id, idx) = crate::format::region::split_page(p);
-        return Err(Error::corrupt(
-            path,
-            HEADER_LEN + 8 * i as u64,
-            "page index",
-            format!(
-                "entry {i} is page {p:#x} (region {id}, index {idx}), outside every region of the file's region table"
-            ),
-        ));
-    }
-    Ok((pages, drops, crcs, ext))
+    Ok(drops)
 }
 
 /// An IC file opened for reading page data through a memory map.

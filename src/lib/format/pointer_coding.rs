@@ -73,7 +73,9 @@ impl State {
     }
 }
 
-fn push_leb(out: &mut Vec<u8>, mut v: u64) {
+/// Appends `v` as LEB128: 7 bits per byte, least significant first, the
+/// high bit set on every byte but the last (the shortest encoding).
+pub(crate) fn push_leb(out: &mut Vec<u8>, mut v: u64) {
     loop {
         let b = (v & 0x7f) as u8;
         v >>= 7;
@@ -144,7 +146,7 @@ pub fn encode(ptrs: &[u8], state: State, out: &mut Vec<u8>) {
 }
 
 /// Reads a LEB128 value of at most 64 bits at `*at`.
-fn read_leb(b: &[u8], at: &mut usize) -> Result<u64, String> {
+pub(crate) fn read_leb(b: &[u8], at: &mut usize) -> Result<u64, String> {
     let mut v = 0u64;
     for shift in (0..64).step_by(7) {
         let Some(&byte) = b.get(*at) else {

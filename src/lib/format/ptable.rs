@@ -12,19 +12,29 @@
 //!
 //! Each delta also carries the CRC-32 of every page's original contents, so a
 //! restore checks each rebuilt page end to end: a wrong pointer or pattern
-//! cannot yield a wrong image silently. The metadata block is byte for byte
-//! the REX-IC one (index, drop ranges, page CRCs, `meta_crc`).
+//! cannot yield a wrong image silently.
+//!
+//! Version 1's metadata block is byte for byte the REX-IC one (index, drop
+//! ranges, page CRCs, `meta_crc`): 12 bytes per page. Version 2 codes the
+//! page index as LEB128 gaps, so a run of consecutive pages costs one byte
+//! per page plus its CRC (5 bytes, not 12); the CRCs stay raw because they
+//! are what makes a wrong page visible, and they do not compress. Every page
+//! still costs at least 5 bytes of the file, so a reader's allocations stay
+//! bounded by the file's length, as in version 1.
 
 use std::path::{Path, PathBuf};
 
 use crate::durable;
 use crate::error::{Error, Result};
-use crate::format::ic::{DropRange, check_index, encode_meta, parse_meta};
+use crate::format::ic::{DropRange, check_index, encode_meta, parse_drops, parse_meta};
+use crate::format::pointer_coding::{push_leb, read_leb};
 
 /// The 8-byte magic.
 pub const MAGIC: [u8; 8] = *b"REXPT01\n";
-/// Version of the layout.
-pub const VERSION: u32 = 1;
+/// Version of the layout written by default.
+pub const VERSION: u32 = 2;
+/// Versions this build reads and can write.
+pub const VERSIONS: [u32; 2] = [1, 2];
 const HEADER_LEN: u64 = 64;
 /// Flag bit 0: the generation starts a chain (the state before it is gone).
 pub const FLAG_FULL: u32 = 1;
@@ -56,11 +66,17 @@ impl PTableDelta {
         u64::from(self.page_size / self.pattern_size)
     }
 
-    /// Encodes the file.
+    /// Encodes the file in the latest version.
     pub fn encode(&self) -> Vec<u8> {
+        self.encode_version(VERSION)
+    }
+
+    /// Encodes the file in `version` (one of [`VERSIONS`]).
+    pub fn encode_version(&self, version: u32) -> Vec<u8> {
+        assert!(VERSIONS.contains(&version), "P-Table version {version}");
         let mut b = vec![0u8; HEADER_LEN as usize];
         b[0..8].copy_from_slice(&MAGIC);
-        b[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        b[8..12].copy_from_slice(&version.to_le_bytes());
         b[12..16].copy_from_slice(&self.page_size.to_le_bytes());
         b[16..24].copy_from_slice(&self.generation.to_le_bytes());
         let flags = if self.full { FLAG_FULL } else { 0 };
@@ -68,18 +84,37 @@ impl PTableDelta {
         b[28..32].copy_from_slice(&self.pattern_size.to_le_bytes());
         b[32..40].copy_from_slice(&(self.pages.len() as u64).to_le_bytes());
         b[40..48].copy_from_slice(&(self.drops.len() as u64).to_le_bytes());
+        if version == 1 {
+            let crc = crc32fast::hash(&b[0..56]);
+            b[56..60].copy_from_slice(&crc.to_le_bytes());
+            b.extend_from_slice(&encode_meta(&self.pages, &self.drops, &self.page_crcs));
+            return b;
+        }
+        let index = code_index(&self.pages);
+        b[48..56].copy_from_slice(&(index.len() as u64).to_le_bytes());
         let crc = crc32fast::hash(&b[0..56]);
         b[56..60].copy_from_slice(&crc.to_le_bytes());
-        b.extend_from_slice(&encode_meta(&self.pages, &self.drops, &self.page_crcs));
+        let meta_start = b.len();
+        b.extend_from_slice(&index);
+        for d in &self.drops {
+            b.extend_from_slice(&d.first.to_le_bytes());
+            b.extend_from_slice(&d.count.to_le_bytes());
+        }
+        for c in &self.page_crcs {
+            b.extend_from_slice(&c.to_le_bytes());
+        }
+        let crc = crc32fast::hash(&b[meta_start..]);
+        b.extend_from_slice(&crc.to_le_bytes());
         b
     }
 
-    /// Writes the file durably at `path`; returns its length, CRC-32 and
-    /// XXH3-64 ([`digest`](crate::format::manifest::digest)).
-    pub fn write(&self, path: &Path) -> Result<(u64, u32, u64)> {
+    /// Writes the file durably at `path` in `version` (one of
+    /// [`VERSIONS`]); returns its length, CRC-32 and XXH3-64
+    /// ([`digest`](crate::format::manifest::digest)).
+    pub fn write(&self, path: &Path, version: u32) -> Result<(u64, u32, u64)> {
         check_index(&self.pages, &self.drops)
             .map_err(|e| Error::Invalid(format!("{}: refusing to write: {e}", path.display())))?;
-        let b = self.encode();
+        let b = self.encode_version(version);
         durable::write_file(path, &b)?;
         Ok(crate::format::manifest::digest(&b))
     }
@@ -91,7 +126,7 @@ impl PTableDelta {
         let (len, h) = super::read_header(path, &file)?;
         let le32 = |o: usize| u32::from_le_bytes(h[o..o + 4].try_into().expect("4"));
         let le64 = |o: usize| u64::from_le_bytes(h[o..o + 8].try_into().expect("8"));
-        super::check_prefix(path, &h, &MAGIC, "a P-Table delta", VERSION)?;
+        let version = super::check_prefix_versions(path, &h, &MAGIC, "a P-Table delta", &VERSIONS)?;
         let flags = le32(24);
         if flags & !FLAG_FULL != 0 {
             return Err(Error::corrupt(
@@ -101,7 +136,8 @@ impl PTableDelta {
                 format!("unknown flag bits {:#x} set", flags & !FLAG_FULL),
             ));
         }
-        for off in [48usize, 52, 60] {
+        let reserved: &[usize] = if version == 1 { &[48, 52, 60] } else { &[60] };
+        for &off in reserved {
             if le32(off) != 0 {
                 return Err(Error::corrupt(path, off as u64, "reserved", "must be 0"));
             }
@@ -110,21 +146,48 @@ impl PTableDelta {
         check_sizes(page_size, pattern_size)
             .map_err(|(off, field, why)| Error::corrupt(path, off, field, why))?;
         let (pc, dc) = (le64(32), le64(40));
-        let meta_len = pc
-            .checked_mul(12)
+        // Version 1: 8 bytes per page number; version 2: the coded index,
+        // 1 to 10 bytes per page.
+        let index_len = if version == 1 {
+            pc.checked_mul(8)
+        } else {
+            Some(le64(48))
+        };
+        if let Some(il) = index_len.filter(|_| version == 2)
+            && (il < pc || pc.checked_mul(10).is_some_and(|m| il > m))
+        {
+            return Err(Error::corrupt(
+                path,
+                48,
+                "index_len",
+                format!("{il} bytes cannot code {pc} page numbers (1 to 10 bytes each)"),
+            ));
+        }
+        let meta_len = index_len
+            .and_then(|i| pc.checked_mul(4).and_then(|c| c.checked_add(i)))
             .and_then(|x| dc.checked_mul(16).and_then(|y| x.checked_add(y)))
             .and_then(|x| x.checked_add(4));
         let Some(meta_len) = meta_len.filter(|&m| HEADER_LEN.checked_add(m) == Some(len)) else {
+            let what = if version == 1 { "" } else { ", index_len" };
             return Err(Error::corrupt(
                 path,
                 32,
                 "page_count",
-                format!("page_count {pc} and drop_count {dc} do not match the file length {len}"),
+                format!(
+                    "page_count {pc}, drop_count {dc}{what} do not match the file length {len}"
+                ),
             ));
         };
         let meta = super::ic::read_meta_block(path, &file, HEADER_LEN + meta_len - 4)?;
-        let (pages, drops, page_crcs, _) =
-            parse_meta(path, crate::format::ic::MIN_PAGE_SIZE, pc, dc, 0, &meta)?;
+        let (pages, drops, page_crcs) = if version == 1 {
+            let (pages, drops, page_crcs, _) =
+                parse_meta(path, crate::format::ic::MIN_PAGE_SIZE, pc, dc, 0, &meta)?;
+            (pages, drops, page_crcs)
+        } else {
+            // pc <= index_len < the file's length, which is in memory.
+            let index_len = index_len.expect("checked with the length") as usize;
+            parse_meta_v2(path, pc as usize, index_len, &meta)?
+        };
         Ok(PTableDelta {
             path: path.to_path_buf(),
             generation: le64(16),
@@ -136,6 +199,89 @@ impl PTableDelta {
             page_crcs,
         })
     }
+}
+
+/// Codes a strictly ascending page index (version 2): the first page
+/// number, then each page's gap to the one before it minus one, as LEB128.
+fn code_index(pages: &[u64]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(pages.len() + 8);
+    let mut prev: Option<u64> = None;
+    for &p in pages {
+        push_leb(&mut out, prev.map_or(p, |q| p - q - 1));
+        prev = Some(p);
+    }
+    out
+}
+
+/// Parses a version 2 metadata block `meta` (file bytes 64 .. file end):
+/// checks `meta_crc`, decodes `pc` page numbers from the first `index_len`
+/// bytes (which they must fill exactly), then the drop ranges and CRCs.
+/// The caller has checked that `meta` has the right length.
+fn parse_meta_v2(
+    path: &Path,
+    pc: usize,
+    index_len: usize,
+    meta: &[u8],
+) -> Result<(Vec<u64>, Vec<DropRange>, Vec<u32>)> {
+    let crc_at = meta.len() - 4;
+    let abs = |rel: usize| HEADER_LEN + rel as u64;
+    let stored = u32::from_le_bytes(meta[crc_at..].try_into().expect("4 bytes"));
+    let actual = crc32fast::hash(&meta[..crc_at]);
+    if stored != actual {
+        return Err(Error::corrupt(
+            path,
+            abs(crc_at),
+            "meta_crc",
+            format!(
+                "stored {stored:#010x}, computed {actual:#010x} over the page index, drop ranges and page CRCs"
+            ),
+        ));
+    }
+    let index = &meta[..index_len];
+    // pc <= index_len: at most one entry per byte the file holds.
+    let mut pages: Vec<u64> = Vec::with_capacity(pc);
+    let mut at = 0usize;
+    for i in 0..pc {
+        let start = at;
+        let v = read_leb(index, &mut at).map_err(|e| {
+            Error::corrupt(
+                path,
+                abs(start),
+                "page index",
+                format!("entry {i}: {e} of the {index_len}-byte coded index"),
+            )
+        })?;
+        let p = match pages.last() {
+            None => v,
+            Some(&prev) => prev
+                .checked_add(v)
+                .and_then(|p| p.checked_add(1))
+                .ok_or_else(|| {
+                    Error::corrupt(
+                        path,
+                        abs(start),
+                        "page index",
+                        format!("entry {i}: a gap of {v} after page {prev} passes 2^64"),
+                    )
+                })?,
+        };
+        pages.push(p);
+    }
+    if at != index_len {
+        return Err(Error::corrupt(
+            path,
+            abs(at),
+            "page index",
+            format!("the {pc} entries end at byte {at} of the {index_len}-byte coded index"),
+        ));
+    }
+    let crcs_at = meta.len() - 4 - 4 * pc;
+    let drops = parse_drops(path, &meta[index_len..crcs_at], abs(index_len), &pages)?;
+    let crcs = meta[crcs_at..crc_at]
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
+        .collect();
+    Ok((pages, drops, crcs))
 }
 
 /// Checks a page size and pattern size pair: both powers of two, the page
@@ -162,4 +308,87 @@ pub fn check_sizes(
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn delta(pages: Vec<u64>, drops: Vec<DropRange>) -> PTableDelta {
+        PTableDelta {
+            path: PathBuf::new(),
+            generation: 3,
+            page_size: 4096,
+            pattern_size: 32,
+            full: false,
+            page_crcs: pages.iter().map(|&p| p as u32 ^ 0x5a5a_5a5a).collect(),
+            pages,
+            drops,
+        }
+    }
+
+    fn read_back(t: &PTableDelta, version: u32) -> Result<PTableDelta> {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("g.ptab");
+        t.write(&p, version)?;
+        PTableDelta::read(&p).map(|r| PTableDelta {
+            path: PathBuf::new(),
+            ..r
+        })
+    }
+
+    proptest! {
+        /// Any strictly ascending index (runs, gaps, the ends of the u64
+        /// range) reads back from both versions.
+        #[test]
+        fn both_versions_round_trip(
+            set in prop::collection::btree_set(
+                prop_oneof![0u64..64, any::<u64>(), (u64::MAX - 64)..=u64::MAX], 0..200),
+        ) {
+            let t = delta(set.into_iter().collect(), Vec::new());
+            for version in VERSIONS {
+                prop_assert_eq!(&read_back(&t, version).unwrap(), &t);
+            }
+        }
+    }
+
+    #[test]
+    fn consecutive_pages_cost_five_bytes_each_in_version_2() {
+        let drops = vec![DropRange {
+            first: 5000,
+            count: 7,
+        }];
+        let t = delta((100..1100).collect(), drops);
+        assert_eq!(t.encode_version(1).len(), 64 + 1000 * 12 + 16 + 4);
+        assert_eq!(t.encode_version(2).len(), 64 + 1 + 1000 * 5 - 1 + 16 + 4);
+        assert_eq!(read_back(&t, 2).unwrap(), t);
+    }
+
+    /// Every byte of a version 2 file is covered by a CRC or must hold a
+    /// fixed value: flipping any bit of any byte is refused.
+    #[test]
+    fn every_flipped_bit_of_a_version_2_file_is_refused() {
+        let t = delta(
+            vec![1, 2, 3, 70, 1 << 33],
+            vec![DropRange {
+                first: 10,
+                count: 2,
+            }],
+        );
+        let good = t.encode_version(2);
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("g.ptab");
+        for i in 0..good.len() {
+            for bit in 0..8 {
+                let mut b = good.clone();
+                b[i] ^= 1 << bit;
+                std::fs::write(&p, &b).unwrap();
+                assert!(
+                    matches!(PTableDelta::read(&p), Err(Error::Corrupt { .. })),
+                    "byte {i} bit {bit} passed"
+                );
+            }
+        }
+    }
 }

@@ -1014,7 +1014,8 @@ fn run<H: PatternHasher>(
     out.patterns = unit.next - base;
     let (rps_len, rps_crc) = unit.rps.finish()?;
     let (pf_len, pf_crc) = unit.pf.finish()?;
-    let (pt_len, pt_crc, pt_xxh3) = ptab.write(&job.dir.join(&names[2]))?;
+    let (pt_len, pt_crc, pt_xxh3) =
+        ptab.write(&job.dir.join(&names[2]), job.format.ptable_version)?;
     if xref_pages.len() != job.xrefs.len() {
         return Err(Error::Invalid(format!(
             "{} of {} cross-rank references name pages generation {} does not write",
