@@ -820,16 +820,27 @@ impl PageDecoder<'_> {
     /// bytes each; on a pointer it cannot use, returns it.
     #[inline(always)]
     fn copy<const N: usize>(&self, ptrs: &[u8], out: &mut [u8]) -> std::result::Result<(), u32> {
-        let mut w = Window {
+        let none = Window {
             lo: 0,
             n: 0,
             data: &[],
         };
+        let mut w = none;
+        // The window used before `w`: a page's pointers alternate between
+        // a few chunks (its new patterns, the zero pattern's, its previous
+        // version's), and a hit here is one compare where `window` is a
+        // search and a lookup.
+        let mut w2 = none;
         for (dst, p) in out.chunks_exact_mut(N).zip(ptrs.chunks_exact(4)) {
             let ptr = u32::from_le_bytes(p.try_into().expect("4 bytes"));
             let p = u64::from(ptr);
             if p.wrapping_sub(w.lo) >= w.n {
-                w = self.window(p).ok_or(ptr)?;
+                if p.wrapping_sub(w2.lo) < w2.n {
+                    std::mem::swap(&mut w, &mut w2);
+                } else {
+                    w2 = w;
+                    w = self.window(p).ok_or(ptr)?;
+                }
             }
             // `p - lo < n` and the window holds `n` patterns of `N` bytes.
             let at = (p - w.lo) as usize * N;
