@@ -16,11 +16,15 @@
 //!
 //! Version 1's metadata block is byte for byte the REX-IC one (index, drop
 //! ranges, page CRCs, `meta_crc`): 12 bytes per page. Version 2 codes the
-//! page index as LEB128 gaps, so a run of consecutive pages costs one byte
-//! per page plus its CRC (5 bytes, not 12); the CRCs stay raw because they
-//! are what makes a wrong page visible, and they do not compress. Every page
-//! still costs at least 5 bytes of the file, so a reader's allocations stay
-//! bounded by the file's length, as in version 1.
+//! page index as runs of consecutive pages (two LEB128 numbers a run), so a
+//! page costs its CRC and a share of its run's bytes: about 4 bytes, not
+//! 12. The CRCs stay raw because they are what makes a wrong page visible,
+//! and they do not compress. Every page still costs 4 bytes of the file, so
+//! a reader's allocations stay bounded by the file's length, as in version
+//! 1. The coding never writes a zero byte but for the first page number's
+//! (starts and lengths are at least 1 and shortest): a file never holds a
+//! block of zeros that a copy could turn into a hole, which readers refuse
+//! in metadata (FORMAT.md §2.7).
 
 use std::path::{Path, PathBuf};
 
@@ -147,20 +151,22 @@ impl PTableDelta {
             .map_err(|(off, field, why)| Error::corrupt(path, off, field, why))?;
         let (pc, dc) = (le64(32), le64(40));
         // Version 1: 8 bytes per page number; version 2: the coded index,
-        // 1 to 10 bytes per page.
+        // 2 to 20 bytes per run of at least one page.
         let index_len = if version == 1 {
             pc.checked_mul(8)
         } else {
             Some(le64(48))
         };
         if let Some(il) = index_len.filter(|_| version == 2)
-            && (il < pc || pc.checked_mul(10).is_some_and(|m| il > m))
+            && ((pc > 0 && il < 2) || pc.checked_mul(20).is_some_and(|m| il > m))
         {
             return Err(Error::corrupt(
                 path,
                 48,
                 "index_len",
-                format!("{il} bytes cannot code {pc} page numbers (1 to 10 bytes each)"),
+                format!(
+                    "{il} bytes cannot code the runs of {pc} pages (2 to 20 bytes a run of at least one page)"
+                ),
             ));
         }
         let meta_len = index_len
@@ -168,13 +174,19 @@ impl PTableDelta {
             .and_then(|x| dc.checked_mul(16).and_then(|y| x.checked_add(y)))
             .and_then(|x| x.checked_add(4));
         let Some(meta_len) = meta_len.filter(|&m| HEADER_LEN.checked_add(m) == Some(len)) else {
-            let what = if version == 1 { "" } else { ", index_len" };
+            let what = match index_len {
+                Some(il) if version == 2 => format!(" and index_len {il}"),
+                _ => String::new(),
+            };
+            let want = meta_len
+                .and_then(|m| HEADER_LEN.checked_add(m))
+                .map_or_else(|| "more than 2^64".to_string(), |w| w.to_string());
             return Err(Error::corrupt(
                 path,
                 32,
                 "page_count",
                 format!(
-                    "page_count {pc}, drop_count {dc}{what} do not match the file length {len}"
+                    "page_count {pc}, drop_count {dc}{what} give a file of {want} bytes; it is {len}"
                 ),
             ));
         };
@@ -184,7 +196,7 @@ impl PTableDelta {
                 parse_meta(path, crate::format::ic::MIN_PAGE_SIZE, pc, dc, 0, &meta)?;
             (pages, drops, page_crcs)
         } else {
-            // pc <= index_len < the file's length, which is in memory.
+            // index_len < the file's length, whose metadata is in memory.
             let index_len = index_len.expect("checked with the length") as usize;
             parse_meta_v2(path, pc as usize, index_len, &meta)?
         };
@@ -201,22 +213,45 @@ impl PTableDelta {
     }
 }
 
-/// Codes a strictly ascending page index (version 2): the first page
-/// number, then each page's gap to the one before it minus one, as LEB128.
+/// Codes a strictly ascending page index (version 2) as its maximal runs
+/// of consecutive pages, each a pair of LEB128 numbers: where the run
+/// starts (the first run: its first page; the others: its distance from
+/// the end of the run before it, at least 1) and how many pages it holds
+/// (at least 1).
 fn code_index(pages: &[u64]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(pages.len() + 8);
-    let mut prev: Option<u64> = None;
-    for &p in pages {
-        push_leb(&mut out, prev.map_or(p, |q| p - q - 1));
-        prev = Some(p);
+    let mut out = Vec::new();
+    let mut end = 0u64; // one past the previous run's last page
+    let mut i = 0;
+    while i < pages.len() {
+        let first = pages[i];
+        let mut n = 1;
+        while i + n < pages.len() && pages[i + n] == first + n as u64 {
+            n += 1;
+        }
+        push_leb(&mut out, if i == 0 { first } else { first - end });
+        push_leb(&mut out, n as u64);
+        end = first.wrapping_add(n as u64);
+        i += n;
     }
     out
 }
 
+/// Reads one LEB128 number of the coded index at `*at`; the error says
+/// why, for a message that names the number's offset.
+fn index_number(index: &[u8], at: &mut usize) -> std::result::Result<u64, &'static str> {
+    read_leb(index, at).map_err(|_| {
+        if *at >= index.len() {
+            "runs past the end of the coded index"
+        } else {
+            "does not fit in 64 bits (more than 10 bytes, or a 10th byte above 1)"
+        }
+    })
+}
+
 /// Parses a version 2 metadata block `meta` (file bytes 64 .. file end):
-/// checks `meta_crc`, decodes `pc` page numbers from the first `index_len`
-/// bytes (which they must fill exactly), then the drop ranges and CRCs.
-/// The caller has checked that `meta` has the right length.
+/// checks `meta_crc`, decodes the runs of `pc` pages from the first
+/// `index_len` bytes (which they must fill exactly), then the drop ranges
+/// and CRCs. The caller has checked that `meta` has the right length.
 fn parse_meta_v2(
     path: &Path,
     pc: usize,
@@ -238,41 +273,67 @@ fn parse_meta_v2(
         ));
     }
     let index = &meta[..index_len];
-    // pc <= index_len: at most one entry per byte the file holds.
+    let bad = |at: usize, why: String| Error::corrupt(path, abs(at), "page index", why);
+    // pc <= (file length) / 4: the file holds every page's CRC.
     let mut pages: Vec<u64> = Vec::with_capacity(pc);
     let mut at = 0usize;
-    for i in 0..pc {
-        let start = at;
-        let v = read_leb(index, &mut at).map_err(|e| {
-            Error::corrupt(
-                path,
-                abs(start),
-                "page index",
-                format!("entry {i}: {e} of the {index_len}-byte coded index"),
-            )
-        })?;
-        let p = match pages.last() {
-            None => v,
-            Some(&prev) => prev
-                .checked_add(v)
-                .and_then(|p| p.checked_add(1))
-                .ok_or_else(|| {
-                    Error::corrupt(
-                        path,
-                        abs(start),
-                        "page index",
-                        format!("entry {i}: a gap of {v} after page {prev} passes 2^64"),
-                    )
-                })?,
+    let mut end = 0u64; // one past the previous run's last page
+    let mut run = 0usize;
+    while pages.len() < pc {
+        let a_at = at;
+        let a = index_number(index, &mut at)
+            .map_err(|why| bad(a_at, format!("run {run}: its start {why}")))?;
+        if run > 0 && a == 0 {
+            return Err(bad(
+                a_at,
+                format!(
+                    "run {run} starts at page {end}, where run {} ends: runs are maximal, at least one page apart",
+                    run - 1
+                ),
+            ));
+        }
+        let first = if run == 0 {
+            Some(a)
+        } else {
+            end.checked_add(a)
         };
-        pages.push(p);
+        let Some(first) = first else {
+            return Err(bad(
+                a_at,
+                format!("run {run} starts {a} pages after page {end}, past 2^64 - 1"),
+            ));
+        };
+        let n_at = at;
+        let n = index_number(index, &mut at)
+            .map_err(|why| bad(n_at, format!("run {run}: its length {why}")))?;
+        let left = (pc - pages.len()) as u64;
+        if n == 0 || n > left {
+            return Err(bad(
+                n_at,
+                format!(
+                    "run {run} holds {n} pages; 1 to {left} remain of the {pc} the header gives"
+                ),
+            ));
+        }
+        // The run's last page, first + n - 1, must exist.
+        if first.checked_add(n - 1).is_none() {
+            return Err(bad(
+                n_at,
+                format!("run {run} of {n} pages from page {first} passes page 2^64 - 1"),
+            ));
+        }
+        pages.extend((0..n).map(|k| first + k));
+        end = first.wrapping_add(n);
+        run += 1;
     }
     if at != index_len {
-        return Err(Error::corrupt(
-            path,
-            abs(at),
-            "page index",
-            format!("the {pc} entries end at byte {at} of the {index_len}-byte coded index"),
+        return Err(bad(
+            at,
+            format!(
+                "the {run} runs of {pc} pages end at byte {} of the file, the {index_len}-byte coded index at {}",
+                abs(at),
+                abs(index_len)
+            ),
         ));
     }
     let crcs_at = meta.len() - 4 - 4 * pc;
@@ -344,24 +405,29 @@ mod tests {
         #[test]
         fn both_versions_round_trip(
             set in prop::collection::btree_set(
-                prop_oneof![0u64..64, any::<u64>(), (u64::MAX - 64)..=u64::MAX], 0..200),
+                prop_oneof![0u64..300, any::<u64>(), (u64::MAX - 300)..=u64::MAX], 0..400),
         ) {
             let t = delta(set.into_iter().collect(), Vec::new());
             for version in VERSIONS {
                 prop_assert_eq!(&read_back(&t, version).unwrap(), &t);
             }
+            // No zero byte but the first page number's: nothing a copy
+            // could turn into a hole.
+            let index = code_index(&t.pages);
+            prop_assert!(index.iter().skip(1).all(|&b| b != 0), "{:?}", index);
         }
     }
 
     #[test]
-    fn consecutive_pages_cost_five_bytes_each_in_version_2() {
+    fn a_run_of_pages_costs_its_crcs_and_a_few_bytes_in_version_2() {
         let drops = vec![DropRange {
             first: 5000,
             count: 7,
         }];
         let t = delta((100..1100).collect(), drops);
         assert_eq!(t.encode_version(1).len(), 64 + 1000 * 12 + 16 + 4);
-        assert_eq!(t.encode_version(2).len(), 64 + 1 + 1000 * 5 - 1 + 16 + 4);
+        // One run: start 100 (1 byte), length 1000 (2 bytes).
+        assert_eq!(t.encode_version(2).len(), 64 + 3 + 16 + 1000 * 4 + 4);
         assert_eq!(read_back(&t, 2).unwrap(), t);
     }
 
