@@ -21,10 +21,10 @@
 //! 12. The CRCs stay raw because they are what makes a wrong page visible,
 //! and they do not compress. Every page still costs 4 bytes of the file, so
 //! a reader's allocations stay bounded by the file's length, as in version
-//! 1. The coding never writes a zero byte but for the first page number's
-//! (starts and lengths are at least 1 and shortest): a file never holds a
-//! block of zeros that a copy could turn into a hole, which readers refuse
-//! in metadata (FORMAT.md §2.7).
+//! 1. The index never holds a zero byte but the first page number's (starts
+//! and lengths are at least 1 and shortest), so it never holds a block of
+//! zeros that a sparse copy could turn into a hole, which readers refuse in
+//! metadata (FORMAT.md §2.7).
 
 use std::path::{Path, PathBuf};
 
@@ -239,8 +239,12 @@ fn code_index(pages: &[u64]) -> Vec<u8> {
 /// Reads one LEB128 number of the coded index at `*at`; the error says
 /// why, for a message that names the number's offset.
 fn index_number(index: &[u8], at: &mut usize) -> std::result::Result<u64, &'static str> {
+    let start = *at;
     read_leb(index, at).map_err(|_| {
-        if *at >= index.len() {
+        // Too long or too large if its first 10 bytes are all there;
+        // else the index ends inside it.
+        let rest = &index[start.min(index.len())..];
+        if rest.len() < 10 && rest.iter().all(|b| b & 0x80 != 0) {
             "runs past the end of the coded index"
         } else {
             "does not fit in 64 bits (more than 10 bytes, or a 10th byte above 1)"
@@ -277,17 +281,28 @@ fn parse_meta_v2(
     // pc <= (file length) / 4: the file holds every page's CRC.
     let mut pages: Vec<u64> = Vec::with_capacity(pc);
     let mut at = 0usize;
-    let mut end = 0u64; // one past the previous run's last page
+    // One past the previous run's last page; `None` when that run ended
+    // at page 2^64 - 1 (nothing can follow it).
+    let mut end: Option<u64> = Some(0);
     let mut run = 0usize;
     while pages.len() < pc {
         let a_at = at;
         let a = index_number(index, &mut at)
             .map_err(|why| bad(a_at, format!("run {run}: its start {why}")))?;
+        let Some(prev_end) = end else {
+            return Err(bad(
+                a_at,
+                format!(
+                    "run {run} follows run {}, which ends at page 2^64 - 1: the index must be strictly ascending",
+                    run - 1
+                ),
+            ));
+        };
         if run > 0 && a == 0 {
             return Err(bad(
                 a_at,
                 format!(
-                    "run {run} starts at page {end}, where run {} ends: runs are maximal, at least one page apart",
+                    "run {run} starts at page {prev_end}, where run {} ends: runs are maximal, at least one page apart",
                     run - 1
                 ),
             ));
@@ -295,12 +310,12 @@ fn parse_meta_v2(
         let first = if run == 0 {
             Some(a)
         } else {
-            end.checked_add(a)
+            prev_end.checked_add(a)
         };
         let Some(first) = first else {
             return Err(bad(
                 a_at,
-                format!("run {run} starts {a} pages after page {end}, past 2^64 - 1"),
+                format!("run {run} starts {a} pages after page {prev_end}, past 2^64 - 1"),
             ));
         };
         let n_at = at;
@@ -323,7 +338,7 @@ fn parse_meta_v2(
             ));
         }
         pages.extend((0..n).map(|k| first + k));
-        end = first.wrapping_add(n);
+        end = first.checked_add(n);
         run += 1;
     }
     if at != index_len {
