@@ -20,8 +20,10 @@
 //! page costs its CRC and a share of its run's bytes: about 4 bytes, not
 //! 12. The CRCs stay raw because they are what makes a wrong page visible,
 //! and they do not compress. Every page still costs 4 bytes of the file, so
-//! a reader's allocations stay bounded by the file's length, as in version
-//! 1. The index never holds a zero byte but the first page number's (starts
+//! a reader's allocations stay bounded by the file's length, as in the
+//! first version.
+//!
+//! The index never holds a zero byte but the first page number's (starts
 //! and lengths are at least 1 and shortest), so it never holds a block of
 //! zeros that a sparse copy could turn into a hole, which readers refuse in
 //! metadata (FORMAT.md §2.7).
