@@ -265,30 +265,24 @@ pub(crate) fn parse_ext(path: &Path, base: u64, page_size: u32, ext: &[u8]) -> R
         if ext[at + 8 + len..at + 8 + padded].iter().any(|&b| b != 0) {
             return Err(bad(format!("record tag {tag}: non-zero padding")));
         }
-        match tag {
-            EXT_CHAIN_ID => {
-                if chain.is_some() {
-                    return Err(bad("a second chain id".into()));
-                }
-                let id: [u8; 16] = value
-                    .try_into()
-                    .map_err(|_| bad(format!("chain id of {len} bytes, expected 16")))?;
-                if id == [0; 16] {
-                    return Err(bad("chain id is all zeros".into()));
-                }
-                chain = Some(ChainId(id));
+        // A 16-byte id record (chain id, instance id): at most one, not
+        // all zeros.
+        let id16 = |what: &str, seen: bool| -> Result<[u8; 16]> {
+            if seen {
+                return Err(bad(format!("a second {what}")));
             }
+            let id: [u8; 16] = value
+                .try_into()
+                .map_err(|_| bad(format!("{what} of {len} bytes, expected 16")))?;
+            if id == [0; 16] {
+                return Err(bad(format!("{what} is all zeros")));
+            }
+            Ok(id)
+        };
+        match tag {
+            EXT_CHAIN_ID => chain = Some(ChainId(id16("chain id", chain.is_some())?)),
             EXT_INSTANCE => {
-                if instance.is_some() {
-                    return Err(bad("a second instance id".into()));
-                }
-                let id: [u8; 16] = value
-                    .try_into()
-                    .map_err(|_| bad(format!("instance id of {len} bytes, expected 16")))?;
-                if id == [0; 16] {
-                    return Err(bad("instance id is all zeros".into()));
-                }
-                instance = Some(InstanceId(id));
+                instance = Some(InstanceId(id16("instance id", instance.is_some())?));
             }
             EXT_REGIONS => {
                 if seen_regions {
