@@ -843,3 +843,55 @@ fn out_of_range_values_and_unknown_table_keys_are_refused() {
     let o = j.run(&["push-l2", "--l2", "./plain"]);
     assert_clean_failure(&o, 5, &["plain", "not a directory"]);
 }
+
+/// A refused value names where it was set, since the key alone does not
+/// say which of the three places to fix: the flag, the variable, or the
+/// configuration file; a variable wins over the file and loses to a flag.
+#[test]
+fn a_refused_value_names_the_flag_variable_or_file_that_set_it() {
+    let j = Job::new();
+    let o = j.run(&["push-l2", "--zstd-level", "99"]);
+    assert_clean_failure(&o, 5, &["zstd_level 99", "(set by --zstd-level)"]);
+    let o = j
+        .cmd(&["push-l2"])
+        .env("REX_ZSTD_LEVEL", "99")
+        .output()
+        .unwrap();
+    assert_clean_failure(
+        &o,
+        5,
+        &["zstd_level 99", "(set by the variable REX_ZSTD_LEVEL)"],
+    );
+    let toml = j.dir.path().join("levels.toml");
+    std::fs::write(&toml, "zstd_level = 98\nkeep_chains_l1 = 0\n").unwrap();
+    let o = j.run(&["push-l2", "-c", s(&toml), "--keep-chains-l1", "1"]);
+    assert_clean_failure(&o, 5, &["zstd_level 98", "levels.toml"]);
+    let o = j
+        .cmd(&["push-l2", "-c", s(&toml), "--zstd-level", "3"])
+        .env("REX_KEEP_CHAINS_L1", "0")
+        .output()
+        .unwrap();
+    let e = assert_clean_failure(&o, 5, &["keep_chains_l1", "REX_KEEP_CHAINS_L1"]);
+    assert!(!e.contains("levels.toml"), "{e}");
+    // Store settings too, from a command that only reads L2.
+    let o = j
+        .cmd(&["gc", "-n"])
+        .env("REX_S3_PART_SIZE", "5")
+        .output()
+        .unwrap();
+    assert_clean_failure(&o, 5, &["s3_part_size 5", "REX_S3_PART_SIZE"]);
+    // A value clap cannot parse: clap names the flag, the tip the variable.
+    let o = j
+        .cmd(&["push-l2"])
+        .env("REX_THREADS", "-1")
+        .output()
+        .unwrap();
+    assert_clean_failure(&o, 2, &["--threads", "tip:", "variable REX_THREADS"]);
+    let o = j
+        .cmd(&["push-l2", "--threads=x"])
+        .env("REX_THREADS", "-1")
+        .output()
+        .unwrap();
+    let e = assert_clean_failure(&o, 2, &["'x'", "--threads"]);
+    assert!(!e.contains("REX_THREADS"), "the flag was typed: {e}");
+}

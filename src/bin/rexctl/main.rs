@@ -157,11 +157,20 @@ fn main() -> ExitCode {
     let parsed = Cli::command()
         .color(color)
         .try_get_matches_from(&argv)
-        .and_then(|mut m| Cli::from_arg_matches_mut(&mut m));
+        .and_then(|mut m| {
+            let _ = cmd::config_args::FROM_ENV.set(from_env(&m));
+            Cli::from_arg_matches_mut(&mut m)
+        });
     let cli = match parsed {
         Ok(c) => c,
-        Err(e) => {
+        Err(mut e) => {
             use clap::error::ErrorKind;
+            if let Some(tip) = env_value_tip(&e, own.clone()) {
+                e.insert(
+                    clap::error::ContextKind::Suggested,
+                    clap::error::ContextValue::StyledStrs(vec![tip.into()]),
+                );
+            }
             let usage = !matches!(
                 e.kind(),
                 ErrorKind::DisplayHelp
@@ -263,6 +272,67 @@ fn run(command: Command) -> anyhow::Result<i32> {
 }
 
 /// The JSON error object a `--json` failure prints on standard output:
+/// The ids of the arguments of the invoked (sub)command whose value clap
+/// took from their environment variable: the settings a value error must
+/// say were set by a variable, not by a flag.
+fn from_env(m: &clap::ArgMatches) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut m = m;
+    loop {
+        out.extend(
+            m.ids()
+                .filter(|id| {
+                    m.value_source(id.as_str()) == Some(clap::parser::ValueSource::EnvVariable)
+                })
+                .map(|id| id.to_string()),
+        );
+        match m.subcommand() {
+            Some((_, sub)) => m = sub,
+            None => return out,
+        }
+    }
+}
+
+/// For a value clap refused that came from a `REX_*` variable rather than
+/// the command line: a tip naming the variable (clap's message names only
+/// the flag, which the user may never have typed).
+fn env_value_tip<'a>(
+    e: &clap::Error,
+    own: impl Iterator<Item = &'a OsString> + Clone,
+) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if !matches!(
+        e.kind(),
+        ErrorKind::InvalidValue | ErrorKind::ValueValidation
+    ) {
+        return None;
+    }
+    let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    let long = arg.strip_prefix("--")?.split([' ', '=']).next()?;
+    let typed = own.clone().any(|a| {
+        a.to_str().is_some_and(|a| {
+            a.strip_prefix("--")
+                .is_some_and(|a| a == long || a.starts_with(&format!("{long}=")))
+        })
+    });
+    if typed {
+        return None;
+    }
+    fn find_env(c: &clap::Command, long: &str) -> Option<String> {
+        c.get_arguments()
+            .filter(|a| a.get_long() == Some(long))
+            .find_map(|a| a.get_env().map(|v| v.to_string_lossy().into_owned()))
+            .or_else(|| c.get_subcommands().find_map(|s| find_env(s, long)))
+    }
+    let var = find_env(&Cli::command(), long)?;
+    std::env::var_os(&var)?;
+    Some(format!(
+        "the value comes from the variable {var}, not the command line: fix or unset {var}"
+    ))
+}
+
 /// `{"error": {"message", "exit_code", "class"}}`.
 fn print_json_error(message: &str, code: i32) {
     let value = serde_json::json!({

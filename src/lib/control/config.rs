@@ -511,8 +511,9 @@ impl StoreSettings {
     /// Resolves the store settings from flags over the environment and the
     /// configuration files (as [`Config::load`], without needing `l1`).
     pub fn load(flags: ConfigLayer, config: Option<&Path>) -> Result<StoreSettings> {
-        let (layer, _) = ConfigLayer::load(flags, config)?;
-        Self::resolve(&layer, |k| std::env::var(k).ok())
+        let loaded = ConfigLayer::load(flags, config)?;
+        Self::resolve(&loaded.layer, |k| std::env::var(k).ok())
+            .map_err(|e| loaded.origins.annotate(e))
     }
 
     /// Applies defaults (`SLURM_JOB_ID`, `SLURM_PROCID` through `env`) and
@@ -673,8 +674,9 @@ impl Config {
     /// Resolves `flags` over the environment and the configuration files.
     /// `config` is an explicit file (`--config`), replacing the default ones.
     pub fn load(flags: ConfigLayer, config: Option<&Path>) -> Result<Config> {
-        let (layer, sources) = ConfigLayer::load(flags, config)?;
-        Self::resolve(layer, sources)
+        let loaded = ConfigLayer::load(flags, config)?;
+        let origins = loaded.origins;
+        Self::resolve(loaded.layer, loaded.sources).map_err(|e| origins.annotate(e))
     }
 }
 
@@ -686,20 +688,48 @@ impl ConfigLayer {
     /// before it lack: `./rex.toml`, the user's
     /// `$XDG_CONFIG_HOME/rex/rex.toml` (`~/.config/rex/rex.toml`), and
     /// `/etc/rex/rex.toml`.
-    pub fn load(flags: ConfigLayer, config: Option<&Path>) -> Result<(ConfigLayer, Vec<PathBuf>)> {
-        Self::load_over(flags.or(ConfigLayer::from_env()?), config)
+    pub fn load(flags: ConfigLayer, config: Option<&Path>) -> Result<Loaded> {
+        let env = ConfigLayer::from_env()?;
+        let (given, env_keys) = (flags.keys_set(), env.keys_set());
+        let from_env = |k: &str| !given.iter().any(|g| g == k) && env_keys.iter().any(|e| e == k);
+        Self::load_over(flags.or(env), config, &from_env)
     }
 
     /// As [`ConfigLayer::load`], for a layer that already holds the flags
     /// and the `REX_*` variables of the flags (what clap parsed for the
     /// command line): reads only the variables without a flag and the
     /// files, so a flag overrides a variable that would not parse.
+    /// `from_env` tells which keys of `args` came from their `REX_*`
+    /// variable rather than a flag (clap's value source), so that a value
+    /// error can name where the value was set.
     pub fn load_over(
         args: ConfigLayer,
         config: Option<&Path>,
-    ) -> Result<(ConfigLayer, Vec<PathBuf>)> {
+        from_env: &dyn Fn(&str) -> bool,
+    ) -> Result<Loaded> {
         let flags = args;
         let env = ConfigLayer::env_without_flags(|k| std::env::var(k).ok())?;
+        use clap::Args;
+        let mut origins = Origins::default();
+        let defs = ConfigLayer::augment_args(clap::Command::new("rex"));
+        for key in flags.keys_set() {
+            let arg = defs.get_arguments().find(|a| a.get_id() == key.as_str());
+            let origin = match (from_env(&key), arg) {
+                (true, Some(a)) if a.get_env().is_some() => format!(
+                    "set by the variable {}",
+                    a.get_env().unwrap_or_default().to_string_lossy()
+                ),
+                (true, _) => "set in the environment".to_string(),
+                (false, Some(a)) if a.get_long().is_some() => {
+                    format!("set by --{}", a.get_long().unwrap_or_default())
+                }
+                (false, _) => "set by the caller".to_string(),
+            };
+            origins.note(key, origin);
+        }
+        for key in env.keys_set() {
+            origins.note(key, "set in the environment".to_string());
+        }
         let explicit = config.map(Path::to_path_buf).or_else(|| {
             std::env::var("REX_CONFIG")
                 .ok()
@@ -708,21 +738,92 @@ impl ConfigLayer {
         });
         let mut sources = Vec::new();
         let mut files = ConfigLayer::default();
-        match explicit {
-            Some(p) => {
-                files = ConfigLayer::from_file(&p)?;
+        let candidates = match explicit {
+            Some(p) => vec![(p, true)],
+            None => default_files(|k| std::env::var_os(k))
+                .into_iter()
+                .map(|p| (p, false))
+                .collect(),
+        };
+        for (p, named) in candidates {
+            if named || p.is_file() {
+                let file = ConfigLayer::from_file(&p)?;
+                for key in file.keys_set() {
+                    origins.note(key, format!("set in {}", p.display()));
+                }
+                files = files.or(file);
                 sources.push(p);
             }
-            None => {
-                for p in default_files(|k| std::env::var_os(k)) {
-                    if p.is_file() {
-                        files = files.or(ConfigLayer::from_file(&p)?);
-                        sources.push(p);
-                    }
+        }
+        Ok(Loaded {
+            layer: flags.or(env).or(files),
+            sources,
+            origins,
+        })
+    }
+
+    /// The keys this layer sets (its TOML names).
+    pub fn keys_set(&self) -> Vec<String> {
+        match serde_json::to_value(self) {
+            Ok(serde_json::Value::Object(m)) => m
+                .into_iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, _)| k)
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// The merged settings of one command and where each came from.
+#[derive(Debug)]
+pub struct Loaded {
+    /// The merged layer.
+    pub layer: ConfigLayer,
+    /// The configuration files read, highest precedence first.
+    pub sources: Vec<PathBuf>,
+    /// Where each key of `layer` was set.
+    pub origins: Origins,
+}
+
+/// Where each setting of a merged [`ConfigLayer`] was set: a flag, a
+/// variable, the environment, or a configuration file. A value that does
+/// not pass [`Config::resolve`] or [`StoreSettings::resolve`] is then
+/// reported with its origin ("zstd_level 99 is outside -7..=22 (set by
+/// the variable REX_ZSTD_LEVEL)"), since the key alone does not say which
+/// of the three places a user must fix.
+#[derive(Clone, Debug, Default)]
+pub struct Origins(std::collections::BTreeMap<String, String>);
+
+impl Origins {
+    /// Records `origin` for `key` unless a layer of higher precedence (noted
+    /// first) already set it.
+    fn note(&mut self, key: String, origin: String) {
+        self.0.entry(key).or_insert(origin);
+    }
+
+    /// Where `key` was set, if it was.
+    pub fn of(&self, key: &str) -> Option<&str> {
+        self.0.get(key).map(String::as_str)
+    }
+
+    /// Adds the origin of the setting a value error names: the value
+    /// errors of [`Config::resolve`] and [`StoreSettings::resolve`] start
+    /// with the key's name (`"zstd_level 99 is outside ..."`).
+    pub fn annotate(&self, e: Error) -> Error {
+        match e {
+            Error::Invalid(m) => {
+                let key = m
+                    .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .next()
+                    .unwrap_or_default();
+                match self.of(key) {
+                    Some(origin) => Error::Invalid(format!("{m} ({origin})")),
+                    None => Error::Invalid(m),
                 }
             }
+            e => e,
         }
-        Ok((flags.or(env).or(files), sources))
     }
 }
 
@@ -1004,6 +1105,75 @@ mod tests {
             serde_json::to_string(&StoreSettings::resolve(&file, |_| None).unwrap()).unwrap()
         );
         assert!(!shown.contains("file-secret"), "{shown}");
+    }
+
+    #[test]
+    fn value_errors_name_where_the_value_was_set() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("site.toml");
+        std::fs::write(&file, "zstd_level = 30\npattern_size = 33\nmtbf = 5.0\n").unwrap();
+        let layer = flags(&[
+            "--l1",
+            "/l1",
+            "--l2",
+            "/l2",
+            "--mtbf=-1",
+            "--zstd-level",
+            "40",
+        ]);
+        // --zstd-level came from the flag, --mtbf from its variable (as clap
+        // reports it), pattern_size only from the file.
+        let loaded = ConfigLayer::load_over(layer, Some(&file), &|k| k == "mtbf").unwrap();
+        let o = &loaded.origins;
+        assert_eq!(o.of("zstd_level"), Some("set by --zstd-level"));
+        assert_eq!(o.of("mtbf"), Some("set by the variable REX_MTBF"));
+        let in_file = format!("set in {}", file.display());
+        assert_eq!(o.of("pattern_size"), Some(in_file.as_str()));
+        assert_eq!((o.of("l1"), o.of("threads")), (Some("set by --l1"), None));
+        let e = Config::resolve(loaded.layer.clone(), loaded.sources.clone()).unwrap_err();
+        let shown = o.annotate(e).to_string();
+        assert!(
+            shown.starts_with("pattern_size 33 ") && shown.ends_with(&format!("({in_file})")),
+            "{shown}"
+        );
+        let mut fixed = loaded.layer.clone();
+        fixed.pattern_size = None;
+        let e = o.annotate(Config::resolve(fixed.clone(), vec![]).unwrap_err());
+        assert_eq!(
+            e.to_string(),
+            "mtbf -1 must be a positive number of seconds (set by the variable REX_MTBF)"
+        );
+        fixed.mtbf = None;
+        let e = o.annotate(Config::resolve(fixed, vec![]).unwrap_err());
+        assert!(e.to_string().ends_with("(set by --zstd-level)"), "{e}");
+        // An error that names no set key is left as it is.
+        let e = o.annotate(Error::Invalid("no L2 location".into()));
+        assert_eq!(e.to_string(), "no L2 location");
+        // Every value error of resolve starts with its key, which is what
+        // `annotate` reads.
+        for (toml_text, key) in [
+            ("pattern_size = 24", "pattern_size"),
+            ("mtbf = 0.0", "mtbf"),
+            ("max_age = -2.0", "max_age"),
+            ("read_rate = 0.0", "read_rate"),
+            ("max_chain_length = 0", "max_chain_length"),
+            ("collective_table = 3", "collective_table"),
+            ("replicas = 17", "replicas"),
+            ("threads = 0", "threads"),
+            ("zstd_level = 23", "zstd_level"),
+            ("l2_version = 9", "l2_version"),
+            ("keep_chains_l2 = 0", "keep_chains_l2"),
+            ("keep_chains_l1 = 0", "keep_chains_l1"),
+            ("job = \"a b\"", "job"),
+            ("s3_timeout = 0.0", "s3_timeout"),
+            ("s3_parts_in_flight = 65", "s3_parts_in_flight"),
+        ] {
+            let mut l: ConfigLayer = toml::from_str(toml_text).unwrap();
+            l.l1 = Some("/l1".into());
+            l.l2 = Some("/l2".into());
+            let e = Config::resolve(l, vec![]).unwrap_err().to_string();
+            assert!(e.starts_with(&format!("{key} ")), "{toml_text}: {e}");
+        }
     }
 
     #[test]
