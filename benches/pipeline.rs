@@ -266,12 +266,16 @@ fn restore_group(c: &mut Criterion, name: &str, fx: &Fixture) {
         let chain = OpenChain::open(&store, &index, newest).unwrap();
         // What a full restore does, minus the output file (and on one
         // thread): rebuild each live page in place, decoding chunks as
-        // pages need them.
+        // pages need them and giving each back after its last page.
         let decoder = chain.decoder();
         let ps = decoder.page_size();
+        let live = chain.live_pages();
+        let uses = decoder.count_uses(&live, |lp| Some(*lp), 1).unwrap();
         let mut at = 0;
-        for lp in chain.live_pages() {
-            decoder.read_page(lp, &mut image[at..at + ps]).unwrap();
+        for &lp in &live {
+            // SAFETY: `uses` counted every live page, each read once here,
+            // and nothing else reads the chain meanwhile.
+            unsafe { decoder.read_page_releasing(lp, &mut image[at..at + ps], &uses) }.unwrap();
             at += ps;
         }
         at

@@ -355,9 +355,10 @@ const BLOCK_PAGES: usize = 64;
 /// stripes of consecutive blocks from a shared counter, fill each block of
 /// consecutive pages into one buffer and write each run of adjacent pages
 /// with one positioned write, so the output is written by every core at
-/// once with no ordering between them. Returns the CRCs in page order, or
-/// the error of the lowest failing block (the first a sequential writer
-/// would have met).
+/// once with no ordering between them. `fill` is called at most once per
+/// page (a restore gives a chunk's memory back after its last page on
+/// that). Returns the CRCs in page order, or the error of the lowest
+/// failing block (the first a sequential writer would have met).
 pub fn write_pages_parallel(
     file: &File,
     path: &Path,

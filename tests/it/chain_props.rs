@@ -321,6 +321,61 @@ fn a_full_restore_reads_no_chunk_of_patterns_every_page_overwrote() {
     }
 }
 
+/// A full restore gives each RPS chunk's buffer back after the last page
+/// that copies from it: the counts of `count_uses` are exact (every one is
+/// given back, every chunk released by the end), the memory held at once
+/// stays below what the walk decodes, and every page reads the same as
+/// through a decoder that releases nothing.
+#[test]
+fn a_full_restore_releases_every_chunk_after_its_last_page() {
+    use rexctl::l2::chain::{ChainIndex, OpenChain};
+    let d = tempfile::tempdir().unwrap();
+    let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
+    std::fs::create_dir_all(&l1).unwrap();
+    let job = Job::open(&l1, Box::new(DirStore::create(&l2).unwrap())).unwrap();
+    let mut p = profile("balanced").unwrap();
+    p.pages = 1024;
+    let mut w = Workload::new(p, 11).unwrap();
+    for _ in 0..5 {
+        for _ in 0..2 {
+            w.checkpoint(&l1).unwrap();
+        }
+        push_l2(&job, &PushOptions::default()).unwrap();
+    }
+    let index = ChainIndex::load(job.l2.as_ref()).unwrap();
+    let g = index.newest().unwrap().generation;
+    let chain = OpenChain::open(job.l2.as_ref(), &index, g).unwrap();
+    let plain = OpenChain::open(job.l2.as_ref(), &index, g).unwrap();
+    assert!(chain.gens.len() >= 3, "a chain of deltas");
+    let (dec, check) = (chain.decoder(), plain.decoder());
+    let live = chain.live_pages();
+    let uses = dec.count_uses(&live, |lp| Some(*lp), 2).unwrap();
+    let held = || {
+        chain
+            .gens
+            .iter()
+            .map(|g| g.rps.chunks_held())
+            .sum::<usize>()
+    };
+    let (mut a, mut b) = (vec![0u8; 4096], vec![0u8; 4096]);
+    let mut peak = 0;
+    for &lp in &live {
+        // SAFETY: `uses` counted every live page, each read once here;
+        // `check` is another chain (its own files and pool).
+        let crc = unsafe { dec.read_page_releasing(lp, &mut a, &uses) }.unwrap();
+        assert_eq!(crc, check.read_page(lp, &mut b).unwrap());
+        assert!(a == b, "page {:#x}", lp.page);
+        peak = peak.max(held());
+    }
+    assert_eq!(uses.outstanding(), 0);
+    assert_eq!(held(), 0, "every chunk released");
+    let read: usize = chain.gens.iter().map(|g| g.rps.chunks_verified()).sum();
+    assert!(
+        peak < read,
+        "held at most {peak} chunks at once of {read} decoded"
+    );
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
 

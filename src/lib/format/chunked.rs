@@ -24,7 +24,12 @@
 //! handed out before its chunk's CRCs have been checked. A version 1
 //! payload is read in place from the read-only mapping of the file; a
 //! version 2 payload is decoded into an anonymous mapping of the payload's
-//! size, whose pages the kernel provides only as chunks are decoded.
+//! size, whose pages the kernel provides only as chunks are decoded, or,
+//! for the RPS files of a restore, into buffers of a [`ChunkPool`] that a
+//! chunk gives back after its last use
+//! ([`ChunkedFile::release_chunk`]): a chain of deltas decodes several
+//! times the image, and a restore then holds only what its remaining
+//! pages need, in memory the kernel has already faulted in.
 //!
 //! The writer streams records with bounded memory: full chunks go to a
 //! pool of encoder threads through a bounded queue and are written back in
@@ -480,21 +485,99 @@ struct Chunk {
     decoded_crc: u32,
 }
 
-/// The decoded payload of a version 2 file: an anonymous mapping written
-/// chunk by chunk, each chunk once, under its lock and before it is marked
-/// verified.
-struct Decoded {
-    _map: memmap2::MmapMut,
-    base: *mut u8,
+/// The decoded payload of a version 2 file, written chunk by chunk under
+/// the chunk's lock, before the chunk is marked verified; once per chunk,
+/// or again after [`ChunkedFile::release_chunk`] gave the chunk's memory
+/// back.
+enum Decoded {
+    /// One anonymous mapping of the payload's size, whose pages the kernel
+    /// provides as chunks are decoded: payload byte `a` at `base + a`.
+    Map {
+        _map: memmap2::MmapMut,
+        base: *mut u8,
+    },
+    /// One buffer of `size` (the chunk size) bytes per decoded chunk,
+    /// taken from `pool` and given back to it when the chunk is released:
+    /// chunk `i`'s bytes at `slots[i]` (null when not decoded). What a full
+    /// restore uses ([`ChunkedFile::decode_into_pool`]), so that the memory
+    /// of chunks it no longer needs holds the next ones instead of new
+    /// pages the kernel must fault in and zero.
+    Pooled {
+        slots: Vec<std::sync::atomic::AtomicPtr<u8>>,
+        size: usize,
+        pool: Arc<ChunkPool>,
+    },
+}
+
+/// Memory for decoded chunks that a restore reuses from one chunk to the
+/// next (see [`ChunkedFile::decode_into_pool`]), shared by the files of a
+/// chain. It carves buffers out of anonymous mappings of 8 MiB or more
+/// (huge pages where the kernel offers them, as for a file's own mapping)
+/// and owns them until it goes: a file keeps a pointer per decoded chunk,
+/// and gives it back to the free list when the chunk is released.
+#[derive(Default)]
+pub struct ChunkPool {
+    inner: Mutex<PoolInner>,
+}
+
+#[derive(Default)]
+struct PoolInner {
+    /// Every mapping made, kept until the pool goes.
+    maps: Vec<memmap2::MmapMut>,
+    /// Buffers given back: (size, start).
+    free: Vec<(usize, *mut u8)>,
+    /// What is left of the newest mapping: (start, bytes).
+    rest: (usize, usize),
+}
+
+// SAFETY: the pointers point into `maps`, which the pool owns and never
+// unmaps or moves before it is dropped; the pool only hands them out and
+// takes them back under its lock, and a buffer is used by one chunk at a
+// time (see `Decoded`).
+unsafe impl Send for PoolInner {}
+
+impl ChunkPool {
+    /// Arena size: a few chunks per mapping, whole huge pages.
+    const ARENA: usize = 8 << 20;
+
+    /// A buffer of `size` bytes (a free one of that size, or new memory):
+    /// its start. Fails only when the system gives no memory.
+    fn take(&self, size: usize) -> std::io::Result<*mut u8> {
+        let mut p = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = p.free.iter().rposition(|&(n, _)| n == size) {
+            return Ok(p.free.swap_remove(i).1);
+        }
+        let size64 = size.next_multiple_of(64);
+        if p.rest.1 < size64 {
+            let len = Self::ARENA.max(size64);
+            let mut m = memmap2::MmapOptions::new().len(len).map_anon()?;
+            #[cfg(target_os = "linux")]
+            let _ = m.advise(memmap2::Advice::HugePage);
+            p.rest = (m.as_mut_ptr() as usize, len);
+            p.maps.push(m);
+        }
+        let at = p.rest.0;
+        p.rest = (at + size64, p.rest.1 - size64);
+        Ok(at as *mut u8)
+    }
+
+    /// Gives back a buffer of `size` bytes that [`take`](Self::take) made.
+    fn put(&self, size: usize, buf: *mut u8) {
+        let mut p = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        p.free.push((size, buf));
+    }
 }
 
 // SAFETY: `base` points into `_map`, which lives as long as the `Decoded`
-// and never moves (a mapping's address is fixed). Bytes are written through
-// it only by `ChunkedFile::verify_chunk_slow`, holding the chunk's lock,
-// into a chunk not yet marked verified, of which no reference has been
-// handed out; they are read only through shared slices of chunks marked
-// verified (Release after the write, Acquire before the read). So no byte
-// is ever written while a reference to it exists, from any thread.
+// and never moves (a mapping's address is fixed), and a slot's buffer
+// lives until the slot gives it back (release, drop). Bytes are written
+// through them only by `ChunkedFile::verify_chunk_slow`, holding the
+// chunk's lock, into a chunk not marked verified, of which no reference is
+// alive (none was handed out, or `release_chunk`'s caller vouched that none
+// is left before the chunk was unmarked and its memory given back); they
+// are read only through shared slices of chunks marked verified (Release
+// after the write and the slot's store, Acquire before the read). So no
+// byte is ever written while a reference to it exists, from any thread.
 unsafe impl Send for Decoded {}
 // SAFETY: as for `Send`.
 unsafe impl Sync for Decoded {}
@@ -512,6 +595,9 @@ pub struct ChunkedFile {
     record_shift: u32,
     chunks: Vec<Chunk>,
     verified: Vec<AtomicBool>,
+    /// Chunks ever verified (a released chunk stays counted): what
+    /// [`ChunkedFile::chunks_verified`] reports.
+    ever: Vec<AtomicBool>,
     /// Version 2: the decoded payload (`None` for version 1, read in place,
     /// and for an empty payload).
     decoded: Option<Decoded>,
@@ -707,7 +793,7 @@ impl ChunkedFile {
             #[cfg(target_os = "linux")]
             let _ = m.advise(memmap2::Advice::HugePage);
             let base = m.as_mut_ptr();
-            Some(Decoded { _map: m, base })
+            Some(Decoded::Map { _map: m, base })
         };
         let locks = if decoded.is_some() {
             (0..chunk_list.len()).map(|_| Mutex::new(())).collect()
@@ -715,6 +801,9 @@ impl ChunkedFile {
             Vec::new()
         };
         let verified = (0..chunk_list.len())
+            .map(|_| AtomicBool::new(false))
+            .collect();
+        let ever = (0..chunk_list.len())
             .map(|_| AtomicBool::new(false))
             .collect();
         Ok(ChunkedFile {
@@ -725,6 +814,7 @@ impl ChunkedFile {
             chunk_shift: header.chunk_size.trailing_zeros(),
             record_shift: header.record_size.trailing_zeros(),
             chunks: chunk_list,
+            ever,
             verified,
             decoded,
             locks,
@@ -862,9 +952,54 @@ impl ChunkedFile {
         self.chunks.get(i).map(|c| (c.off, c.len, c.codec))
     }
 
-    /// Chunks verified (and decoded) so far: what a `--pages` restore had
-    /// to read.
+    /// Chunks verified (and decoded) so far, each once: what a `--pages`
+    /// restore had to read. A chunk released
+    /// ([`release_chunk`](Self::release_chunk)) still counts.
     pub fn chunks_verified(&self) -> usize {
+        self.ever
+            .iter()
+            .filter(|v| v.load(Ordering::Relaxed))
+            .count()
+    }
+
+    /// Gives chunk `i`'s decoded buffer back to its pool (a file decoding
+    /// into a pool, [`decode_into_pool`](Self::decode_into_pool)) and marks
+    /// the chunk not verified, so that a later read decodes (and checks) it
+    /// again, into another buffer. What keeps a full restore's memory
+    /// bounded by the chunks it still needs instead of every chunk it
+    /// decoded (a chain of deltas decodes several times the image), and
+    /// spares the kernel faulting in and zeroing new pages for each chunk.
+    /// Nothing happens for a file that does not decode into a pool, or a
+    /// chunk not verified.
+    ///
+    /// # Safety
+    ///
+    /// No slice of chunk `i`'s payload that this file handed out may be
+    /// alive when this is called, nor be taken until it returns, on any
+    /// thread: the caller knows every remaining use of the chunk (a full
+    /// restore counts them, [`crate::l2::chain::ChunkUses`]).
+    pub unsafe fn release_chunk(&self, i: usize) {
+        let (Some(Decoded::Pooled { slots, size, pool }), Some(lock)) =
+            (&self.decoded, self.locks.get(i))
+        else {
+            return;
+        };
+        let _guard = lock.lock().unwrap_or_else(|e| e.into_inner());
+        if !self.verified[i].swap(false, Ordering::AcqRel) {
+            return;
+        }
+        // No reference into the buffer is alive (the caller's contract) and
+        // none can be taken (the chunk is unmarked, its lock held): the next
+        // chunk may have it.
+        let p = slots[i].swap(std::ptr::null_mut(), Ordering::AcqRel);
+        if !p.is_null() {
+            pool.put(*size, p);
+        }
+    }
+
+    /// Chunks verified and holding their decoded bytes now (released ones
+    /// not counted): what a restore still keeps.
+    pub fn chunks_held(&self) -> usize {
         self.verified
             .iter()
             .filter(|v| v.load(Ordering::Relaxed))
@@ -879,8 +1014,28 @@ impl ChunkedFile {
             None => &self.map[HEADER_LEN as usize + a..HEADER_LEN as usize + b],
             // SAFETY: `a..b` lies within the decoded mapping (asserted
             // above against its length) and within chunks marked verified,
-            // which are never written again (see `Decoded`).
-            Some(d) => unsafe { std::slice::from_raw_parts(d.base.add(a), b - a) },
+            // which are not written while they are (see `Decoded`).
+            Some(Decoded::Map { base, .. }) => unsafe {
+                std::slice::from_raw_parts(base.add(a), b - a)
+            },
+            Some(Decoded::Pooled { slots, .. }) => {
+                if a == b {
+                    return &[];
+                }
+                let i = a >> self.chunk_shift;
+                let off = a - (i << self.chunk_shift);
+                // One chunk's bytes (`records` refuses ranges across
+                // chunks of a pooled file).
+                assert!((b - 1) >> self.chunk_shift == i);
+                let p = slots[i].load(Ordering::Acquire);
+                assert!(!p.is_null());
+                // SAFETY: chunk `i` is verified, so its slot holds its
+                // buffer of `chunk_size` bytes (stored before the chunk was
+                // marked, Release/Acquire), which stays until the chunk is
+                // released, when no slice of it may be alive (see
+                // `Decoded`); `off..off + (b - a)` lies in the chunk.
+                unsafe { std::slice::from_raw_parts(p.add(off), b - a) }
+            }
         }
     }
 
@@ -910,17 +1065,39 @@ impl ChunkedFile {
             None => None,
         };
         let stored = self.check_stored(i)?;
-        if let Some(d) = &self.decoded {
-            let (start, end) = self.chunk_range(i);
-            // SAFETY: `start..end` is chunk `i` of the decoded mapping
-            // (within its `payload_len` bytes); the chunk is not verified
-            // and its lock is held, so no other thread writes it and no
-            // reference to it exists (see `Decoded`).
-            let dst = unsafe {
-                std::slice::from_raw_parts_mut(d.base.add(start as usize), (end - start) as usize)
-            };
-            self.check_decoded(i, stored, dst)?;
+        match &self.decoded {
+            None => {}
+            Some(Decoded::Map { base, .. }) => {
+                let (start, end) = self.chunk_range(i);
+                // SAFETY: `start..end` is chunk `i` of the decoded mapping
+                // (within its `payload_len` bytes); the chunk is not
+                // verified and its lock is held, so no other thread writes
+                // it and no reference to it exists (see `Decoded`).
+                let dst = unsafe {
+                    std::slice::from_raw_parts_mut(base.add(start as usize), (end - start) as usize)
+                };
+                self.check_decoded(i, stored, dst)?;
+            }
+            Some(Decoded::Pooled { slots, size, pool }) => {
+                let (start, end) = self.chunk_range(i);
+                // The slot is empty: the chunk is not verified, and a
+                // release empties the slot of a chunk it unmarks.
+                let buf = pool
+                    .take(*size)
+                    .ctx(&self.path, "map memory for decoded chunks")?;
+                // SAFETY: `buf` is a buffer of `size` >= `end - start`
+                // bytes of the pool's mappings (zero-filled or written
+                // before), which no slot and no reference holds: the pool
+                // hands a buffer to one taker until it is given back.
+                let dst = unsafe { std::slice::from_raw_parts_mut(buf, (end - start) as usize) };
+                if let Err(e) = self.check_decoded(i, stored, dst) {
+                    pool.put(*size, buf);
+                    return Err(e);
+                }
+                slots[i].store(buf, Ordering::Release);
+            }
         }
+        self.ever[i].store(true, Ordering::Relaxed);
         self.verified[i].store(true, Ordering::Release);
         Ok(())
     }
@@ -1107,11 +1284,50 @@ impl ChunkedFile {
         };
         let (a, b) = (first * rs, end * rs);
         if b > a {
-            for i in a >> self.chunk_shift..=(b - 1) >> self.chunk_shift {
+            let (c0, c1) = (a >> self.chunk_shift, (b - 1) >> self.chunk_shift);
+            if c1 > c0 && matches!(self.decoded, Some(Decoded::Pooled { .. })) {
+                return Err(Error::Invalid(format!(
+                    "{}: records {first}..{end} span chunks {c0}..={c1} of a file decoded chunk by chunk",
+                    self.path.display()
+                )));
+            }
+            for i in c0..=c1 {
                 self.verify_chunk(i as usize)?;
             }
         }
         Ok(self.payload_slice(a as usize, b as usize))
+    }
+
+    /// The smallest chunk [`decode_into_pool`](Self::decode_into_pool)
+    /// pools: smaller ones (which only another writer makes; `rexctl`
+    /// writes 256 KiB) would cost a trip through the pool's lock per few
+    /// patterns, and keep their file's own mapping.
+    pub const MIN_POOLED_CHUNK: u32 = 64 << 10;
+
+    /// Decodes chunks into buffers of `pool` from now on, one per chunk,
+    /// which [`release_chunk`](Self::release_chunk) gives back for the
+    /// next chunk to reuse: the mode of a restore's RPS files. Then
+    /// [`records`](Self::records) refuses a range across chunks (single
+    /// records and whole chunks are what a page rebuild reads). `false`,
+    /// changing nothing, when the file has no decoded payload (version 1,
+    /// read in place), chunks smaller than
+    /// [`MIN_POOLED_CHUNK`](Self::MIN_POOLED_CHUNK), or has verified a
+    /// chunk already.
+    pub fn decode_into_pool(&mut self, pool: Arc<ChunkPool>) -> bool {
+        if !matches!(self.decoded, Some(Decoded::Map { .. }))
+            || self.header.chunk_size < Self::MIN_POOLED_CHUNK
+            || self.ever.iter().any(|v| v.load(Ordering::Relaxed))
+        {
+            return false;
+        }
+        self.decoded = Some(Decoded::Pooled {
+            slots: (0..self.chunks.len())
+                .map(|_| std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()))
+                .collect(),
+            size: self.header.chunk_size as usize,
+            pool,
+        });
+        true
     }
 
     /// The payload bytes of record `i` (file-local index), CRC-checked:
@@ -1892,6 +2108,77 @@ mod tests {
         assert_ne!(f.stored_chunk(1).unwrap().2, Codec::Raw);
         f.verify_all().unwrap();
         assert_eq!(f.payload().unwrap(), &data[..]);
+    }
+
+    /// A file decoding into a pool reads what the file holds; a released
+    /// chunk's buffer goes to the next chunk decoded, and a released chunk
+    /// read again is decoded (and checked) again, the same bytes; only a
+    /// file with nothing verified yet switches; ranges across chunks are
+    /// refused, not misread.
+    #[test]
+    fn a_pooled_file_reuses_released_buffers_and_reads_the_same_bytes() {
+        let d = tempfile::tempdir().unwrap();
+        let data: Vec<u8> = (0..4 * (1u32 << 18) + 4096)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8 & 0x3f)
+            .collect();
+        let p = write_v(d.path(), "g.rps", Kind::Rps, WriteFormat::default(), &data);
+        let mut plain = ChunkedFile::open(&p, Kind::Rps).unwrap();
+        plain.record(0).unwrap();
+        assert!(
+            !plain.decode_into_pool(Arc::default()),
+            "a chunk is verified"
+        );
+        assert_eq!(plain.records(8191, 2).unwrap(), &data[8191 * 32..8193 * 32]);
+        let mut f = ChunkedFile::open(&p, Kind::Rps).unwrap();
+        assert!(f.decode_into_pool(Arc::new(ChunkPool::default())));
+        let cs = 1usize << 18;
+        assert_eq!(f.chunk_count(), 5);
+        let first = f.chunk_payload(0).unwrap().as_ptr();
+        assert_eq!(f.chunk_payload(0).unwrap(), &data[..cs]);
+        assert_eq!(f.chunk_payload(1).unwrap(), &data[cs..2 * cs]);
+        assert_eq!(f.chunks_held(), 2);
+        // SAFETY: no slice of chunk 0 is alive (the ones above are gone).
+        unsafe { f.release_chunk(0) };
+        assert_eq!((f.chunks_held(), f.chunks_verified()), (1, 2));
+        let third = f.chunk_payload(2).unwrap();
+        assert_eq!(third.as_ptr(), first, "the released buffer is reused");
+        assert_eq!(third, &data[2 * cs..3 * cs]);
+        assert_eq!(f.record(5).unwrap(), &data[5 * 32..6 * 32]);
+        assert_eq!(f.chunk_payload(4).unwrap(), &data[4 * cs..]);
+        // Releasing twice, or a chunk never decoded, does nothing.
+        // SAFETY: no slice of chunks 0 and 3 is alive.
+        unsafe {
+            f.release_chunk(0);
+            f.release_chunk(3);
+        }
+        assert_eq!(f.chunks_held(), 3);
+        assert!(
+            matches!(f.records(cs as u64 / 32 - 1, 2), Err(Error::Invalid(m)) if m.contains("span chunks"))
+        );
+        assert_eq!(f.records(cs as u64 / 32, 2).unwrap(), &data[cs..cs + 64]);
+        for k in 0..5 {
+            let want = &data[k * cs..((k + 1) * cs).min(data.len())];
+            assert_eq!(f.chunk_payload(k).unwrap(), want, "chunk {k}");
+            // SAFETY: the slice above is gone.
+            unsafe { f.release_chunk(k) };
+        }
+        assert_eq!(f.chunks_held(), 0);
+        // Small chunks keep their file's mapping (a trip through the
+        // pool's lock per few patterns would cost more than it saves).
+        let small = WriteFormat {
+            chunk_size: ChunkedFile::MIN_POOLED_CHUNK / 2,
+            ..WriteFormat::default()
+        };
+        let ps = write_v(d.path(), "small.rps", Kind::Rps, small, &data);
+        let mut fs = ChunkedFile::open(&ps, Kind::Rps).unwrap();
+        assert!(!fs.decode_into_pool(Arc::default()));
+        assert_eq!(fs.payload().unwrap(), &data[..]);
+        // A version 1 file has nothing decoded to pool.
+        let v1 = WriteFormat::for_l2_version(1).unwrap();
+        let p1 = write_v(d.path(), "v1.rps", Kind::Rps, v1, &data[..cs]);
+        let mut f1 = ChunkedFile::open(&p1, Kind::Rps).unwrap();
+        assert!(!f1.decode_into_pool(Arc::default()));
+        assert_eq!(f1.payload().unwrap(), &data[..cs]);
     }
 
     /// Writes `data` as one file of `kind` in `fmt`, returns its path.

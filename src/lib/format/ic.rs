@@ -1101,8 +1101,8 @@ impl IcWriter {
 
     /// Writes every page at once on `threads` threads: page `k` of the
     /// index is made by `fill(k, buf)`, which returns its CRC-32 (see
-    /// [`crate::durable::write_pages_parallel`]). No page may have been
-    /// pushed before.
+    /// [`crate::durable::write_pages_parallel`]: at most once per page). No
+    /// page may have been pushed before.
     pub fn write_pages_parallel(
         &mut self,
         threads: usize,

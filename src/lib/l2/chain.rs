@@ -13,9 +13,10 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::{Error, Result};
-use crate::format::chunked::{ChunkedFile, Kind};
+use crate::format::chunked::{ChunkPool, ChunkedFile, Kind};
 use crate::format::ic::DropRange;
 use crate::format::manifest::{FileEntry, Manifest, Role, manifest_name, parse_manifest_name};
 use crate::format::ptable::PTableDelta;
@@ -512,7 +513,15 @@ impl OpenChain {
     }
 
     /// Builds a chain from already opened generations (oldest first).
-    pub fn from_generations(gens: Vec<OpenGeneration>) -> OpenChain {
+    pub fn from_generations(mut gens: Vec<OpenGeneration>) -> OpenChain {
+        // The RPS chunks of the whole lineage share one pool of buffers,
+        // which a full restore recycles from the chunks it is done with
+        // (`PageDecoder::read_page_releasing`); the Pointer Files keep their
+        // own mappings (a page's pointers may span chunks).
+        let pool = Arc::new(ChunkPool::default());
+        for g in &mut gens {
+            g.rps.decode_into_pool(pool.clone());
+        }
         let bases = gens
             .iter()
             .enumerate()
@@ -709,6 +718,32 @@ pub struct PageDecoder<'a> {
     alpha: usize,
 }
 
+/// How many pages still to be rebuilt use each RPS chunk of a chain, per
+/// generation with patterns: what lets a full restore give a chunk's
+/// decoded memory back after its last use
+/// ([`PageDecoder::read_page_releasing`]), so that it holds the chunks the
+/// pages still to come need, not every chunk of the lineage.
+pub struct ChunkUses {
+    counts: Vec<Vec<AtomicU64>>,
+}
+
+impl ChunkUses {
+    /// Uses not given back yet, over every chunk: 0 once every counted
+    /// page has been rebuilt.
+    pub fn outstanding(&self) -> u64 {
+        self.counts
+            .iter()
+            .flatten()
+            .map(|c| c.load(Ordering::Relaxed))
+            .sum()
+    }
+}
+
+thread_local! {
+    /// The chunks of the page just rebuilt ([`PageDecoder::read_page_releasing`]).
+    static USED: std::cell::RefCell<Vec<(u32, u64)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// The patterns of one generation, for [`PageDecoder`].
 #[derive(Clone, Copy)]
 struct Seg<'a> {
@@ -728,6 +763,8 @@ struct Window<'a> {
     lo: u64,
     n: u64,
     data: &'a [u8],
+    /// Which chunk: (segment, chunk of its RPS).
+    at: (u32, u64),
 }
 
 impl OpenChain {
@@ -765,10 +802,24 @@ impl PageDecoder<'_> {
     /// Rebuilds live page `lp` into `out` (one page), checks it against the
     /// CRC its P-Table delta recorded, and returns that CRC.
     pub fn read_page(&self, lp: LivePage, out: &mut [u8]) -> Result<u32> {
+        self.rebuild(lp, out, |_| {}).map(|(crc, _)| crc)
+    }
+
+    /// [`read_page`](Self::read_page), handing `used` the (segment, chunk)
+    /// of every RPS chunk the page copies from as it first takes it; `true`
+    /// with the CRC when those were all of them (the page was rebuilt
+    /// through the windows; `false` when the checked path did it).
+    fn rebuild(
+        &self,
+        lp: LivePage,
+        out: &mut [u8],
+        used: impl FnMut((u32, u64)),
+    ) -> Result<(u32, bool)> {
         let g = &self.chain.gens[lp.layer as usize];
         if let Some(x) = g.xref_at(lp.pos) {
+            // Another rank's chain: none of this chain's chunks.
             self.chain.read_xref(lp, x, out)?;
-            return Ok(g.ptable.page_crcs[lp.pos as usize]);
+            return Ok((g.ptable.page_crcs[lp.pos as usize], true));
         }
         let alpha = self.alpha as u64;
         let ptrs = lp
@@ -778,22 +829,188 @@ impl PageDecoder<'_> {
         let (Some(ptrs), true) = (ptrs, out.len() == self.page_size()) else {
             // Out of range or a bad chunk: the checked path reports it.
             self.chain.read_page(lp, out)?;
-            return Ok(g.ptable.page_crcs[lp.pos as usize]);
+            return Ok((g.ptable.page_crcs[lp.pos as usize], false));
         };
         let ok = match self.ps {
-            32 => self.copy::<32>(ptrs, out),
-            16 => self.copy::<16>(ptrs, out),
-            64 => self.copy::<64>(ptrs, out),
-            128 => self.copy::<128>(ptrs, out),
-            _ => self.copy_any(ptrs, out),
+            32 => self.copy::<32>(ptrs, out, used),
+            16 => self.copy::<16>(ptrs, out, used),
+            64 => self.copy::<64>(ptrs, out, used),
+            128 => self.copy::<128>(ptrs, out, used),
+            _ => self.copy_any(ptrs, out, used),
         };
         let want = g.ptable.page_crcs[lp.pos as usize];
         if ok.is_err() || crc32fast::hash(out) != want {
             // A bad pointer, chunk or CRC: the checked path names the
             // culprit.
             self.chain.read_page(lp, out)?;
+            return Ok((want, false));
         }
-        Ok(want)
+        Ok((want, true))
+    }
+
+    /// The distinct RPS chunks the pointers of live page `lp` lie in, as
+    /// (segment, chunk) pairs, into `out`. `false` when its pointers cannot
+    /// be read (its rebuild then fails on them); nothing for a page another
+    /// rank stores. Pointers outside the pattern space are left out: the
+    /// rebuild fails on them.
+    fn chunks_of(&self, lp: LivePage, out: &mut Vec<(u32, u64)>) -> bool {
+        out.clear();
+        let g = &self.chain.gens[lp.layer as usize];
+        if g.xref_at(lp.pos).is_some() {
+            return true;
+        }
+        let alpha = self.alpha as u64;
+        let Some(ptrs) = lp
+            .pos
+            .checked_mul(alpha)
+            .and_then(|first| g.pf.records(first, alpha).ok())
+        else {
+            return false;
+        };
+        // The chunks of the pointers before, as `copy` keeps its windows:
+        // pointers mostly run on in one, or alternate between two.
+        let (mut w, mut w2) = ((0u64, 0u64), (0u64, 0u64));
+        for p in ptrs.chunks_exact(4) {
+            let p = u64::from(u32::from_le_bytes(p.try_into().expect("4 bytes")));
+            if p.wrapping_sub(w.0) < w.1 {
+                continue;
+            }
+            if p.wrapping_sub(w2.0) < w2.1 {
+                std::mem::swap(&mut w, &mut w2);
+                continue;
+            }
+            let Some((i, s)) = self.segs.iter().enumerate().rev().find(|(_, s)| s.lo <= p) else {
+                continue;
+            };
+            let local = p - s.lo;
+            if local >= s.n {
+                continue;
+            }
+            let k = local >> s.shift;
+            let lo = s.lo + (k << s.shift);
+            w2 = w;
+            w = (lo, (1u64 << s.shift).min(s.lo + s.n - lo));
+            if !out.contains(&(i as u32, k)) {
+                out.push((i as u32, k));
+            }
+        }
+        true
+    }
+
+    /// Counts, on `threads` threads, the live pages of `pages` (those
+    /// `live` gives) that use each RPS chunk, for
+    /// [`read_page_releasing`](Self::read_page_releasing).
+    /// `None` when a page's pointers cannot be read (a bad chunk of its
+    /// Pointer File, a fetch that failed): its rebuild would then read
+    /// chunks no count knows of, so nothing may be released.
+    pub fn count_uses<T: Sync>(
+        &self,
+        pages: &[T],
+        live: impl Fn(&T) -> Option<LivePage> + Sync,
+        threads: usize,
+    ) -> Option<ChunkUses> {
+        let zeros = || -> Vec<Vec<u64>> {
+            self.segs
+                .iter()
+                .map(|s| vec![0; s.rps.chunk_count()])
+                .collect()
+        };
+        // Parts of a couple of thousand pages (a few Pointer File chunks),
+        // claimed from a shared counter so that the threads stay busy to
+        // the end, each counting into its own table.
+        const PART: usize = 2048;
+        let parts = pages.len().div_ceil(PART);
+        let threads = threads.clamp(1, parts.max(1));
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let work = || -> Option<Vec<Vec<u64>>> {
+            let mut counts = zeros();
+            let mut used = Vec::new();
+            loop {
+                let p = next.fetch_add(1, Ordering::Relaxed);
+                if p >= parts {
+                    return Some(counts);
+                }
+                let mine = &pages[p * PART..((p + 1) * PART).min(pages.len())];
+                for lp in mine.iter().filter_map(&live) {
+                    if !self.chunks_of(lp, &mut used) {
+                        // Stop the others too: nothing will be released.
+                        next.store(parts, Ordering::Relaxed);
+                        return None;
+                    }
+                    for &(i, k) in &used {
+                        counts[i as usize][k as usize] += 1;
+                    }
+                }
+            }
+        };
+        let tables = std::thread::scope(|sc| {
+            let handles: Vec<_> = (1..threads).map(|_| sc.spawn(work)).collect();
+            let mut all = vec![work()];
+            for h in handles {
+                all.push(h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+            }
+            all
+        });
+        let mut sum = zeros();
+        for t in tables {
+            for (s, t) in sum.iter_mut().zip(t?) {
+                for (a, b) in s.iter_mut().zip(t) {
+                    *a += b;
+                }
+            }
+        }
+        let counts = sum
+            .into_iter()
+            .map(|s| s.into_iter().map(AtomicU64::new).collect())
+            .collect();
+        Some(ChunkUses { counts })
+    }
+
+    /// [`read_page`](Self::read_page), then one use less of each RPS chunk
+    /// the page copied from; a chunk whose last use this was gives its
+    /// decoded memory back ([`ChunkedFile::release_chunk`]). A page that
+    /// fails gives nothing back.
+    ///
+    /// # Safety
+    ///
+    /// `uses` comes from [`count_uses`](Self::count_uses) of this decoder
+    /// over pages among which `lp` is, and each of those pages is read
+    /// through this method at most once; while `uses` is in use, nothing
+    /// else reads the patterns of the chain's RPS files (another decoder,
+    /// [`OpenChain::read_page`], [`OpenChain::pattern`]). Otherwise a
+    /// chunk could be released while a slice of it is still read.
+    pub unsafe fn read_page_releasing(
+        &self,
+        lp: LivePage,
+        out: &mut [u8],
+        uses: &ChunkUses,
+    ) -> Result<u32> {
+        let mut used: Vec<(u32, u64)> = USED.with_borrow_mut(std::mem::take);
+        used.clear();
+        let (crc, all) = self.rebuild(lp, out, |c| {
+            if !used.contains(&c) {
+                used.push(c);
+            }
+        })?;
+        // The checked path rebuilt it: its chunks from its pointers.
+        if all || self.chunks_of(lp, &mut used) {
+            for &(i, k) in used.iter() {
+                let left = uses.counts[i as usize][k as usize].fetch_sub(1, Ordering::AcqRel);
+                if left == 1 {
+                    // SAFETY: the count was the number of pages that copy
+                    // from this chunk, each counted from the same verified
+                    // pointers its rebuild reads, and each gives its use
+                    // back once, only after its rebuild returned (its
+                    // windows into the chunk are gone): at zero no rebuild
+                    // holds or will take a slice of the chunk, and nothing
+                    // else reads the RPS files meanwhile (this method's
+                    // contract).
+                    unsafe { self.segs[i as usize].rps.release_chunk(k as usize) };
+                }
+            }
+        }
+        USED.with_borrow_mut(|u| *u = used);
+        Ok(crc)
     }
 
     /// The verified chunk holding pointer `p`, `None` when `p` lies outside
@@ -802,7 +1019,12 @@ impl PageDecoder<'_> {
     /// scan beats a binary search.
     #[cold]
     fn window(&self, p: u64) -> Option<Window<'_>> {
-        let s = self.segs.iter().rev().find(|s| s.lo <= p)?;
+        let (i, s) = self
+            .segs
+            .iter()
+            .enumerate()
+            .rev()
+            .find(|(_, s)| s.lo <= p)?;
         let local = p - s.lo;
         if local >= s.n {
             return None;
@@ -813,17 +1035,24 @@ impl PageDecoder<'_> {
             lo: s.lo + (k << s.shift),
             n: (data.len() / self.ps) as u64,
             data,
+            at: (i as u32, k),
         })
     }
 
     /// Copies the patterns `ptrs` (little-endian u32s) into `out`, `N`
     /// bytes each; on a pointer it cannot use, returns it.
     #[inline(always)]
-    fn copy<const N: usize>(&self, ptrs: &[u8], out: &mut [u8]) -> std::result::Result<(), u32> {
+    fn copy<const N: usize>(
+        &self,
+        ptrs: &[u8],
+        out: &mut [u8],
+        mut used: impl FnMut((u32, u64)),
+    ) -> std::result::Result<(), u32> {
         let none = Window {
             lo: 0,
             n: 0,
             data: &[],
+            at: (0, 0),
         };
         let mut w = none;
         // The window used before `w`: a page's pointers alternate between
@@ -840,6 +1069,7 @@ impl PageDecoder<'_> {
                 } else {
                     w2 = w;
                     w = self.window(p).ok_or(ptr)?;
+                    used(w.at);
                 }
             }
             // `p - lo < n` and the window holds `n` patterns of `N` bytes.
@@ -851,11 +1081,17 @@ impl PageDecoder<'_> {
         Ok(())
     }
 
-    fn copy_any(&self, ptrs: &[u8], out: &mut [u8]) -> std::result::Result<(), u32> {
+    fn copy_any(
+        &self,
+        ptrs: &[u8],
+        out: &mut [u8],
+        mut used: impl FnMut((u32, u64)),
+    ) -> std::result::Result<(), u32> {
         let ps = self.ps;
         for (dst, p) in out.chunks_exact_mut(ps).zip(ptrs.chunks_exact(4)) {
             let ptr = u32::from_le_bytes(p.try_into().expect("4 bytes"));
             let w = self.window(u64::from(ptr)).ok_or(ptr)?;
+            used(w.at);
             let at = (u64::from(ptr) - w.lo) as usize * ps;
             dst.copy_from_slice(&w.data[at..at + ps]);
         }

@@ -830,17 +830,34 @@ fn write_image(
 
     // Every page is rebuilt (chain) or copied (pending IC file) and
     // checked against its recorded CRC by `fetch`, on every thread at once.
+    let live = |e: &crate::l1::coalesce::CListEntry| {
+        (e.chk < ng).then_some(LivePage {
+            page: e.page,
+            layer: e.chk,
+            pos: e.pp,
+        })
+    };
+    // How many pages use each chunk: a chunk's decoded memory is given
+    // back after its last page, so the restore holds what the pages still
+    // to come need, not the whole lineage decoded (several times the image
+    // for a chain of deltas). Nothing else reads the chain's RPS files
+    // while the pages are rebuilt.
+    let uses = decoder
+        .as_ref()
+        .and_then(|d| d.count_uses(&entries, live, opts.threads()));
     let fetch = |e: &crate::l1::coalesce::CListEntry, buf: &mut [u8]| -> Result<u32> {
-        if e.chk < ng {
-            let lp = LivePage {
-                page: e.page,
-                layer: e.chk,
-                pos: e.pp,
-            };
+        if let Some(lp) = live(e) {
             let d = decoder
                 .as_ref()
                 .expect("generation layers come from the chain");
-            d.read_page(lp, buf)
+            match &uses {
+                // SAFETY: `uses` counted every page of `entries`, and
+                // `write_pages_parallel` fills each page once; nothing
+                // but these rebuilds reads the chain's patterns until
+                // they are done.
+                Some(u) => unsafe { d.read_page_releasing(lp, buf, u) },
+                None => d.read_page(lp, buf),
+            }
         } else {
             let f = ics[(e.chk - ng) as usize].as_ref().expect("opened above");
             buf.copy_from_slice(f.page(e.pp as usize)?);
