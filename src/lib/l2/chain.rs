@@ -974,11 +974,14 @@ impl PageDecoder<'_> {
     /// # Safety
     ///
     /// `uses` comes from [`count_uses`](Self::count_uses) of this decoder
-    /// over pages among which `lp` is, and each of those pages is read
-    /// through this method at most once; while `uses` is in use, nothing
-    /// else reads the patterns of the chain's RPS files (another decoder,
-    /// [`OpenChain::read_page`], [`OpenChain::pattern`]). Otherwise a
-    /// chunk could be released while a slice of it is still read.
+    /// over pages among which `lp` is, and each of those pages gives its
+    /// uses back at most once (through this method or
+    /// [`give_back`](Self::give_back)); while `uses` is in use, every
+    /// other read of the chain's patterns (this method on other threads,
+    /// another decoder, [`OpenChain::read_page`], [`OpenChain::pattern`])
+    /// is of a page counted in `uses` that has not given its uses back
+    /// yet. Otherwise a chunk could be released while a slice of it is
+    /// still read.
     pub unsafe fn read_page_releasing(
         &self,
         lp: LivePage,
@@ -994,23 +997,59 @@ impl PageDecoder<'_> {
         })?;
         // The checked path rebuilt it: its chunks from its pointers.
         if all || self.chunks_of(lp, &mut used) {
-            for &(i, k) in used.iter() {
-                let left = uses.counts[i as usize][k as usize].fetch_sub(1, Ordering::AcqRel);
-                if left == 1 {
-                    // SAFETY: the count was the number of pages that copy
-                    // from this chunk, each counted from the same verified
-                    // pointers its rebuild reads, and each gives its use
-                    // back once, only after its rebuild returned (its
-                    // windows into the chunk are gone): at zero no rebuild
-                    // holds or will take a slice of the chunk, and nothing
-                    // else reads the RPS files meanwhile (this method's
-                    // contract).
-                    unsafe { self.segs[i as usize].rps.release_chunk(k as usize) };
-                }
-            }
+            // SAFETY: the page's rebuild returned (its windows into the
+            // chunks are gone), and every other read is of a page still
+            // counted (this method's contract).
+            unsafe { self.give_back_chunks(&used, uses) };
         }
         USED.with_borrow_mut(|u| *u = used);
         Ok(crc)
+    }
+
+    /// Gives back the uses that [`count_uses`](Self::count_uses) counted
+    /// for live page `lp`, once its reader is done with the patterns it
+    /// read: what a push does after it deduplicated a page against its
+    /// previous version (or rebuilt an old page), as a restore does after
+    /// each page it rebuilds.
+    ///
+    /// # Safety
+    ///
+    /// `uses` comes from `count_uses` of this decoder over pages among
+    /// which `lp` is, and each of those pages gives its uses back at most
+    /// once; every slice of the chain's RPS chunks that is alive, or taken
+    /// on any thread, while this runs belongs to a page counted in `uses`
+    /// that has not given its uses back yet (so `lp`'s reader keeps none).
+    /// A chunk whose count reaches zero is released: a later read decodes
+    /// it again.
+    pub unsafe fn give_back(&self, lp: LivePage, uses: &ChunkUses) {
+        let mut used: Vec<(u32, u64)> = USED.with_borrow_mut(std::mem::take);
+        if self.chunks_of(lp, &mut used) {
+            // SAFETY: this method's contract.
+            unsafe { self.give_back_chunks(&used, uses) };
+        }
+        USED.with_borrow_mut(|u| *u = used);
+    }
+
+    /// One use less of each chunk of `used`; a chunk at zero is released.
+    ///
+    /// # Safety
+    ///
+    /// As [`give_back`](Self::give_back), for the page whose distinct
+    /// chunks `used` holds (as `count_uses` counted them).
+    unsafe fn give_back_chunks(&self, used: &[(u32, u64)], uses: &ChunkUses) {
+        for &(i, k) in used {
+            let left = uses.counts[i as usize][k as usize].fetch_sub(1, Ordering::AcqRel);
+            if left == 1 {
+                // SAFETY: the count was the number of pages whose readers
+                // take slices of this chunk, each counted from the same
+                // verified pointers its reader follows, and each gives its
+                // use back once, when its reader holds no slice any more:
+                // at zero no reader holds or will take a slice of the
+                // chunk without decoding it again, and nothing else reads
+                // the chain meanwhile (the caller's contract).
+                unsafe { self.segs[i as usize].rps.release_chunk(k as usize) };
+            }
+        }
     }
 
     /// The verified chunk holding pointer `p`, `None` when `p` lies outside

@@ -926,13 +926,46 @@ fn run<H: PatternHasher>(
     ];
     let mut pending: Option<Pending<'_>> = None;
     let mut xref_pages: Vec<u64> = Vec::new();
-    for (k, (page, src, prev)) in plan.iter().enumerate() {
+    // The old chain's RPS chunks are given back after the last page that
+    // reads them (its previous version, or the old page itself for a
+    // complete coalescence), as a restore does: the push's memory is then
+    // the DeD-Table and the chunks the pages still to come need, not every
+    // chunk of the lineage it decoded. (A page that reads nothing, or an
+    // xref page counted and skipped, only keeps its chunks longer.)
+    let chain_shared = unit.chain_shared;
+    let decoder = job.chain.map(OpenChain::decoder);
+    let read_of = |(_, src, prev): &(u64, Src, Option<LivePage>)| match src {
+        Src::Ic(_) => prev.filter(|_| chain_shared),
+        Src::Old(lp) => Some(*lp),
+    };
+    let uses = decoder
+        .as_ref()
+        .and_then(|d| d.count_uses(&plan, read_of, crate::durable::default_threads()));
+    // The page whose commit is pending: what it read, to give back after.
+    let mut pending_read: Option<LivePage> = None;
+    let give_back = |unit: &mut Unit<'_, H>, slot: usize, read: Option<LivePage>| {
+        // Its reader's slices of the chain go with the slot's previous
+        // version; the page prepared after it keeps its own.
+        unit.scratch[slot].prev.clear();
+        if let (Some(lp), Some(d), Some(u)) = (read, &decoder, &uses) {
+            // SAFETY: `uses` counted every page of the plan; each gives
+            // back once, after its commit, with the slot's slices dropped;
+            // the only slices of the chain alive then are those of the
+            // page prepared next (counted, not given back yet), since the
+            // unit's other reads (hits checked against old patterns, old
+            // pages rebuilt into buffers) end within a call; one thread.
+            unsafe { d.give_back(lp, u) };
+        }
+    };
+    for (k, entry) in plan.iter().enumerate() {
+        let (page, src, prev) = entry;
         let slot = k % 2;
         while xrefs.next_if(|x| x.page < *page).is_some() {}
         if xrefs.next_if(|x| x.page == *page).is_some() {
             // Another rank stores it: only its CRC (and zero pointers).
             if let Some(p) = pending.take() {
                 commit(&mut unit, 1 - slot, p, &old_bufs, &mut ptab)?;
+                give_back(&mut unit, 1 - slot, pending_read.take());
             }
             let crc = match src {
                 Src::Ic(e) => {
@@ -993,12 +1026,16 @@ fn run<H: PatternHasher>(
                 }
             }
         };
+        let read = std::mem::replace(&mut pending_read, read_of(entry));
         if let Some(p) = pending.replace(next) {
             commit(&mut unit, 1 - slot, p, &old_bufs, &mut ptab)?;
+            give_back(&mut unit, 1 - slot, read);
         }
     }
     if let Some(p) = pending.take() {
-        commit(&mut unit, (plan.len() + 1) % 2, p, &old_bufs, &mut ptab)?;
+        let slot = (plan.len() + 1) % 2;
+        commit(&mut unit, slot, p, &old_bufs, &mut ptab)?;
+        give_back(&mut unit, slot, pending_read.take());
     }
     unit.out.table_bytes = unit.out.table_bytes.max(unit.table.memory_bytes() as u64);
     if !unit.rps_buf.is_empty() {
