@@ -569,8 +569,9 @@ impl ChunkPool {
 }
 
 // SAFETY: `base` points into `_map`, which lives as long as the `Decoded`
-// and never moves (a mapping's address is fixed), and a slot's buffer
-// lives until the slot gives it back (release, drop). Bytes are written
+// and never moves (a mapping's address is fixed), and a slot's buffer lies
+// in the pool's mappings, which live as long as the pool (the file holds
+// it) and never move either. Bytes are written
 // through them only by `ChunkedFile::verify_chunk_slow`, holding the
 // chunk's lock, into a chunk not marked verified, of which no reference is
 // alive (none was handed out, or `release_chunk`'s caller vouched that none

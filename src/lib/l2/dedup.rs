@@ -940,7 +940,7 @@ fn run<H: PatternHasher>(
     };
     let uses = decoder
         .as_ref()
-        .and_then(|d| d.count_uses(&plan, read_of, crate::durable::default_threads()));
+        .and_then(|d| d.count_uses(&plan, read_of, job.format.encoding.threads));
     // The page whose commit is pending: what it read, to give back after.
     let mut pending_read: Option<LivePage> = None;
     let give_back = |unit: &mut Unit<'_, H>, slot: usize, read: Option<LivePage>| {
