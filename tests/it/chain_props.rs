@@ -321,6 +321,25 @@ fn a_full_restore_reads_no_chunk_of_patterns_every_page_overwrote() {
     }
 }
 
+/// A job in `dir` (`l1/`, `l2/`) whose L2 holds a chain of deltas: 10
+/// checkpoints of 1024 balanced pages pushed in batches of 2. Returns the
+/// job and its workload, to write more checkpoints.
+fn chain_of_deltas(dir: &Path, seed: u64) -> (Job, Workload) {
+    let (l1, l2) = (dir.join("l1"), dir.join("l2"));
+    std::fs::create_dir_all(&l1).unwrap();
+    let job = Job::open(&l1, Box::new(DirStore::create(&l2).unwrap())).unwrap();
+    let mut p = profile("balanced").unwrap();
+    p.pages = 1024;
+    let mut w = Workload::new(p, seed).unwrap();
+    for _ in 0..5 {
+        for _ in 0..2 {
+            w.checkpoint(&l1).unwrap();
+        }
+        push_l2(&job, &PushOptions::default()).unwrap();
+    }
+    (job, w)
+}
+
 /// A full restore gives each RPS chunk's buffer back after the last page
 /// that copies from it: the counts of `count_uses` are exact (every one is
 /// given back, every chunk released by the end), the memory held at once
@@ -330,18 +349,7 @@ fn a_full_restore_reads_no_chunk_of_patterns_every_page_overwrote() {
 fn a_full_restore_releases_every_chunk_after_its_last_page() {
     use rexctl::l2::chain::{ChainIndex, OpenChain};
     let d = tempfile::tempdir().unwrap();
-    let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
-    std::fs::create_dir_all(&l1).unwrap();
-    let job = Job::open(&l1, Box::new(DirStore::create(&l2).unwrap())).unwrap();
-    let mut p = profile("balanced").unwrap();
-    p.pages = 1024;
-    let mut w = Workload::new(p, 11).unwrap();
-    for _ in 0..5 {
-        for _ in 0..2 {
-            w.checkpoint(&l1).unwrap();
-        }
-        push_l2(&job, &PushOptions::default()).unwrap();
-    }
+    let (job, _) = chain_of_deltas(d.path(), 11);
     let index = ChainIndex::load(job.l2.as_ref()).unwrap();
     let g = index.newest().unwrap().generation;
     let chain = OpenChain::open(job.l2.as_ref(), &index, g).unwrap();
@@ -379,9 +387,8 @@ fn a_full_restore_releases_every_chunk_after_its_last_page() {
 /// A delta push gives the old chain's RPS chunks back as it goes (after
 /// the last page whose previous version it read): the push's memory is
 /// the DeD-Table and what the pages still to come need. Its files are the
-/// same, byte for byte, as a push through a chain opened afresh for each
-/// page would give (here: as `push_l2` of the same batch, which shares
-/// nothing with this run but the inputs).
+/// same, byte for byte, as those `push_l2` then writes for the same batch
+/// (through its own chain).
 #[test]
 fn a_delta_push_gives_the_old_chunks_back_after_their_last_page() {
     use rexctl::format::ic::IcMeta;
@@ -390,19 +397,8 @@ fn a_delta_push_gives_the_old_chunks_back_after_their_last_page() {
     use rexctl::l2::dedup::{DedupJob, deduplicate};
     use rexctl::l2::dedup_table::Crc32Hasher;
     let d = tempfile::tempdir().unwrap();
-    let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
-    std::fs::create_dir_all(&l1).unwrap();
-    let job = Job::open(&l1, Box::new(DirStore::create(&l2).unwrap())).unwrap();
-    let mut p = profile("balanced").unwrap();
-    p.pages = 1024;
-    let mut w = Workload::new(p, 12).unwrap();
-    for _ in 0..5 {
-        for _ in 0..2 {
-            w.checkpoint(&l1).unwrap();
-        }
-        push_l2(&job, &PushOptions::default()).unwrap();
-    }
-    let batch: Vec<_> = (0..2).map(|_| w.checkpoint(&l1).unwrap()).collect();
+    let (job, mut w) = chain_of_deltas(d.path(), 12);
+    let batch: Vec<_> = (0..2).map(|_| w.checkpoint(&job.l1).unwrap()).collect();
     let metas: Vec<IcMeta> = batch.iter().map(|p| IcMeta::read(p).unwrap()).collect();
     let clist = CList::build(&metas).unwrap();
     let index = ChainIndex::load(job.l2.as_ref()).unwrap();
@@ -433,7 +429,7 @@ fn a_delta_push_gives_the_old_chunks_back_after_their_last_page() {
     );
     push_l2(&job, &PushOptions::default()).unwrap();
     for f in &o.files {
-        let pushed = std::fs::read(l2.join(&f.name)).unwrap();
+        let pushed = std::fs::read(d.path().join("l2").join(&f.name)).unwrap();
         assert!(
             std::fs::read(out.join(&f.name)).unwrap() == pushed,
             "{}",
