@@ -483,6 +483,7 @@ proptest! {
         formats in prop::collection::vec(
             (prop::sample::select(vec![1u32, 2, 3]),
              prop::sample::select(vec![0i32, 1, 3, 9]),
+             prop::sample::select(vec![0i32, 9]),
              prop::sample::select(vec![256u32, 4096, 1 << 18]),
              1usize..4),
             1..5),
@@ -490,9 +491,9 @@ proptest! {
     ) {
         let formats = formats
             .into_iter()
-            .map(|(l2_version, level, chunk_size, threads)| WriteFormat {
+            .map(|(l2_version, level, max_level, chunk_size, threads)| WriteFormat {
                 chunk_size,
-                encoding: Encoding { level, threads },
+                encoding: Encoding { level, max_level, threads },
                 ..WriteFormat::for_l2_version(l2_version).unwrap()
             })
             .collect();
