@@ -9,7 +9,7 @@ use std::path::Path;
 
 use proptest::prelude::*;
 use rexctl::eval::workload::{Profile, Workload, profile};
-use rexctl::format::chunked::{ChunkedFile, Encoding, Kind, WriteFormat};
+use rexctl::format::chunked::{ChunkedFile, Coding, Encoding, Kind, WriteFormat};
 use rexctl::format::ic::IcFile;
 use rexctl::format::manifest::object_name;
 use rexctl::l2::dedup::HashChoice;
@@ -95,6 +95,10 @@ fn run(s: &Scenario) {
         for (name, kind) in [("rps", Kind::Rps), ("pf", Kind::Pf)] {
             let f = ChunkedFile::open(l2.join(object_name(m.generation, name)), kind).unwrap();
             assert_eq!(f.header().version, opts.format.version);
+            if kind == Kind::Pf && opts.format.version == 2 {
+                let prev = opts.format.pf_prev;
+                assert_eq!(f.header().coding, Coding::Pointers { prev });
+            }
         }
         let pt = std::fs::read(l2.join(object_name(m.generation, "ptab"))).unwrap();
         assert_eq!(pt[8..12], opts.format.ptable_version.to_le_bytes());
@@ -325,6 +329,11 @@ fn a_full_restore_reads_no_chunk_of_patterns_every_page_overwrote() {
 /// checkpoints of 1024 balanced pages pushed in batches of 2. Returns the
 /// job and its workload, to write more checkpoints.
 fn chain_of_deltas(dir: &Path, seed: u64) -> (Job, Workload) {
+    chain_of_deltas_in(dir, seed, WriteFormat::default())
+}
+
+/// [`chain_of_deltas`], written in `format`.
+fn chain_of_deltas_in(dir: &Path, seed: u64, format: WriteFormat) -> (Job, Workload) {
     let (l1, l2) = (dir.join("l1"), dir.join("l2"));
     std::fs::create_dir_all(&l1).unwrap();
     let job = Job::open(&l1, Box::new(DirStore::create(&l2).unwrap())).unwrap();
@@ -335,9 +344,74 @@ fn chain_of_deltas(dir: &Path, seed: u64) -> (Job, Workload) {
         for _ in 0..2 {
             w.checkpoint(&l1).unwrap();
         }
-        push_l2(&job, &PushOptions::default()).unwrap();
+        push_l2(
+            &job,
+            &PushOptions {
+                format,
+                ..PushOptions::default()
+            },
+        )
+        .unwrap();
     }
     (job, w)
+}
+
+/// L2 format 4 (Pointer Files that refer to the page's previous version):
+/// every live page reads the same as from the same chain in format 3 while
+/// the Pointer Files are smaller, and a page whose previous version is not
+/// in the lineage is an error that says so, never a wrong page.
+#[test]
+fn pointers_taken_from_previous_versions_read_the_same_or_fail_loudly() {
+    use rexctl::l2::chain::{ChainIndex, OpenChain, OpenGeneration};
+    let d = tempfile::tempdir().unwrap();
+    let open = |v: u32| {
+        let dir = d.path().join(format!("v{v}"));
+        let (job, _) = chain_of_deltas_in(&dir, 5, WriteFormat::for_l2_version(v).unwrap());
+        let index = ChainIndex::load(job.l2.as_ref()).unwrap();
+        let g = index.newest().unwrap().generation;
+        let chain = OpenChain::open(job.l2.as_ref(), &index, g).unwrap();
+        (job, index, chain)
+    };
+    let ((_, _, c3), (j4, i4, c4)) = (open(3), open(4));
+    let pf_bytes = |c: &OpenChain| c.gens.iter().map(|g| g.pf.file_len()).sum::<u64>();
+    assert!(
+        pf_bytes(&c4) < pf_bytes(&c3),
+        "{} >= {}",
+        pf_bytes(&c4),
+        pf_bytes(&c3)
+    );
+    let (live3, live4) = (c3.live_pages(), c4.live_pages());
+    assert_eq!(live3.len(), live4.len());
+    let mut holes = 0;
+    let (mut a, mut b) = (vec![0u8; 4096], vec![0u8; 4096]);
+    for (l3, l4) in live3.iter().zip(&live4) {
+        c3.read_page(*l3, &mut a).unwrap();
+        c4.read_page(*l4, &mut b).unwrap();
+        assert_eq!(a, b, "page {:#x}", l3.page);
+        assert_eq!(c3.pointers(*l3).unwrap(), c4.pointers(*l4).unwrap());
+        let g = &c4.gens[l4.layer as usize];
+        let raw = g.pf.records(l4.pos * 128, 128).unwrap();
+        holes += raw.chunks_exact(4).filter(|p| p == &[0xff; 4]).count();
+    }
+    assert!(holes > 1000, "{holes} holes");
+    // The newest generation alone: its holes have nothing to fill them.
+    let newest = i4.newest().unwrap();
+    let alone =
+        OpenChain::from_generations(vec![OpenGeneration::open(j4.l2.as_ref(), newest).unwrap()]);
+    let mut failed = 0;
+    for lp in alone.live_pages() {
+        let raw = alone.gens[0].pf.records(lp.pos * 128, 128).unwrap();
+        if raw.chunks_exact(4).any(|p| p == [0xff; 4]) {
+            let e = alone.read_page(lp, &mut b).unwrap_err().to_string();
+            assert!(
+                e.contains("takes pointers from its previous version"),
+                "{e}"
+            );
+            assert!(e.contains(".pf"), "{e}");
+            failed += 1;
+        }
+    }
+    assert!(failed > 0);
 }
 
 /// A full restore gives each RPS chunk's buffer back after the last page
@@ -468,10 +542,11 @@ proptest! {
         });
     }
 
-    /// A chain whose generations are written in L2 format versions 1, 2
-    /// and 3 (container versions 1 and 2, P-Table versions 1 and 2: a chain
-    /// begun by an older rexctl and continued by this one, or the
-    /// reverse), with every zstd level from none to high, small chunks (so
+    /// A chain whose generations are written in L2 format versions 1 to 4
+    /// (container versions 1 and 2, P-Table versions 1 and 2, Pointer File
+    /// codings 1 and 2: a chain begun by an older rexctl and continued by
+    /// this one, or the reverse; a hole's previous version may be of any
+    /// of them), with every zstd level from none to high, small chunks (so
     /// pointer coding crosses chunk boundaries) and several encoder
     /// threads: every generation restores as the naive model says.
     #[test]
@@ -481,7 +556,7 @@ proptest! {
         batches in prop::collection::vec(1usize..4, 2..9),
         complete_at in prop::collection::vec(0usize..9, 0..2),
         formats in prop::collection::vec(
-            (prop::sample::select(vec![1u32, 2, 3]),
+            (prop::sample::select(vec![1u32, 2, 3, 4]),
              prop::sample::select(vec![0i32, 1, 3, 9]),
              prop::sample::select(vec![0i32, 9]),
              prop::sample::select(vec![256u32, 4096, 1 << 18]),

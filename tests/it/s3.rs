@@ -519,6 +519,20 @@ fn conformance_s3() {
     assert!(compare_ic_files(&out, &seq2).unwrap().is_equal());
 }
 
+/// The conformance suite on S3 in L2 format 4: Pointer Files whose holes a
+/// restore fills from older generations' objects (fetched as it needs them,
+/// with the objects it streams).
+#[test]
+fn conformance_s3_format_4() {
+    let Some(server) = S3Server::start("rex-conformance-4") else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let mut job = s3_job(d.path(), &server, "s3job4");
+    job.env.push(("REX_L2_VERSION".into(), "4".into()));
+    conformance(&job);
+}
+
 // ---------------------------------------------------------------------------
 // S3 specifics: multipart, ranged reads, many ranks
 // ---------------------------------------------------------------------------

@@ -145,10 +145,10 @@ pub struct ConfigLayer {
         hide_short_help = true
     )]
     pub zstd_level: Option<i32>,
-    /// Strongest zstd level tried, -7..=22 (default 9): every 32nd chunk
-    /// of a file is compressed at both levels, and the chunks after it use
-    /// this one while it makes them at least 1 % smaller; at or below
-    /// zstd_level, never.
+    /// Stronger zstd level used where it pays, -7..=22 (default 9): RPS
+    /// chunks in groups of 32, when a sample of the group's first chunk is
+    /// at least 2 % smaller at this level; Pointer File chunks always; at
+    /// or below zstd_level, never.
     #[arg(
         long,
         env = "REX_ZSTD_LEVEL_MAX",
@@ -162,9 +162,10 @@ pub struct ConfigLayer {
     /// pages in capture (default: the cores; capture: up to 4).
     #[arg(long, env = "REX_THREADS", value_name = "N", hide_short_help = true)]
     pub threads: Option<usize>,
-    /// L2 format version written: 3, or 2 for readers older than the coded
-    /// P-Table index, or 1 for readers older than the entropy stage
-    /// (default 3).
+    /// L2 format version written: 3, or 4 for Pointer Files that refer to
+    /// previous versions (smaller L2, slower restores), 2 for readers older
+    /// than the coded P-Table index, 1 for readers older than the entropy
+    /// stage (default 3).
     #[arg(
         long,
         env = "REX_L2_VERSION",
@@ -906,7 +907,7 @@ impl Config {
         let l2_version = l.l2_version.unwrap_or(crate::format::chunked::L2_VERSION);
         let Some(base) = WriteFormat::for_l2_version(l2_version) else {
             return Err(Error::Invalid(format!(
-                "l2_version {l2_version}: this rexctl writes version 1, 2 or 3"
+                "l2_version {l2_version}: this rexctl writes versions 1 to 4"
             )));
         };
         let write_format = WriteFormat {

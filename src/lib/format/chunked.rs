@@ -146,7 +146,11 @@ pub enum Coding {
     #[default]
     Records,
     /// Pointer coding (Pointer Files only).
-    Pointers,
+    Pointers {
+        /// Coding 2: also the previous version's pointers, as holes
+        /// ([`pointer_coding::HOLE`]).
+        prev: bool,
+    },
 }
 
 /// How a chunk's stored bytes hold its (transformed) bytes (version 2).
@@ -381,7 +385,7 @@ impl ChunkedHeader {
             aux,
             coding: match kind {
                 Kind::Rps => Coding::Records,
-                Kind::Pf => Coding::Pointers,
+                Kind::Pf => Coding::Pointers { prev: false },
             },
         }
     }
@@ -405,7 +409,8 @@ impl ChunkedHeader {
             b[48..56].copy_from_slice(&stored_len.to_le_bytes());
             let coding: u32 = match self.coding {
                 Coding::Records => 0,
-                Coding::Pointers => 1,
+                Coding::Pointers { prev: false } => 1,
+                Coding::Pointers { prev: true } => 2,
             };
             b[56..60].copy_from_slice(&coding.to_le_bytes());
             let crc = crc32fast::hash(&b[0..60]);
@@ -444,7 +449,8 @@ impl ChunkedHeader {
             stored_len = le64(48);
             h.coding = match (le32(56), kind) {
                 (0, _) => Coding::Records,
-                (1, Kind::Pf) => Coding::Pointers,
+                (1, Kind::Pf) => Coding::Pointers { prev: false },
+                (2, Kind::Pf) => Coding::Pointers { prev: true },
                 (c, _) => {
                     return Err(Error::corrupt(
                         path,
@@ -879,7 +885,7 @@ impl ChunkedFile {
             let (len, codec) = (le(0), le(4));
             let dlen = decoded_len(i as u64);
             let codec = match (Codec::from_id(codec), header.coding) {
-                (Some(Codec::ZstdLanes(_)), Coding::Pointers) | (None, _) => {
+                (Some(Codec::ZstdLanes(_)), Coding::Pointers { .. }) | (None, _) => {
                     return Err(Error::corrupt(
                         path,
                         at + 4,
@@ -888,7 +894,7 @@ impl ChunkedFile {
                             "chunk {i}: codec {codec} is not 0 (raw), 1 (zstd){}",
                             match header.coding {
                                 Coding::Records => ", 2 or 3 (zstd in lanes of 4 or 8 bytes)",
-                                Coding::Pointers => " (a Pointer File's codecs)",
+                                Coding::Pointers { .. } => " (a Pointer File's codecs)",
                             }
                         ),
                     ));
@@ -900,7 +906,7 @@ impl ChunkedFile {
             // per pointer, plus its state).
             let max = match (codec, header.coding) {
                 (Codec::Raw, Coding::Records) => dlen..=dlen,
-                (_, Coding::Pointers) => 1..=dlen / 4 * 6 + pointer_coding::STATE_LEN as u64,
+                (_, Coding::Pointers { .. }) => 1..=dlen / 4 * 6 + pointer_coding::STATE_LEN as u64,
                 (_, Coding::Records) => 1..=dlen + 1024,
             };
             if !max.contains(&u64::from(len)) {
@@ -1261,18 +1267,19 @@ impl ChunkedFile {
                 lanes::join(&s[..], w, dst);
                 Ok(())
             }),
-            (Coding::Pointers, Codec::ZstdLanes(_)) => {
+            (Coding::Pointers { .. }, Codec::ZstdLanes(_)) => {
                 Err("a Pointer File chunk in byte lanes".to_string())
             }
-            (Coding::Pointers, Codec::Raw) => pointer_coding::decode(stored, dst),
-            (Coding::Pointers, Codec::Zstd) => SCRATCH.with(|s| {
+            (Coding::Pointers { prev }, Codec::Raw) => pointer_coding::decode(stored, dst, prev),
+            (Coding::Pointers { prev }, Codec::Zstd) => SCRATCH.with(|s| {
                 let mut s = s.borrow_mut();
                 // The coded bytes are at most 6 per pointer plus the state
                 // (what the chunk table allows a raw coded chunk).
                 let max = dst.len() / 4 * 6 + pointer_coding::STATE_LEN;
                 s.resize(max, 0);
                 let n = unzstd_into(stored, &mut s[..])?;
-                pointer_coding::decode(&s[..n], dst).map_err(|e| format!("pointer coding: {e}"))
+                pointer_coding::decode(&s[..n], dst, prev)
+                    .map_err(|e| format!("pointer coding: {e}"))
             }),
         }
     }
@@ -1512,6 +1519,10 @@ pub struct WriteFormat {
     /// P-Table delta version (FORMAT.md §3.3): 2, or 1 for readers older
     /// than its coded page index.
     pub ptable_version: u32,
+    /// Version 2 Pointer Files in coding 2 (pointer coding with the
+    /// previous version's pointers, FORMAT.md §3.2.6), or 1 for readers
+    /// older than it.
+    pub pf_prev: bool,
 }
 
 impl Default for WriteFormat {
@@ -1521,6 +1532,7 @@ impl Default for WriteFormat {
             chunk_size: DEFAULT_CHUNK,
             encoding: Encoding::default(),
             ptable_version: crate::format::ptable::VERSION,
+            pf_prev: false,
         }
     }
 }
@@ -1532,18 +1544,21 @@ pub const L2_VERSION: u32 = 3;
 impl WriteFormat {
     /// The files' versions for L2 format `l2_version`: 1 (containers and
     /// P-Table deltas of version 1), 2 (version 2 containers: the entropy
-    /// stage and pointer coding) or 3 (also P-Table deltas of version 2:
-    /// the coded page index). `None` for any other.
+    /// stage and pointer coding), 3 (also P-Table deltas of version 2: the
+    /// coded page index) or 4 (also Pointer Files in coding 2: the previous
+    /// version's pointers). `None` for any other.
     pub fn for_l2_version(l2_version: u32) -> Option<WriteFormat> {
-        let (version, ptable_version) = match l2_version {
-            1 => (1, 1),
-            2 => (2, 1),
-            3 => (2, 2),
+        let (version, ptable_version, pf_prev) = match l2_version {
+            1 => (1, 1, false),
+            2 => (2, 1, false),
+            3 => (2, 2, false),
+            4 => (2, 2, true),
             _ => return None,
         };
         Some(WriteFormat {
             version,
             ptable_version,
+            pf_prev,
             ..WriteFormat::default()
         })
     }
@@ -1563,10 +1578,10 @@ impl WriteFormat {
             // A chunk holds whole records: patterns larger than the chunk
             // size (up to the largest page, 1 MiB) get chunks of their size.
             chunk_size: self.chunk_size.max(record_size),
-            coding: if self.version == 1 {
-                Coding::Records
-            } else {
-                h.coding
+            coding: match (self.version, h.coding) {
+                (1, _) => Coding::Records,
+                (_, Coding::Pointers { .. }) => Coding::Pointers { prev: self.pf_prev },
+                (_, c) => c,
             },
             ..h
         }
@@ -1593,9 +1608,9 @@ fn encode_chunk(
     let decoded_crc = crc32fast::hash(data);
     let coded = match coding {
         Coding::Records => None,
-        Coding::Pointers => {
+        Coding::Pointers { prev } => {
             let mut v = Vec::with_capacity(data.len() / 8 + 64);
-            pointer_coding::encode(data, state, &mut v);
+            pointer_coding::encode(data, state, &mut v, prev);
             Some(v)
         }
     };
@@ -1615,7 +1630,7 @@ fn encode_chunk(
                 }
                 lanes::pick(plain, cx.trial.as_mut().expect("made above"))
             }
-            Coding::Pointers => Some(1),
+            Coding::Pointers { .. } => Some(1),
         };
         // `None`: the sample says the chunk will not shrink; it stays raw.
         let input = match w {
@@ -1852,7 +1867,7 @@ impl ChunkedWriter {
         if !VERSIONS.contains(&header.version)
             || (header.version == 1 && header.coding != Coding::Records)
             || (header.kind == Kind::Rps && header.coding != Coding::Records)
-            || (header.coding == Coding::Pointers && header.record_size != 4)
+            || (matches!(header.coding, Coding::Pointers { .. }) && header.record_size != 4)
         {
             return Err(Error::Invalid(format!(
                 "cannot write a {} of version {} with {:?}",
@@ -1987,15 +2002,15 @@ impl ChunkedWriter {
         let v = self.v2.as_mut().expect("version 2");
         let data = std::mem::replace(&mut v.cur, Vec::with_capacity(cs));
         let state = v.state;
-        if coding == Coding::Pointers {
-            v.state = state.advance(&data);
+        if let Coding::Pointers { prev } = coding {
+            v.state = state.advance(&data, prev);
         }
         let idx = v.sent;
         v.sent += 1;
         let level = match (v.enc.probing(), coding) {
             (None, _) => v.enc.level,
             // Coded pointers are small: the stronger level costs little.
-            (Some((_, strong)), Coding::Pointers) => strong,
+            (Some((_, strong)), Coding::Pointers { .. }) => strong,
             (Some((base, strong)), Coding::Records) => {
                 if idx.is_multiple_of(PROBE_EVERY) {
                     v.group_level = v.cx.probe(&data, base, strong)?;

@@ -23,7 +23,16 @@
 //!
 //! A page whose contents are unchanged, new, or zero thus costs one or two
 //! token bytes before the entropy stage (zstd), which squeezes the repeats
-//! between pages further. The stream carries its starting state, so every
+//! between pages further.
+//!
+//! The second coding (`prev`, L2 format version 4) adds a fourth
+//! prediction: **PREV**, *the page's previous version's pointer at this
+//! position*. A pattern kept from the previous version keeps that
+//! version's pointer, which RUN predicts only when the previous version's
+//! pointers ran on in order; after a few generations they mostly do not
+//! (each kept pattern then cost a literal of 3-4 bytes). The chunk cannot
+//! know that pointer, so a PREV position decodes to [`HOLE`] and the chain
+//! fills it from the page's previous version (`l2::chain`). The stream carries its starting state, so every
 //! chunk decodes on its own (a `--pages` restore decodes only the chunks it
 //! touches). Decoding is total: any byte string either decodes to exactly
 //! the requested number of pointers or is an error, never a panic, and
@@ -39,6 +48,13 @@ const LIT: u8 = 3;
 const LONG: u8 = 63;
 /// Bytes of the stream header: `next_new`, `zero` and `run`, each a u32.
 pub const STATE_LEN: usize = 12;
+/// What a PREV position decodes to (coding with `prev` only): a pointer no
+/// pattern has there, since writers of that coding end the pattern space
+/// below it.
+pub const HOLE: u32 = u32::MAX;
+/// The PREV kind, in the encoder: a LIT token byte with low bits
+/// `1..=62` (the count) or 63 (a LEB128 `count - 63` follows).
+const PREV: u8 = 4;
 
 /// The coder's state: what each prediction would give next.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -52,15 +68,18 @@ pub struct State {
 }
 
 impl State {
-    /// The state after `ptrs` (little-endian u32s), as the coder leaves it:
-    /// the writer computes a chunk's starting state from the chunk before
-    /// with this cheap scan, so chunks can be coded in parallel.
-    pub fn advance(mut self, ptrs: &[u8]) -> State {
+    /// The state after `ptrs` (little-endian u32s), as the coder (with
+    /// `prev` or without) leaves it: the writer computes a chunk's starting
+    /// state from the chunk before with this cheap scan, so chunks can be
+    /// coded in parallel.
+    pub fn advance(mut self, ptrs: &[u8], prev: bool) -> State {
         for p in ptrs.chunks_exact(4) {
             let p = u32::from_le_bytes(p.try_into().expect("4 bytes"));
-            // As the coder: a NEW, RUN or ZERO position advances the run
-            // prediction by one, a literal restarts it after itself.
-            if p == self.next_new {
+            // As the coder: a NEW, RUN, ZERO or PREV position advances the
+            // run prediction by one, a literal restarts it after itself.
+            if prev && p == HOLE {
+                self.run = self.run.wrapping_add(1);
+            } else if p == self.next_new {
                 self.next_new = self.next_new.wrapping_add(1);
                 self.run = self.run.wrapping_add(1);
             } else if p == self.run || p == self.zero {
@@ -91,6 +110,15 @@ fn push_run(out: &mut Vec<u8>, kind: u8, n: u64) {
     if n == 0 {
         return;
     }
+    if kind == PREV {
+        if n < u64::from(LONG) {
+            out.push(LIT << 6 | n as u8);
+        } else {
+            out.push(LIT << 6 | LONG);
+            push_leb(out, n - u64::from(LONG));
+        }
+        return;
+    }
     if n <= u64::from(LONG) {
         out.push(kind << 6 | (n - 1) as u8);
     } else {
@@ -99,8 +127,9 @@ fn push_run(out: &mut Vec<u8>, kind: u8, n: u64) {
     }
 }
 
-/// Codes `ptrs` (little-endian u32s) from `state`, appending to `out`.
-pub fn encode(ptrs: &[u8], state: State, out: &mut Vec<u8>) {
+/// Codes `ptrs` (little-endian u32s) from `state`, appending to `out`;
+/// with `prev`, each [`HOLE`] as PREV.
+pub fn encode(ptrs: &[u8], state: State, out: &mut Vec<u8>, prev: bool) {
     out.extend_from_slice(&state.next_new.to_le_bytes());
     out.extend_from_slice(&state.zero.to_le_bytes());
     out.extend_from_slice(&state.run.to_le_bytes());
@@ -114,7 +143,9 @@ pub fn encode(ptrs: &[u8], state: State, out: &mut Vec<u8>) {
         let p = u32::from_le_bytes(p.try_into().expect("4 bytes"));
         // NEW first: a new pointer must advance `next_new`, whatever else
         // it also equals.
-        let k = if p == next_new {
+        let k = if prev && p == HOLE {
+            PREV
+        } else if p == next_new {
             next_new = next_new.wrapping_add(1);
             NEW
         } else if p == run {
@@ -166,9 +197,10 @@ pub(crate) fn read_leb(b: &[u8], at: &mut usize) -> Result<u64, String> {
 }
 
 /// Decodes a coded stream into `out`, which it must fill exactly (a
-/// multiple of 4 bytes). The error says what is wrong and at which byte of
-/// the stream.
-pub fn decode(coded: &[u8], out: &mut [u8]) -> Result<(), String> {
+/// multiple of 4 bytes); with `prev`, PREV positions as [`HOLE`], and any
+/// other pointer equal to it is an error. The error says what is wrong and
+/// at which byte of the stream.
+pub fn decode(coded: &[u8], out: &mut [u8], prev: bool) -> Result<(), String> {
     if coded.len() < STATE_LEN {
         return Err(format!(
             "the stream is {} bytes, shorter than its {STATE_LEN}-byte state",
@@ -185,6 +217,23 @@ pub fn decode(coded: &[u8], out: &mut [u8]) -> Result<(), String> {
         let tok_at = at;
         at += 1;
         let kind = tok >> 6;
+        if kind == LIT && tok & 0x3f != 0 && prev {
+            let n = match tok & 0x3f {
+                LONG => read_leb(coded, &mut at)?.checked_add(u64::from(LONG)),
+                low => Some(u64::from(low)),
+            };
+            let Some(n) = n.filter(|&n| n <= (total - done) as u64) else {
+                return Err(format!(
+                    "a run at byte {tok_at} passes the chunk's {total} pointers ({done} decoded)"
+                ));
+            };
+            for slot in out[done * 4..(done + n as usize) * 4].chunks_exact_mut(4) {
+                slot.copy_from_slice(&HOLE.to_le_bytes());
+            }
+            run = run.wrapping_add(n as u32);
+            done += n as usize;
+            continue;
+        }
         if kind == LIT {
             if tok & 0x3f != 0 {
                 return Err(format!(
@@ -199,6 +248,11 @@ pub fn decode(coded: &[u8], out: &mut [u8]) -> Result<(), String> {
                     "literal at byte {tok_at} gives pointer {p}, outside 0..2^32"
                 ));
             };
+            if prev && p == HOLE {
+                return Err(format!(
+                    "literal at byte {tok_at} gives pointer {HOLE}, which this coding reserves"
+                ));
+            }
             if done == total {
                 return Err(format!(
                     "the stream holds more than the chunk's {total} pointers (byte {tok_at})"
@@ -233,6 +287,15 @@ pub fn decode(coded: &[u8], out: &mut [u8]) -> Result<(), String> {
             _ => zero,
         };
         let step = u32::from(kind != ZERO);
+        // `first + step * (n - 1)`, mod 2^32: a run that would reach the
+        // reserved pointer does so by its last one or wraps past it.
+        if prev
+            && (u64::from(first) + u64::from(step) * (n - 1) >= u64::from(HOLE) || first == HOLE)
+        {
+            return Err(format!(
+                "a run at byte {tok_at} reaches pointer {HOLE}, which this coding reserves"
+            ));
+        }
         for (i, slot) in slots.chunks_exact_mut(4).enumerate() {
             let p = first.wrapping_add(step.wrapping_mul(i as u32));
             slot.copy_from_slice(&p.to_le_bytes());
@@ -258,11 +321,15 @@ mod tests {
     }
 
     fn round_trip(p: &[u32], state: State) -> Vec<u8> {
+        round_trip_with(p, state, false)
+    }
+
+    fn round_trip_with(p: &[u32], state: State, prev: bool) -> Vec<u8> {
         let src = bytes(p);
         let mut coded = Vec::new();
-        encode(&src, state, &mut coded);
+        encode(&src, state, &mut coded, prev);
         let mut back = vec![0u8; src.len()];
-        decode(&coded, &mut back).unwrap();
+        decode(&coded, &mut back, prev).unwrap();
         assert_eq!(back, src);
         coded
     }
@@ -286,36 +353,107 @@ mod tests {
         };
         let coded = round_trip(&p, state);
         assert!(coded.len() < STATE_LEN + 24, "{} bytes", coded.len());
-        assert_eq!(state.advance(&bytes(&p)).next_new, 1130);
+        assert_eq!(state.advance(&bytes(&p), false).next_new, 1130);
+    }
+
+    #[test]
+    fn kept_patterns_cost_a_token_per_run_with_prev() {
+        // A page's kept patterns point where its previous version's did,
+        // in no order the run predicts: literals without PREV, one token
+        // per run with it.
+        let mut p: Vec<u32> = (0..128u32).map(|j| (j * 7919) % 100_000).collect();
+        p[10] = 5000;
+        p[11] = 5001;
+        let state = State {
+            next_new: 5000,
+            zero: 7,
+            run: 0,
+        };
+        let without = round_trip_with(&p, state, false);
+        let holes: Vec<u32> = p
+            .iter()
+            .map(|&x| if x == 5000 || x == 5001 { x } else { HOLE })
+            .collect();
+        let with = round_trip_with(&holes, state, true);
+        assert!(without.len() > 128 * 3, "{}", without.len());
+        // PREV 10, NEW 2, PREV 116 (a LEB128 count: 116 - 63).
+        assert_eq!(
+            with[STATE_LEN..],
+            [LIT << 6 | 10, NEW << 6 | 1, LIT << 6 | LONG, 53]
+        );
+        let long = round_trip_with(&[HOLE; 300], state, true);
+        assert_eq!(long[STATE_LEN..], [LIT << 6 | LONG, 0x80 | (237 & 0x7f), 1]);
+    }
+
+    #[test]
+    fn the_hole_is_reserved_with_prev() {
+        let mut out = vec![0u8; 8];
+        let st = |next_new: u32, zero: u32, run: u32| {
+            let mut s = next_new.to_le_bytes().to_vec();
+            s.extend(zero.to_le_bytes());
+            s.extend(run.to_le_bytes());
+            s
+        };
+        // A RUN, ZERO or LIT that gives the hole's value.
+        let mut s = st(0, 0, HOLE - 1);
+        s.push(RUN << 6 | 1);
+        assert!(decode(&s, &mut out, true).unwrap_err().contains("reserves"));
+        assert!(decode(&s, &mut out, false).is_ok());
+        let mut s = st(0, HOLE, 0);
+        s.push(ZERO << 6 | 1);
+        assert!(decode(&s, &mut out, true).unwrap_err().contains("reserves"));
+        let mut s = st(0, 0, 0);
+        s.push(LIT << 6);
+        push_leb(&mut s, (i64::from(HOLE) << 1) as u64);
+        s.push(RUN << 6);
+        assert!(decode(&s, &mut out, true).unwrap_err().contains("reserves"));
+        // Without prev, a PREV token is a literal with low bits set.
+        let mut s = st(0, 0, 0);
+        s.push(LIT << 6 | 2);
+        assert!(
+            decode(&s, &mut out, false)
+                .unwrap_err()
+                .contains("low bits")
+        );
+        decode(&s, &mut out, true).unwrap();
+        assert_eq!(out, [HOLE.to_le_bytes(), HOLE.to_le_bytes()].concat());
+        // A PREV run past the chunk.
+        let mut s = st(0, 0, 0);
+        s.push(LIT << 6 | 3);
+        assert!(decode(&s, &mut out, true).unwrap_err().contains("passes"));
     }
 
     #[test]
     fn hostile_streams_are_errors() {
         let mut out = vec![0u8; 16];
-        assert!(decode(&[0; 11], &mut out).is_err());
+        assert!(decode(&[0; 11], &mut out, false).is_err());
         // Too few pointers, too many, a run past the end.
-        assert!(decode(&[0; 12], &mut out).is_err());
+        assert!(decode(&[0; 12], &mut out, false).is_err());
         let mut s = vec![0u8; 12];
         s.push(RUN << 6 | 4);
-        assert!(decode(&s, &mut out).unwrap_err().contains("passes"));
+        assert!(decode(&s, &mut out, false).unwrap_err().contains("passes"));
         // A literal below 0 and one past 2^32.
         let mut s = vec![0u8; 12];
         s.extend([LIT << 6, 1]);
-        assert!(decode(&s, &mut out).unwrap_err().contains("outside"));
+        assert!(decode(&s, &mut out, false).unwrap_err().contains("outside"));
         // New pointers past 2^32.
         let mut s = u32::MAX.to_le_bytes().to_vec();
         s.extend([0; 8]);
         s.push(NEW << 6 | 1);
-        assert!(decode(&s, &mut out).unwrap_err().contains("2^32"));
+        assert!(decode(&s, &mut out, false).unwrap_err().contains("2^32"));
         // A number that never ends, one over 64 bits.
         let mut s = vec![0u8; 12];
         s.extend([LIT << 6, 0xff, 0xff]);
-        assert!(decode(&s, &mut out).is_err());
+        assert!(decode(&s, &mut out, false).is_err());
         let mut s = vec![0u8; 12];
         s.push(LIT << 6);
         s.extend([0xff; 9]);
         s.push(0x7f);
-        assert!(decode(&s, &mut out).unwrap_err().contains("overflows"));
+        assert!(
+            decode(&s, &mut out, false)
+                .unwrap_err()
+                .contains("overflows")
+        );
     }
 
     proptest! {
@@ -328,11 +466,21 @@ mod tests {
         }
 
         #[test]
+        fn any_pointers_and_holes_round_trip_with_prev(
+            p in proptest::collection::vec(
+                prop_oneof![0u32..64, Just(HOLE), any::<u32>()], 0..600),
+            next_new in 0u32..64, zero in 0u32..64, run in 0u32..1 << 31
+        ) {
+            round_trip_with(&p, State { next_new, zero, run }, true);
+        }
+
+        #[test]
         fn any_stream_decodes_or_errs(
-            s in proptest::collection::vec(any::<u8>(), 0..200), n in 0usize..100
+            s in proptest::collection::vec(any::<u8>(), 0..200), n in 0usize..100,
+            prev in any::<bool>()
         ) {
             let mut out = vec![0u8; n * 4];
-            let _ = decode(&s, &mut out);
+            let _ = decode(&s, &mut out, prev);
         }
     }
 }

@@ -10,15 +10,17 @@
 //! rebuilt by dereferencing its `alpha` pointers into the chain's pattern
 //! space, then checked against the CRC its P-Table delta recorded.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::{Error, Result};
-use crate::format::chunked::{ChunkPool, ChunkedFile, Kind};
+use crate::format::chunked::{ChunkPool, ChunkedFile, Coding, Kind};
 use crate::format::ic::DropRange;
 use crate::format::manifest::{FileEntry, Manifest, Role, manifest_name, parse_manifest_name};
+use crate::format::pointer_coding::HOLE;
 use crate::format::ptable::PTableDelta;
 use crate::format::xref::{Xref, XrefFile};
 use crate::l1::coalesce::{CListEntry, PageLayer, merge_layers};
@@ -257,7 +259,16 @@ fn entry(m: &Manifest, role: Role) -> Result<&FileEntry> {
     })
 }
 
+/// A hole of a Pointer File in coding 2, as the payload holds it.
+const HOLE_LE: [u8; 4] = HOLE.to_le_bytes();
+
 impl OpenGeneration {
+    /// Whether the Pointer File refers to previous versions (coding 2):
+    /// its holes are to be filled.
+    fn pf_prev(&self) -> bool {
+        self.pf.header().coding == Coding::Pointers { prev: true }
+    }
+
     /// Opens generation `m`'s files from `store` and checks every header
     /// field and size against the manifest.
     pub fn open(store: &dyn Store, m: &Manifest) -> Result<OpenGeneration> {
@@ -618,11 +629,67 @@ impl OpenChain {
         crate::format::chunked::check_all_parallel(&files, threads)
     }
 
-    /// The `alpha` pointers of a live page, CRC-checked.
-    pub fn pointers(&self, lp: LivePage) -> Result<&[u8]> {
+    /// The `alpha` pointers of a live page, CRC-checked; a Pointer File
+    /// that refers to previous versions (coding 2) has its holes filled
+    /// from the page's previous versions (FORMAT.md §3.5.3).
+    pub fn pointers(&self, lp: LivePage) -> Result<Cow<'_, [u8]>> {
         let alpha = self.alpha() as u64;
         let g = &self.gens[lp.layer as usize];
-        g.pf.records(lp.pos * alpha, alpha)
+        let raw = g.pf.records(lp.pos.saturating_mul(alpha), alpha)?;
+        if g.pf_prev() && raw.chunks_exact(4).any(|p| p == HOLE_LE) {
+            return self.fill_holes(lp, raw).map(Cow::Owned);
+        }
+        Ok(Cow::Borrowed(raw))
+    }
+
+    /// `raw`, the pointers of live page `lp` with holes, with each hole
+    /// replaced by the pointer at the same position of the page's previous
+    /// version: its entry in the newest older generation of the lineage
+    /// whose P-Table delta lists the page (FORMAT.md §3.5.3). That entry
+    /// may have holes of its own, filled from the version before, and so
+    /// on down the lineage. A hole with no version to fill it is an error
+    /// (a page rebuilt from wrong pointers would fail its CRC anyway; this
+    /// says why).
+    fn fill_holes(&self, lp: LivePage, raw: &[u8]) -> Result<Vec<u8>> {
+        let alpha = self.alpha() as u64;
+        let mut out = raw.to_vec();
+        let mut layer = lp.layer as usize;
+        loop {
+            let prev = self.gens[..layer]
+                .iter()
+                .enumerate()
+                .rev()
+                .find_map(|(l, g)| {
+                    let pos = g.ptable.pages.binary_search(&lp.page).ok()? as u64;
+                    Some((l, pos))
+                })
+                .filter(|&(l, pos)| self.gens[l].xref_at(pos).is_none());
+            let Some((l, pos)) = prev else {
+                let g = &self.gens[lp.layer as usize];
+                return Err(Error::corrupt(
+                    g.pf.path(),
+                    chunked_offset(lp.pos.saturating_mul(alpha * 4)),
+                    "pointer",
+                    format!(
+                        "page {:#x} of generation {} takes pointers from its previous version, and no older generation of the chain has one to give (generations {} and older searched)",
+                        lp.page, g.manifest.generation, self.gens[layer].manifest.generation
+                    ),
+                ));
+            };
+            let g = &self.gens[l];
+            let older = g.pf.records(pos * alpha, alpha)?;
+            let mut left = false;
+            for (o, p) in out.chunks_exact_mut(4).zip(older.chunks_exact(4)) {
+                if o == HOLE_LE {
+                    o.copy_from_slice(p);
+                    left |= p == HOLE_LE;
+                }
+            }
+            if !left || !g.pf_prev() {
+                return Ok(out);
+            }
+            layer = l;
+        }
     }
 
     /// The bytes of pattern `ptr`, CRC-checked and bounds-checked.
@@ -821,22 +888,18 @@ impl PageDecoder<'_> {
             self.chain.read_xref(lp, x, out)?;
             return Ok((g.ptable.page_crcs[lp.pos as usize], true));
         }
-        let alpha = self.alpha as u64;
-        let ptrs = lp
-            .pos
-            .checked_mul(alpha)
-            .and_then(|first| g.pf.records(first, alpha).ok());
+        let ptrs = self.chain.pointers(lp).ok();
         let (Some(ptrs), true) = (ptrs, out.len() == self.page_size()) else {
             // Out of range or a bad chunk: the checked path reports it.
             self.chain.read_page(lp, out)?;
             return Ok((g.ptable.page_crcs[lp.pos as usize], false));
         };
         let ok = match self.ps {
-            32 => self.copy::<32>(ptrs, out, used),
-            16 => self.copy::<16>(ptrs, out, used),
-            64 => self.copy::<64>(ptrs, out, used),
-            128 => self.copy::<128>(ptrs, out, used),
-            _ => self.copy_any(ptrs, out, used),
+            32 => self.copy::<32>(&ptrs, out, used),
+            16 => self.copy::<16>(&ptrs, out, used),
+            64 => self.copy::<64>(&ptrs, out, used),
+            128 => self.copy::<128>(&ptrs, out, used),
+            _ => self.copy_any(&ptrs, out, used),
         };
         let want = g.ptable.page_crcs[lp.pos as usize];
         if ok.is_err() || crc32fast::hash(out) != want {
@@ -859,12 +922,7 @@ impl PageDecoder<'_> {
         if g.xref_at(lp.pos).is_some() {
             return true;
         }
-        let alpha = self.alpha as u64;
-        let Some(ptrs) = lp
-            .pos
-            .checked_mul(alpha)
-            .and_then(|first| g.pf.records(first, alpha).ok())
-        else {
+        let Ok(ptrs) = self.chain.pointers(lp) else {
             return false;
         };
         // The chunks of the pointers before, as `copy` keeps its windows:

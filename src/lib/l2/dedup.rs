@@ -35,6 +35,7 @@ use crate::error::{Error, Result};
 use crate::format::chunked::{ChunkedWriter, HEADER_LEN, Kind, WriteFormat};
 use crate::format::ic::{DropRange, IcMeta};
 use crate::format::manifest::{FileEntry, Role, object_name};
+use crate::format::pointer_coding;
 use crate::format::ptable::{PTableDelta, check_sizes};
 use crate::format::xref::{Xref, XrefFile};
 use crate::l1::coalesce::{CList, CListEntry, PageLayer, merge_layers};
@@ -111,10 +112,11 @@ pub struct DedupOutput {
     pub upload_busy_s: f64,
 }
 
-/// The pattern space would pass 2^32 patterns.
+/// The pattern space would pass 2^32 - 1 patterns (pointer 2^32 - 1 is
+/// the Pointer Files' hole, FORMAT.md §3.2.6).
 fn space_full(generation: u64, needed: u64) -> Error {
     Error::PatternSpaceFull(format!(
-        "generation {generation} would need pattern pointer {needed}, beyond the 4-byte pointer space (2^32 patterns)"
+        "generation {generation} would need pattern pointer {needed}, beyond the 4-byte pointer space (2^32 - 1 patterns)"
     ))
 }
 
@@ -174,6 +176,10 @@ struct Unit<'a, H: PatternHasher> {
     /// Whether the chain's pointers belong to the new pattern space
     /// (Δ: yes; complete coalescence: no, a fresh space starts at 0).
     chain_shared: bool,
+    /// The Pointer File refers to previous versions: a pointer equal to
+    /// the page's previous version's at the same position is written as a
+    /// hole ([`pointer_coding::HOLE`]).
+    pf_prev: bool,
     rps: ChunkedWriter,
     rps_buf: Vec<u8>,
     pf: ChunkedWriter,
@@ -398,7 +404,7 @@ impl<'a, H: PatternHasher> Unit<'a, H> {
         for (i, ((pat, out), &(way, h))) in
             data.chunks_exact(ps).zip(pf_out).zip(&sc.new).enumerate()
         {
-            if self.next > u64::from(u32::MAX) {
+            if self.next >= u64::from(pointer_coding::HOLE) {
                 return Err(space_full(self.generation, self.next));
             }
             let hit = match (way, self.zero_ptr) {
@@ -447,6 +453,19 @@ impl<'a, H: PatternHasher> Unit<'a, H> {
                     p
                 }
             };
+            // The previous version's pointer here (not the zero pattern's,
+            // which its own token codes without looking back): a hole.
+            let ptr = match sc.prev.get(i) {
+                Some(p)
+                    if self.pf_prev
+                        && sc.prev.len() == alpha
+                        && p.ptr == ptr
+                        && Some(ptr) != self.zero_ptr =>
+                {
+                    pointer_coding::HOLE
+                }
+                _ => ptr,
+            };
             out.copy_from_slice(&ptr.to_le_bytes());
         }
         self.out.probed += alpha as u64;
@@ -493,7 +512,7 @@ enum Pending<'i> {
     /// Rebuilt into `old_bufs[buf]`.
     Old {
         page: u64,
-        ptrs: &'i [u8],
+        ptrs: std::borrow::Cow<'i, [u8]>,
         crc: u32,
         buf: usize,
     },
@@ -878,6 +897,7 @@ fn run<H: PatternHasher>(
             .collect(),
         chain: job.chain,
         chain_shared: shared && job.chain.is_some() && !full_flag,
+        pf_prev: job.format.version == 2 && job.format.pf_prev,
         rps,
         rps_buf: Vec::with_capacity(FLUSH + ps),
         pf,
@@ -1010,10 +1030,10 @@ fn run<H: PatternHasher>(
                 // So is a page of a chain with another pattern size (a
                 // complete coalescence that changes it): its old pointers
                 // do not name its new patterns.
-                let ptrs: &[u8] = if chain.xref(*lp).is_some()
+                let ptrs = if chain.xref(*lp).is_some()
                     || chain.manifest().pattern_size != job.pattern_size
                 {
-                    &[]
+                    std::borrow::Cow::Borrowed(&[][..])
                 } else {
                     chain.pointers(*lp)?
                 };
@@ -1141,7 +1161,7 @@ fn commit<H: PatternHasher>(
             page,
             PageSource::Old {
                 data: &old_bufs[buf],
-                ptrs,
+                ptrs: &ptrs,
                 crc,
             },
             ptab,
