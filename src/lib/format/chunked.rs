@@ -1481,8 +1481,9 @@ pub fn check_all_parallel(files: &[&ChunkedFile], threads: usize) -> Result<()> 
 pub struct Encoding {
     /// zstd level; 0 stores every chunk raw (no entropy stage).
     pub level: i32,
-    /// The stronger level used where it pays; at or below `level` (or
-    /// with `level` 0), every chunk gets `level` and nothing is probed.
+    /// The stronger level used where it pays; at or below `level`, or 0
+    /// (raw, never stronger), or with `level` 0, every chunk gets `level`
+    /// and nothing is probed.
     pub max_level: i32,
     /// Encoder threads (1: encode on the writing thread).
     pub threads: usize,
@@ -1501,7 +1502,8 @@ impl Default for Encoding {
 impl Encoding {
     /// The levels a writer probes between, if it probes.
     fn probing(&self) -> Option<(i32, i32)> {
-        (self.level != 0 && self.max_level > self.level).then_some((self.level, self.max_level))
+        (self.level != 0 && self.max_level != 0 && self.max_level > self.level)
+            .then_some((self.level, self.max_level))
     }
 }
 
@@ -2535,9 +2537,13 @@ mod tests {
         let (b2, s2) = write_rps_with(d.path(), "b2", enc(3, 9, 2), &both);
         assert_eq!((s1, s2), (32, 32));
         assert!(b1 == b2);
-        // Raw chunks (level 0) probe nothing.
+        // Raw chunks (level 0) probe nothing, and 0 is never the stronger
+        // level of a negative one.
         let (_, s) = write_rps_with(d.path(), "r", enc(0, 9, 2), &text);
         assert_eq!(s, 0);
+        let (fast, s) = write_rps_with(d.path(), "f", enc(-3, 0, 2), &text);
+        assert_eq!(s, 0);
+        assert!(fast.len() < text.len() * 9 / 10, "level -3 compresses");
     }
 
     #[test]

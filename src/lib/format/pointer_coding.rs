@@ -242,7 +242,8 @@ pub fn decode(coded: &[u8], out: &mut [u8], prev: bool) -> Result<(), String> {
             }
             let z = read_leb(coded, &mut at)?;
             let d = ((z >> 1) as i64) ^ -((z & 1) as i64);
-            let p = i64::from(run) + d;
+            // `d` is any i64: the sum may pass i64's range too.
+            let p = i64::from(run).saturating_add(d);
             let Ok(p) = u32::try_from(p) else {
                 return Err(format!(
                     "literal at byte {tok_at} gives pointer {p}, outside 0..2^32"
@@ -432,7 +433,12 @@ mod tests {
         let mut s = vec![0u8; 12];
         s.push(RUN << 6 | 4);
         assert!(decode(&s, &mut out, false).unwrap_err().contains("passes"));
-        // A literal below 0 and one past 2^32.
+        // A literal below 0, one past 2^32, one past i64's range.
+        let mut s = vec![0u8; 12];
+        s[8] = 1;
+        s.push(LIT << 6);
+        s.extend([0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01]);
+        assert!(decode(&s, &mut out, false).unwrap_err().contains("outside"));
         let mut s = vec![0u8; 12];
         s.extend([LIT << 6, 1]);
         assert!(decode(&s, &mut out, false).unwrap_err().contains("outside"));
