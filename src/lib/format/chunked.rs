@@ -1619,19 +1619,10 @@ fn encode_chunk(
     let plain: &[u8] = coded.as_deref().unwrap_or(data);
     let mut best = None;
     if level != 0 {
-        let new = |level: i32| {
-            zstd::bulk::Compressor::new(level)
-                .map_err(|e| Error::Invalid(format!("zstd level {level}: {e}")))
-        };
         // Records (patterns) may compress better in byte lanes: a sample
         // at a fast level decides.
         let w = match coding {
-            Coding::Records => {
-                if cx.trial.is_none() {
-                    cx.trial = Some(new(LANES_TRIAL_LEVEL)?);
-                }
-                lanes::pick(plain, cx.trial.as_mut().expect("made above"))
-            }
+            Coding::Records => lanes::pick(plain, cx.trial()?),
             Coding::Pointers { .. } => Some(1),
         };
         // `None`: the sample says the chunk will not shrink; it stays raw.
@@ -1684,15 +1675,27 @@ struct Contexts {
     trial: Option<zstd::bulk::Compressor<'static>>,
 }
 
+/// A zstd compression context at `level`.
+fn compressor(level: i32) -> Result<zstd::bulk::Compressor<'static>> {
+    zstd::bulk::Compressor::new(level)
+        .map_err(|e| Error::Invalid(format!("zstd level {level}: {e}")))
+}
+
 impl Contexts {
+    /// The lane trial's context (made on first use).
+    fn trial(&mut self) -> Result<&mut zstd::bulk::Compressor<'static>> {
+        if self.trial.is_none() {
+            self.trial = Some(compressor(LANES_TRIAL_LEVEL)?);
+        }
+        Ok(self.trial.as_mut().expect("made above"))
+    }
+
     /// `input` compressed at `level`, in a context kept for that level.
     fn compress(&mut self, level: i32, input: &[u8]) -> Result<Vec<u8>> {
         let i = match self.main.iter().position(|(l, _)| *l == level) {
             Some(i) => i,
             None => {
-                let c = zstd::bulk::Compressor::new(level)
-                    .map_err(|e| Error::Invalid(format!("zstd level {level}: {e}")))?;
-                self.main.push((level, c));
+                self.main.push((level, compressor(level)?));
                 self.main.len() - 1
             }
         };
@@ -1708,14 +1711,7 @@ impl Contexts {
     /// it makes the sample at least 2 % smaller. A sample the trial would
     /// store raw keeps `base`.
     fn probe(&mut self, data: &[u8], base: i32, strong: i32) -> Result<i32> {
-        if self.trial.is_none() {
-            self.trial = Some(
-                zstd::bulk::Compressor::new(LANES_TRIAL_LEVEL)
-                    .map_err(|e| Error::Invalid(format!("zstd level {LANES_TRIAL_LEVEL}: {e}")))?,
-            );
-        }
-        let Some(sample) = lanes::picked_sample(data, self.trial.as_mut().expect("made above"))
-        else {
+        let Some(sample) = lanes::picked_sample(data, self.trial()?) else {
             return Ok(base);
         };
         let zb = self.compress(base, &sample)?.len();
