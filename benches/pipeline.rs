@@ -21,7 +21,9 @@
 //!   the image and `ic-apply`, the restore a user without REX would do:
 //!   read the FULL file then each incremental in order, checking each page's
 //!   CRC and applying drops and pages to a `BTreeMap`. Throughput is the
-//!   image's bytes for all of them.
+//!   image's bytes for all of them. `pf-decode`: the Pointer Files' pointer
+//!   coding alone (every chunk of the lineage, zstd undone in the setup),
+//!   in bytes of decoded pointers.
 //!
 //! Beside them, `write-tmpfs` and `write-disk` write the image's bytes to a
 //! new file (fsync on disk) and rename it: the output I/O alone.
@@ -300,6 +302,7 @@ fn restore_group(c: &mut Criterion, name: &str, fx: &Fixture) {
             })
         });
     }
+    pf_decode_bench(&mut g, &group, &chain_pf_streams(&store));
     memcpy_bench(&mut g, &group, bytes);
     // The output's I/O alone: the image's bytes written to a new file and
     // renamed over the previous one, as the restore publishes its output.
@@ -331,6 +334,57 @@ fn restore_group(c: &mut Criterion, name: &str, fx: &Fixture) {
         b.iter(|| black_box(ic_apply(&fx.ics).len()))
     });
     g.finish();
+}
+
+/// Every Pointer File chunk of the newest generation's lineage as stored
+/// (zstd undone): (coded pointer stream, pointers, `prev` coding). Checked
+/// against the reader's own decode.
+fn chain_pf_streams(store: &DirStore) -> Vec<(Vec<u8>, usize, bool)> {
+    use rexctl::format::chunked::{Codec, Coding};
+    let index = ChainIndex::load(store).unwrap();
+    let chain = OpenChain::open(store, &index, index.newest().unwrap().generation).unwrap();
+    let mut streams = Vec::new();
+    for g in &chain.gens {
+        let Coding::Pointers { prev } = g.pf.header().coding else {
+            panic!("the pipeline bench's chain has coded Pointer Files");
+        };
+        let file = std::fs::read(g.pf.path()).unwrap();
+        for k in 0..g.pf.chunk_count() {
+            let (off, len, codec) = g.pf.stored_chunk(k).unwrap();
+            let stored = &file[off as usize..off as usize + len as usize];
+            let coded = match codec {
+                Codec::Raw => stored.to_vec(),
+                Codec::Zstd => zstd::stream::decode_all(stored).unwrap(),
+                Codec::ZstdLanes(_) => panic!("a Pointer File chunk in byte lanes"),
+            };
+            let want = g.pf.chunk_payload(k).unwrap();
+            let mut out = vec![0u8; want.len()];
+            rexctl::format::pointer_coding::decode(&coded, &mut out, prev).unwrap();
+            assert_eq!(out, want, "the stream decodes as the reader's chunk");
+            streams.push((coded, want.len() / 4, prev));
+        }
+    }
+    streams
+}
+
+/// `pf-decode`: the pointer coding's decoder alone over `streams`, into
+/// one buffer; throughput is the decoded pointers' bytes.
+fn pf_decode_bench(
+    g: &mut BenchmarkGroup<'_, WallTime>,
+    group: &str,
+    streams: &[(Vec<u8>, usize, bool)],
+) {
+    let pointers: usize = streams.iter().map(|s| s.1).sum();
+    let mut out = vec![0u8; streams.iter().map(|s| s.1).max().unwrap_or(0) * 4];
+    register(g, group, "pf-decode", pointers as u64 * 4);
+    g.bench_function("pf-decode", |b| {
+        b.iter(|| {
+            for (coded, n, prev) in streams {
+                rexctl::format::pointer_coding::decode(coded, &mut out[..n * 4], *prev).unwrap();
+            }
+            black_box(&mut out);
+        })
+    });
 }
 
 /// Mean seconds per iteration of a bench, from criterion's estimates, if
