@@ -36,7 +36,10 @@
 //! chunk decodes on its own (a `--pages` restore decodes only the chunks it
 //! touches). Decoding is total: any byte string either decodes to exactly
 //! the requested number of pointers or is an error, never a panic, and
-//! allocates nothing.
+//! allocates nothing. It takes the common tokens (short runs, short
+//! literals) in a fast loop that leaves anything else, errors included, to
+//! the token-by-token decoder; a restore of a long chain spends a fifth of
+//! its time here otherwise (docs/PERFORMANCE.md, "Pointer File decoding").
 
 /// Token kinds, in the top two bits of a token byte.
 const RUN: u8 = 0;
@@ -252,7 +255,8 @@ fn decode_with(coded: &[u8], out: &mut [u8], prev: bool, fast: bool) -> Result<(
 /// Decodes the common tokens at `c` (runs of at most 8 pointers, PREV runs
 /// of at most 8, literals of at most 8 bytes) until one is not, or fewer
 /// than 8 pointers or 9 stream bytes are left. It writes 8 pointers
-/// whatever the run's length (the next tokens overwrite the extra ones),
+/// whatever the run's length (the next tokens of a stream that decodes
+/// overwrite the extra ones; after an error `out` holds nothing promised),
 /// picks the run's first pointer by table rather than by branch, and reads
 /// a literal's number in one 8-byte load: Pointer Files are mostly runs of
 /// one to four pointers in no predictable order of kinds, which the
