@@ -108,10 +108,12 @@ fn run(s: &Scenario) {
         take(&mut w);
     }
     let out = d.path().join("restored.rexic");
-    // Every generation, from L2 alone.
-    for &(g, last_seq) in &generations {
+    // Every generation, from L2 alone; every other one with the Pointer
+    // Files pooled and given back as the restore goes (a budget of 0).
+    for (i, &(g, last_seq)) in generations.iter().enumerate() {
         let opts = RestoreOptions {
             generation: Some(g),
+            pointer_file_budget: (i % 2 == 1).then_some(0),
             ..Default::default()
         };
         restore_l2(job.l2.as_ref(), &opts, &out).unwrap();
@@ -414,6 +416,30 @@ fn pointers_taken_from_previous_versions_read_the_same_or_fail_loudly() {
     assert!(failed > 0);
 }
 
+/// Rebuilds every page of `live` through `dec`, giving its chunks back
+/// (`uses` counted them), each equal to `check`'s (a decoder of another
+/// chain on the same files); returns the most chunks `held` said were held
+/// after a page.
+fn rebuild_every_page_releasing(
+    dec: &rexctl::l2::chain::PageDecoder<'_>,
+    check: &rexctl::l2::chain::PageDecoder<'_>,
+    live: &[rexctl::l2::chain::LivePage],
+    uses: &rexctl::l2::chain::ChunkUses,
+    held: impl Fn() -> usize,
+) -> usize {
+    let (mut a, mut b) = (vec![0u8; 4096], vec![0u8; 4096]);
+    let mut peak = 0;
+    for &lp in live {
+        // SAFETY: `uses` counted every live page, each read once here;
+        // `check` is another chain (its own files and pool).
+        let crc = unsafe { dec.read_page_releasing(lp, &mut a, uses) }.unwrap();
+        assert_eq!(crc, check.read_page(lp, &mut b).unwrap());
+        assert!(a == b, "page {:#x}", lp.page);
+        peak = peak.max(held());
+    }
+    peak
+}
+
 /// A full restore gives each RPS chunk's buffer back after the last page
 /// that copies from it: the counts of `count_uses` are exact (every one is
 /// given back, every chunk released by the end), the memory held at once
@@ -439,16 +465,7 @@ fn a_full_restore_releases_every_chunk_after_its_last_page() {
             .map(|g| g.rps.chunks_held())
             .sum::<usize>()
     };
-    let (mut a, mut b) = (vec![0u8; 4096], vec![0u8; 4096]);
-    let mut peak = 0;
-    for &lp in &live {
-        // SAFETY: `uses` counted every live page, each read once here;
-        // `check` is another chain (its own files and pool).
-        let crc = unsafe { dec.read_page_releasing(lp, &mut a, &uses) }.unwrap();
-        assert_eq!(crc, check.read_page(lp, &mut b).unwrap());
-        assert!(a == b, "page {:#x}", lp.page);
-        peak = peak.max(held());
-    }
+    let peak = rebuild_every_page_releasing(&dec, &check, &live, &uses, held);
     assert_eq!(uses.outstanding(), 0);
     assert_eq!(held(), 0, "every chunk released");
     let read: usize = chain.gens.iter().map(|g| g.rps.chunks_verified()).sum();
@@ -456,6 +473,75 @@ fn a_full_restore_releases_every_chunk_after_its_last_page() {
         peak < read,
         "held at most {peak} chunks at once of {read} decoded"
     );
+}
+
+/// Past its Pointer File budget, a full restore decodes the Pointer Files
+/// into the chain's pool and gives each chunk back after the last page whose
+/// pointers it holds: the count gives them back as it goes (their pages
+/// counted), the rebuild decodes them again and gives them back (their
+/// pages rebuilt), so a few are held at once; every page reads the same as
+/// through a chain that keeps them. A chain in format 4 keeps its Pointer
+/// Files (their holes are filled from other pages' generations).
+#[test]
+fn pointer_files_are_given_back_after_their_last_page_past_the_budget() {
+    use rexctl::l2::chain::{ChainIndex, OpenChain};
+    let d = tempfile::tempdir().unwrap();
+    // Chunks of 64 KiB: 128 pages' pointers each, a few per generation.
+    let format = WriteFormat {
+        chunk_size: 64 << 10,
+        ..WriteFormat::default()
+    };
+    let (job, _) = chain_of_deltas_in(d.path(), 13, format);
+    let index = ChainIndex::load(job.l2.as_ref()).unwrap();
+    let g = index.newest().unwrap().generation;
+    let mut chain = OpenChain::open(job.l2.as_ref(), &index, g).unwrap();
+    let plain = OpenChain::open(job.l2.as_ref(), &index, g).unwrap();
+    assert!(chain.gens.len() >= 3, "a chain of deltas");
+    assert!(chain.pool_pointer_files());
+    assert!(chain.gens.iter().all(|g| g.pf.pooled()));
+    let (dec, check) = (chain.decoder(), plain.decoder());
+    let live = chain.live_pages();
+    let pf_held = || chain.gens.iter().map(|g| g.pf.chunks_held()).sum::<usize>();
+    let pf_read = || {
+        chain
+            .gens
+            .iter()
+            .map(|g| g.pf.chunks_verified())
+            .sum::<usize>()
+    };
+    // SAFETY: nothing else reads `chain` while it counts.
+    let uses = unsafe { dec.count_uses_releasing(&live, |lp| Some(*lp), 2) }.unwrap();
+    let counted = pf_read();
+    assert!(counted > chain.gens.len(), "{counted} Pointer File chunks");
+    assert_eq!(pf_held(), 0, "the count gave every Pointer File chunk back");
+    let peak = rebuild_every_page_releasing(&dec, &check, &live, &uses, pf_held);
+    assert_eq!(uses.outstanding(), 0);
+    assert_eq!(pf_held(), 0, "every Pointer File chunk given back");
+    assert!(
+        peak <= chain.gens.len() && peak < counted,
+        "held {peak} Pointer File chunks at once of {counted}"
+    );
+    // A restore with a budget of 0 writes the same image as one within
+    // the budget.
+    let (x, y) = (d.path().join("x.rexic"), d.path().join("y.rexic"));
+    let zero = RestoreOptions {
+        pointer_file_budget: Some(0),
+        ..Default::default()
+    };
+    restore_l2(job.l2.as_ref(), &zero, &x).unwrap();
+    restore_l2(job.l2.as_ref(), &RestoreOptions::default(), &y).unwrap();
+    assert!(std::fs::read(&x).unwrap() == std::fs::read(&y).unwrap());
+    // Format 4: not pooled.
+    let d4 = tempfile::tempdir().unwrap();
+    let (job4, _) = chain_of_deltas_in(d4.path(), 13, WriteFormat::for_l2_version(4).unwrap());
+    let index = ChainIndex::load(job4.l2.as_ref()).unwrap();
+    let g = index.newest().unwrap().generation;
+    let mut chain = OpenChain::open(job4.l2.as_ref(), &index, g).unwrap();
+    assert!(!chain.pool_pointer_files());
+    assert!(!chain.gens.iter().any(|g| g.pf.pooled()));
+    restore_l2(job4.l2.as_ref(), &zero, &x).unwrap();
+    restore_l2(job4.l2.as_ref(), &RestoreOptions::default(), &y).unwrap();
+    assert!(std::fs::read(&x).unwrap() == std::fs::read(&y).unwrap());
 }
 
 /// A delta push gives the old chain's RPS chunks back as it goes (after

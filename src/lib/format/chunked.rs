@@ -581,6 +581,16 @@ struct PoolInner {
 // time (see `Decoded`).
 unsafe impl Send for PoolInner {}
 
+impl std::fmt::Debug for ChunkPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let p = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        f.debug_struct("ChunkPool")
+            .field("mapped", &p.maps.iter().map(|m| m.len()).sum::<usize>())
+            .field("free", &p.free.len())
+            .finish()
+    }
+}
+
 impl ChunkPool {
     /// Arena size: a few chunks per mapping, whole huge pages.
     const ARENA: usize = 8 << 20;
@@ -1041,6 +1051,11 @@ impl ChunkedFile {
         if !p.is_null() {
             pool.put(*size, p);
         }
+    }
+
+    /// Whether chunks decode into a [`ChunkPool`] (and so may be released).
+    pub fn pooled(&self) -> bool {
+        matches!(self.decoded, Some(Decoded::Pooled { .. }))
     }
 
     /// Chunks verified and holding their decoded bytes now (released ones

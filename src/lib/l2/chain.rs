@@ -497,6 +497,10 @@ pub struct OpenChain {
     bases: Vec<(u64, usize)>,
     /// Where pages stored by other ranks are read from.
     xref_source: Option<Arc<dyn XrefSource>>,
+    /// The buffers the lineage's RPS chunks (and, once
+    /// [`pool_pointer_files`](Self::pool_pointer_files) ran, its Pointer
+    /// File chunks) decode into.
+    pool: Arc<ChunkPool>,
 }
 
 impl OpenChain {
@@ -528,7 +532,8 @@ impl OpenChain {
         // The RPS chunks of the whole lineage share one pool of buffers,
         // which a full restore recycles from the chunks it is done with
         // (`PageDecoder::read_page_releasing`); the Pointer Files keep their
-        // own mappings (a page's pointers may span chunks).
+        // own mappings unless a restore asks otherwise
+        // (`pool_pointer_files`).
         let pool = Arc::new(ChunkPool::default());
         for g in &mut gens {
             g.rps.decode_into_pool(pool.clone());
@@ -543,7 +548,41 @@ impl OpenChain {
             gens,
             bases,
             xref_source: None,
+            pool,
         }
+    }
+
+    /// Decodes the Pointer Files into the chain's pool too, so that a full
+    /// restore gives each Pointer File chunk back after the last page whose
+    /// pointers it holds, as it does RPS chunks
+    /// ([`PageDecoder::count_uses`]): decoded, a lineage's Pointer Files
+    /// are an eighth of every generation's dirty pages, more than half the
+    /// image on a long chain. The price is that the chunk-use count and the
+    /// rebuild each decode them, so a restore asks for it only past a
+    /// memory budget. `false`, and nothing pooled, when a Pointer File
+    /// refers to previous versions (format 4: a page's holes are filled
+    /// from the Pointer Files of other pages' generations, which no count
+    /// covers) or when a page's pointers would span chunks; a file with a
+    /// chunk already decoded, or with chunks too small to pool, stays as it
+    /// is (its chunks are then never released). Call it before anything
+    /// reads the chain.
+    pub fn pool_pointer_files(&mut self) -> bool {
+        if self.gens.iter().any(|g| {
+            g.pf_prev()
+                || !u64::from(g.pf.header().chunk_size).is_multiple_of(g.manifest.alpha() * 4)
+        }) {
+            return false;
+        }
+        for g in &mut self.gens {
+            g.pf.decode_into_pool(self.pool.clone());
+        }
+        true
+    }
+
+    /// Bytes of the lineage's Pointer Files decoded: what a full restore
+    /// holds of them when it does not release them.
+    pub fn pointer_file_bytes(&self) -> u64 {
+        self.gens.iter().map(|g| g.pf.len()).sum()
     }
 
     /// Reads the pages other ranks store through `source`.
@@ -792,6 +831,10 @@ pub struct PageDecoder<'a> {
 /// pages still to come need, not every chunk of the lineage.
 pub struct ChunkUses {
     counts: Vec<Vec<AtomicU64>>,
+    /// The same for each generation's Pointer File chunks, per generation
+    /// of the chain; empty when the Pointer Files are not pooled (then
+    /// they are never released).
+    pf: Vec<Vec<AtomicU64>>,
 }
 
 impl ChunkUses {
@@ -800,6 +843,7 @@ impl ChunkUses {
     pub fn outstanding(&self) -> u64 {
         self.counts
             .iter()
+            .chain(&self.pf)
             .flatten()
             .map(|c| c.load(Ordering::Relaxed))
             .sum()
@@ -956,17 +1000,119 @@ impl PageDecoder<'_> {
     }
 
     /// Counts, on `threads` threads, the live pages of `pages` (those
-    /// `live` gives) that use each RPS chunk, for
-    /// [`read_page_releasing`](Self::read_page_releasing).
+    /// `live` gives) that use each RPS chunk, and when the chain's Pointer
+    /// Files are pooled ([`OpenChain::pool_pointer_files`]) each Pointer
+    /// File chunk, for [`read_page_releasing`](Self::read_page_releasing).
     /// `None` when a page's pointers cannot be read (a bad chunk of its
     /// Pointer File, a fetch that failed): its rebuild would then read
-    /// chunks no count knows of, so nothing may be released.
+    /// chunks no count knows of, so nothing may be released. It holds every
+    /// Pointer File chunk it decodes; a restore that pools them calls
+    /// [`count_uses_releasing`](Self::count_uses_releasing) instead.
     pub fn count_uses<T: Sync>(
         &self,
         pages: &[T],
         live: impl Fn(&T) -> Option<LivePage> + Sync,
         threads: usize,
     ) -> Option<ChunkUses> {
+        self.count(pages, live, threads, false)
+    }
+
+    /// [`count_uses`](Self::count_uses), giving each pooled Pointer File
+    /// chunk back once the pages whose pointers it holds are counted (their
+    /// rebuild decodes it again): the count then holds a few Pointer File
+    /// chunks at once, not the lineage's.
+    ///
+    /// # Safety
+    ///
+    /// While it runs, nothing else reads the chain's pointers
+    /// ([`OpenChain::pointers`], [`OpenChain::read_page`], another
+    /// decoder's rebuild); a Pointer File chunk it releases is decoded
+    /// again by the next read.
+    pub unsafe fn count_uses_releasing<T: Sync>(
+        &self,
+        pages: &[T],
+        live: impl Fn(&T) -> Option<LivePage> + Sync,
+        threads: usize,
+    ) -> Option<ChunkUses> {
+        self.count(pages, live, threads, true)
+    }
+
+    /// The Pointer File chunk that live page `lp`'s pointers are in, as
+    /// (generation, chunk), when the chain's Pointer Files are counted
+    /// (`pf`): pooled, none referring to previous versions. `None` for a
+    /// page another rank stores (its pointers are not read).
+    fn pf_chunk(&self, lp: LivePage, pf: bool) -> Option<(usize, usize)> {
+        let g = &self.chain.gens[lp.layer as usize];
+        if !pf || g.xref_at(lp.pos).is_some() {
+            return None;
+        }
+        let first = lp.pos.checked_mul(self.alpha as u64)?;
+        Some((
+            lp.layer as usize,
+            usize::try_from(first >> g.pf.records_per_chunk_shift()).ok()?,
+        ))
+    }
+
+    /// Whether Pointer File chunks are counted and released: some are
+    /// pooled, and no Pointer File refers to previous versions (whose holes
+    /// read other generations' Pointer Files, which no count covers).
+    fn pf_counted(&self) -> bool {
+        self.chain.gens.iter().any(|g| g.pf.pooled())
+            && !self.chain.gens.iter().any(|g| g.pf_prev())
+    }
+
+    fn count<T: Sync>(
+        &self,
+        pages: &[T],
+        live: impl Fn(&T) -> Option<LivePage> + Sync,
+        threads: usize,
+        release_pf: bool,
+    ) -> Option<ChunkUses> {
+        let pf = self.pf_counted();
+        // Pages per Pointer File chunk, from their positions alone (nothing
+        // decoded): the rebuild's counts, and the count pass's own when it
+        // releases.
+        let mut pf_counts: Vec<Vec<u64>> = Vec::new();
+        if pf {
+            pf_counts = self
+                .chain
+                .gens
+                .iter()
+                .map(|g| vec![0; g.pf.chunk_count()])
+                .collect();
+            for lp in pages.iter().filter_map(&live) {
+                if let Some((l, k)) = self.pf_chunk(lp, pf)
+                    && let Some(c) = pf_counts[l].get_mut(k)
+                {
+                    *c += 1;
+                }
+            }
+        }
+        let atomics = |t: &[Vec<u64>]| -> Vec<Vec<AtomicU64>> {
+            t.iter()
+                .map(|s| s.iter().map(|&n| AtomicU64::new(n)).collect())
+                .collect()
+        };
+        let scan = if release_pf {
+            atomics(&pf_counts)
+        } else {
+            Vec::new()
+        };
+        let scanned = |lp: LivePage| {
+            let Some((l, k)) = self.pf_chunk(lp, pf) else {
+                return;
+            };
+            let Some(c) = scan.get(l).and_then(|s| s.get(k)) else {
+                return;
+            };
+            if c.fetch_sub(1, Ordering::AcqRel) == 1 {
+                // SAFETY: every page whose pointers lie in this chunk has
+                // been counted, and their slices dropped (`chunks_of`
+                // returned); nothing else reads the chain's pointers while
+                // the count runs (`count_uses_releasing`'s contract).
+                unsafe { self.chain.gens[l].pf.release_chunk(k) };
+            }
+        };
         let zeros = || -> Vec<Vec<u64>> {
             self.segs
                 .iter()
@@ -998,6 +1144,7 @@ impl PageDecoder<'_> {
                     for &(i, k) in &used {
                         counts[i as usize][k as usize] += 1;
                     }
+                    scanned(lp);
                 }
             }
         };
@@ -1021,25 +1168,30 @@ impl PageDecoder<'_> {
             .into_iter()
             .map(|s| s.into_iter().map(AtomicU64::new).collect())
             .collect();
-        Some(ChunkUses { counts })
+        Some(ChunkUses {
+            counts,
+            pf: atomics(&pf_counts),
+        })
     }
 
     /// [`read_page`](Self::read_page), then one use less of each RPS chunk
-    /// the page copied from; a chunk whose last use this was gives its
+    /// the page copied from, and of the Pointer File chunk its pointers are
+    /// in when those are counted; a chunk whose last use this was gives its
     /// decoded memory back ([`ChunkedFile::release_chunk`]). A page that
     /// fails gives nothing back.
     ///
     /// # Safety
     ///
-    /// `uses` comes from [`count_uses`](Self::count_uses) of this decoder
-    /// over pages among which `lp` is, and each of those pages gives its
-    /// uses back at most once (through this method or
+    /// `uses` comes from [`count_uses`](Self::count_uses) (or
+    /// [`count_uses_releasing`](Self::count_uses_releasing)) of this
+    /// decoder over pages among which `lp` is, and each of those pages
+    /// gives its uses back at most once (through this method or
     /// [`give_back`](Self::give_back)); while `uses` is in use, every
-    /// other read of the chain's patterns (this method on other threads,
-    /// another decoder, [`OpenChain::read_page`], [`OpenChain::pattern`])
-    /// is of a page counted in `uses` that has not given its uses back
-    /// yet. Otherwise a chunk could be released while a slice of it is
-    /// still read.
+    /// other read of the chain's patterns or pointers (this method on other
+    /// threads, another decoder, [`OpenChain::read_page`],
+    /// [`OpenChain::pattern`], [`OpenChain::pointers`]) is of a page
+    /// counted in `uses` that has not given its uses back yet. Otherwise a
+    /// chunk could be released while a slice of it is still read.
     pub unsafe fn read_page_releasing(
         &self,
         lp: LivePage,
@@ -1056,9 +1208,12 @@ impl PageDecoder<'_> {
         // The checked path rebuilt it: its chunks from its pointers.
         if all || self.chunks_of(lp, &mut used) {
             // SAFETY: the page's rebuild returned (its windows into the
-            // chunks are gone), and every other read is of a page still
-            // counted (this method's contract).
-            unsafe { self.give_back_chunks(&used, uses) };
+            // chunks and its pointers are gone), and every other read is of
+            // a page still counted (this method's contract).
+            unsafe {
+                self.give_back_chunks(&used, uses);
+                self.give_back_pf(lp, uses);
+            }
         }
         USED.with_borrow_mut(|u| *u = used);
         Ok(crc)
@@ -1074,18 +1229,45 @@ impl PageDecoder<'_> {
     ///
     /// `uses` comes from `count_uses` of this decoder over pages among
     /// which `lp` is, and each of those pages gives its uses back at most
-    /// once; every slice of the chain's RPS chunks that is alive, or taken
-    /// on any thread, while this runs belongs to a page counted in `uses`
-    /// that has not given its uses back yet (so `lp`'s reader keeps none).
-    /// A chunk whose count reaches zero is released: a later read decodes
-    /// it again.
+    /// once; every slice of the chain's RPS chunks (and, when they are
+    /// counted, Pointer File chunks) that is alive, or taken on any thread,
+    /// while this runs belongs to a page counted in `uses` that has not
+    /// given its uses back yet (so `lp`'s reader keeps none). A chunk whose
+    /// count reaches zero is released: a later read decodes it again.
     pub unsafe fn give_back(&self, lp: LivePage, uses: &ChunkUses) {
         let mut used: Vec<(u32, u64)> = USED.with_borrow_mut(std::mem::take);
         if self.chunks_of(lp, &mut used) {
-            // SAFETY: this method's contract.
-            unsafe { self.give_back_chunks(&used, uses) };
+            // SAFETY: this method's contract (`chunks_of` dropped the
+            // pointers it read).
+            unsafe {
+                self.give_back_chunks(&used, uses);
+                self.give_back_pf(lp, uses);
+            }
         }
         USED.with_borrow_mut(|u| *u = used);
+    }
+
+    /// One use less of the Pointer File chunk live page `lp`'s pointers
+    /// are in, when `uses` counts them; released at zero.
+    ///
+    /// # Safety
+    ///
+    /// As [`give_back`](Self::give_back), for page `lp`, whose reader
+    /// holds no slice of its pointers any more.
+    unsafe fn give_back_pf(&self, lp: LivePage, uses: &ChunkUses) {
+        let Some((l, k)) = self.pf_chunk(lp, !uses.pf.is_empty()) else {
+            return;
+        };
+        let Some(c) = uses.pf.get(l).and_then(|s| s.get(k)) else {
+            return;
+        };
+        if c.fetch_sub(1, Ordering::AcqRel) == 1 {
+            // SAFETY: as for an RPS chunk (`give_back_chunks`): the count
+            // was the number of counted pages whose pointers lie in this
+            // chunk, each gives its use back once, after its reader
+            // dropped them, and nothing else reads the chain meanwhile.
+            unsafe { self.chain.gens[l].pf.release_chunk(k) };
+        }
     }
 
     /// One use less of each chunk of `used`; a chunk at zero is released.

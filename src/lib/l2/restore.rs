@@ -116,13 +116,30 @@ pub struct RestoreOptions {
     /// anything is written (the seq is inside a generation that coalesced
     /// it, or its checkpoint is gone).
     pub seq: Option<u64>,
+    /// Decoded Pointer File bytes a restore may hold (`None`:
+    /// [`POINTER_FILE_BUDGET`]). Past it, it gives each Pointer File chunk
+    /// back after its last page, at the price of decoding it twice
+    /// ([`OpenChain::pool_pointer_files`]).
+    pub pointer_file_budget: Option<u64>,
 }
 
+/// Default of [`RestoreOptions::pointer_file_budget`]: 256 MiB. Below it, a
+/// restore keeps every Pointer File chunk it decodes (the lineage's
+/// Pointer Files decoded are an eighth of each generation's dirty pages:
+/// a few hundred MiB for a job of a few GiB); above it, holding them all
+/// would cost more memory than decoding them twice costs time.
+pub const POINTER_FILE_BUDGET: u64 = 256 << 20;
+
 impl RestoreOptions {
-    /// Gives `chain` the source of other ranks' pages, if there is one.
+    /// Gives `chain` the source of other ranks' pages, if there is one,
+    /// and pools its Pointer Files when they would decode past
+    /// [`pointer_file_budget`](Self::pointer_file_budget).
     pub fn attach(&self, chain: &mut OpenChain) {
         if let Some(s) = &self.xref_source {
             chain.set_xref_source(s.clone());
+        }
+        if chain.pointer_file_bytes() > self.pointer_file_budget.unwrap_or(POINTER_FILE_BUDGET) {
+            chain.pool_pointer_files();
         }
     }
 
@@ -840,11 +857,15 @@ fn write_image(
     // How many pages use each chunk: a chunk's decoded memory is given
     // back after its last page, so the restore holds what the pages still
     // to come need, not the whole lineage decoded (several times the image
-    // for a chain of deltas). Nothing else reads the chain's RPS files
-    // while the pages are rebuilt.
-    let uses = decoder
-        .as_ref()
-        .and_then(|d| d.count_uses(&entries, live, opts.threads()));
+    // for a chain of deltas). The same for Pointer File chunks when they
+    // are pooled (`RestoreOptions::attach`), which the count gives back as
+    // it goes too. Nothing else reads the chain's RPS files or Pointer
+    // Files while the chunks are counted and the pages rebuilt.
+    let uses = decoder.as_ref().and_then(|d| {
+        // SAFETY: nothing else reads the chain's pointers while this runs
+        // (the rebuild starts after it, on these same pages).
+        unsafe { d.count_uses_releasing(&entries, live, opts.threads()) }
+    });
     let fetch = |e: &crate::l1::coalesce::CListEntry, buf: &mut [u8]| -> Result<u32> {
         if let Some(lp) = live(e) {
             let d = decoder

@@ -184,6 +184,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         xref_source: None,
         job_committed: None,
         seq: a.seq,
+        pointer_file_budget: None,
     };
     if a.collective {
         return collective(&a, &s, &opts);
