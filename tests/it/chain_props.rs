@@ -497,6 +497,23 @@ fn pointer_files_are_given_back_after_their_last_page_past_the_budget() {
     let mut chain = OpenChain::open(job.l2.as_ref(), &index, g).unwrap();
     let plain = OpenChain::open(job.l2.as_ref(), &index, g).unwrap();
     assert!(chain.gens.len() >= 3, "a chain of deltas");
+    // The budget is of decoded bytes: 4 per pointer, `alpha` per page of
+    // each generation's P-Table delta; a restore pools past it, not at it.
+    let bytes: u64 = chain
+        .gens
+        .iter()
+        .map(|g| g.ptable.pages.len() as u64 * g.manifest.alpha() * 4)
+        .sum();
+    assert_eq!(chain.pointer_file_bytes(), bytes);
+    for (budget, pooled) in [(bytes, false), (bytes - 1, true)] {
+        let mut c = OpenChain::open(job.l2.as_ref(), &index, g).unwrap();
+        let opts = RestoreOptions {
+            pointer_file_budget: Some(budget),
+            ..Default::default()
+        };
+        opts.attach(&mut c);
+        assert!(c.gens.iter().all(|g| g.pf.pooled() == pooled), "{budget}");
+    }
     assert!(chain.pool_pointer_files());
     assert!(chain.gens.iter().all(|g| g.pf.pooled()));
     let (dec, check) = (chain.decoder(), plain.decoder());

@@ -582,7 +582,13 @@ impl OpenChain {
     /// Bytes of the lineage's Pointer Files decoded: what a full restore
     /// holds of them when it does not release them.
     pub fn pointer_file_bytes(&self) -> u64 {
-        self.gens.iter().map(|g| g.pf.len()).sum()
+        self.gens
+            .iter()
+            .map(|g| {
+                g.pf.len()
+                    .saturating_mul(u64::from(g.pf.header().record_size))
+            })
+            .sum()
     }
 
     /// Reads the pages other ranks store through `source`.
