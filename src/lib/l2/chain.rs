@@ -556,16 +556,17 @@ impl OpenChain {
     /// restore gives each Pointer File chunk back after the last page whose
     /// pointers it holds, as it does RPS chunks
     /// ([`PageDecoder::count_uses`]): decoded, a lineage's Pointer Files
-    /// are an eighth of every generation's dirty pages, more than half the
-    /// image on a long chain. The price is that the chunk-use count and the
+    /// are 4 bytes per pattern of every generation's dirty pages (an eighth
+    /// of them with 32-byte patterns), more than half the image on a long
+    /// chain. The price is that the chunk-use count and the
     /// rebuild each decode them, so a restore asks for it only past a
     /// memory budget. `false`, and nothing pooled, when a Pointer File
     /// refers to previous versions (format 4: a page's holes are filled
     /// from the Pointer Files of other pages' generations, which no count
     /// covers) or when a page's pointers would span chunks; a file with a
     /// chunk already decoded, or with chunks too small to pool, stays as it
-    /// is (its chunks are then never released). Call it before anything
-    /// reads the chain.
+    /// is (its chunks are then never released; `true` is returned even if
+    /// that leaves none pooled). Call it before anything reads the chain.
     pub fn pool_pointer_files(&mut self) -> bool {
         if self.gens.iter().any(|g| {
             g.pf_prev()

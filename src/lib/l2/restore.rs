@@ -132,13 +132,20 @@ pub const POINTER_FILE_BUDGET: u64 = 256 << 20;
 
 impl RestoreOptions {
     /// Gives `chain` the source of other ranks' pages, if there is one,
-    /// and pools its Pointer Files when they would decode past
+    /// and, for a full restore, pools its Pointer Files when the lineage's
+    /// are larger, decoded, than
     /// [`pointer_file_budget`](Self::pointer_file_budget).
     pub fn attach(&self, chain: &mut OpenChain) {
         if let Some(s) = &self.xref_source {
             chain.set_xref_source(s.clone());
         }
-        if chain.pointer_file_bytes() > self.pointer_file_budget.unwrap_or(POINTER_FILE_BUDGET) {
+        // A restore of some pages (`--pages`, `--region`) decodes few
+        // Pointer File chunks, and from a bucket each one released would be
+        // fetched again.
+        let full = self.pages.is_none() && self.region.is_none();
+        if full
+            && chain.pointer_file_bytes() > self.pointer_file_budget.unwrap_or(POINTER_FILE_BUDGET)
+        {
             chain.pool_pointer_files();
         }
     }
@@ -874,8 +881,8 @@ fn write_image(
             match &uses {
                 // SAFETY: `uses` counted every page of `entries`, and
                 // `write_pages_parallel` fills each page once; nothing
-                // but these rebuilds reads the chain's patterns until
-                // they are done.
+                // but these rebuilds reads the chain's patterns or
+                // pointers until they are done.
                 Some(u) => unsafe { d.read_page_releasing(lp, buf, u) },
                 None => d.read_page(lp, buf),
             }
