@@ -1106,19 +1106,11 @@ impl PageDecoder<'_> {
             Vec::new()
         };
         let scanned = |lp: LivePage| {
-            let Some((l, k)) = self.pf_chunk(lp, pf) else {
-                return;
-            };
-            let Some(c) = scan.get(l).and_then(|s| s.get(k)) else {
-                return;
-            };
-            if c.fetch_sub(1, Ordering::AcqRel) == 1 {
-                // SAFETY: every page whose pointers lie in this chunk has
-                // been counted, and their slices dropped (`chunks_of`
-                // returned); nothing else reads the chain's pointers while
-                // the count runs (`count_uses_releasing`'s contract).
-                unsafe { self.chain.gens[l].pf.release_chunk(k) };
-            }
+            // SAFETY: every page whose pointers lie in a chunk that reaches
+            // zero has been counted, and their slices dropped (`chunks_of`
+            // returned); nothing else reads the chain's pointers while the
+            // count runs (`count_uses_releasing`'s contract).
+            unsafe { self.release_pf_use(lp, &scan) }
         };
         let zeros = || -> Vec<Vec<u64>> {
             self.segs
@@ -1262,17 +1254,33 @@ impl PageDecoder<'_> {
     /// As [`give_back`](Self::give_back), for page `lp`, whose reader
     /// holds no slice of its pointers any more.
     unsafe fn give_back_pf(&self, lp: LivePage, uses: &ChunkUses) {
-        let Some((l, k)) = self.pf_chunk(lp, !uses.pf.is_empty()) else {
+        // SAFETY: as for an RPS chunk (`give_back_chunks`): the count was
+        // the number of counted pages whose pointers lie in this chunk,
+        // each gives its use back once, after its reader dropped them, and
+        // nothing else reads the chain meanwhile.
+        unsafe { self.release_pf_use(lp, &uses.pf) }
+    }
+
+    /// One use less in `table` (uses per Pointer File chunk, per
+    /// generation; empty when they are not counted) of the chunk live page
+    /// `lp`'s pointers are in; the chunk is released at zero. Shared by
+    /// the count pass (its own table) and the rebuild (`ChunkUses::pf`).
+    ///
+    /// # Safety
+    ///
+    /// When the count reaches zero no reader holds or will take a slice of
+    /// that chunk without decoding it again: each page counted in `table`
+    /// gives its use back once, after its reader dropped its pointers, and
+    /// nothing else reads the chain's pointers meanwhile.
+    unsafe fn release_pf_use(&self, lp: LivePage, table: &[Vec<AtomicU64>]) {
+        let Some((l, k)) = self.pf_chunk(lp, !table.is_empty()) else {
             return;
         };
-        let Some(c) = uses.pf.get(l).and_then(|s| s.get(k)) else {
+        let Some(c) = table.get(l).and_then(|s| s.get(k)) else {
             return;
         };
         if c.fetch_sub(1, Ordering::AcqRel) == 1 {
-            // SAFETY: as for an RPS chunk (`give_back_chunks`): the count
-            // was the number of counted pages whose pointers lie in this
-            // chunk, each gives its use back once, after its reader
-            // dropped them, and nothing else reads the chain meanwhile.
+            // SAFETY: this function's contract.
             unsafe { self.chain.gens[l].pf.release_chunk(k) };
         }
     }
