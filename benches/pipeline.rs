@@ -188,6 +188,7 @@ fn dedup_group(c: &mut Criterion, name: &str, fx: &Fixture) {
                 },
                 ..Default::default()
             },
+            table_memory: rexctl::l2::dedup::DEFAULT_DEDUP_MEMORY,
             xrefs: &[],
             upload: None,
         };

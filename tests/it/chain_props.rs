@@ -52,6 +52,9 @@ struct Scenario {
     /// What batch `i` is written as: `formats[i % len]` (empty: the
     /// default, container version 2).
     formats: Vec<WriteFormat>,
+    /// The DeD-Table's ceiling of batch `i`: `dedup_memory[i % len]`
+    /// (empty: the default).
+    dedup_memory: Vec<u64>,
 }
 
 fn run(s: &Scenario) {
@@ -87,6 +90,11 @@ fn run(s: &Scenario) {
                 .get(i % s.formats.len().max(1))
                 .copied()
                 .unwrap_or_default(),
+            dedup_memory: s
+                .dedup_memory
+                .get(i % s.dedup_memory.len().max(1))
+                .copied()
+                .unwrap_or(rexctl::l2::dedup::DEFAULT_DEDUP_MEMORY),
             ..PushOptions::default()
         };
         let r = push_l2(&job, &opts).unwrap();
@@ -168,6 +176,7 @@ fn every_profile_restores_every_generation_of_a_ten_generation_chain() {
             pending_after: 2,
             hash: HashChoice::Crc32,
             formats: vec![],
+            dedup_memory: vec![],
         });
     }
 }
@@ -198,6 +207,7 @@ fn large_pages_and_every_pattern_size() {
             pending_after: 1,
             hash: HashChoice::Xxh3,
             formats: vec![],
+            dedup_memory: vec![],
         });
     }
 }
@@ -220,6 +230,7 @@ fn a_complete_coalescence_changes_the_pattern_size_down_and_up() {
             pending_after: 1,
             hash: HashChoice::Crc32,
             formats: vec![],
+            dedup_memory: vec![],
         });
     }
 }
@@ -594,6 +605,7 @@ fn a_delta_push_gives_the_old_chunks_back_after_their_last_page() {
         full: false,
         dir: &out,
         format: WriteFormat::default(),
+        table_memory: rexctl::l2::dedup::DEFAULT_DEDUP_MEMORY,
         xrefs: &[],
         upload: None,
     };
@@ -615,6 +627,71 @@ fn a_delta_push_gives_the_old_chunks_back_after_their_last_page() {
     }
 }
 
+/// A DeD-Table ceiling (`dedup_memory`) far below a batch's patterns: the
+/// table closes, the patterns after that are stored without an entry (so
+/// their copies are stored again), the table and the source locations stay
+/// within the ceiling, and every generation restores exactly, from L2 alone
+/// and from L1 plus L2.
+#[test]
+fn a_push_past_its_dedup_table_ceiling_stores_more_and_restores_exactly() {
+    let push = |mem: u64| {
+        let d = tempfile::tempdir().unwrap();
+        let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
+        std::fs::create_dir_all(&l1).unwrap();
+        let job = Job::open(&l1, Box::new(DirStore::create(&l2).unwrap())).unwrap();
+        let mut w = Workload::new(small("balanced", 4096, 2048), 7).unwrap();
+        let (mut stored, mut outs) = (0, Vec::new());
+        let mut truth = Vec::new();
+        for batch in [1, 3, 2] {
+            for _ in 0..batch {
+                let c = w.step();
+                w.write(&c, &l1, c.seq).unwrap();
+            }
+            let opts = PushOptions {
+                dedup_memory: mem,
+                ..PushOptions::default()
+            };
+            let r = push_l2(&job, &opts).unwrap();
+            let m = r.manifest.unwrap();
+            stored += m.patterns;
+            truth.push((m.generation, w.image().clone()));
+            outs.push(r.dedup.unwrap());
+        }
+        let out = d.path().join("restored.rexic");
+        for (g, want) in &truth {
+            let opts = RestoreOptions {
+                generation: Some(*g),
+                ..Default::default()
+            };
+            restore_l2(job.l2.as_ref(), &opts, &out).unwrap();
+            assert_image(&out, want, &format!("generation {g}, ceiling {mem}"));
+        }
+        restore_l1_l2(&job, &RestoreOptions::default(), &out).unwrap();
+        assert_image(&out, &truth.last().unwrap().1, "L1+L2");
+        (stored, outs)
+    };
+    let (stored, outs) = push(rexctl::l2::dedup::DEFAULT_DEDUP_MEMORY);
+    assert!(outs.iter().all(|o| o.unindexed == 0));
+    // 2048 pages of 128 patterns per batch, some from the profile's
+    // dictionary; room for 1000 entries.
+    let mem = 19 * 1000;
+    let (capped, capped_outs) = push(mem);
+    for o in &capped_outs {
+        assert!(o.unindexed > 0, "the table closed in every batch: {o:?}");
+        // The ceiling; at most the smallest table (1024 entries) above it.
+        assert!(o.table_bytes <= mem + (16 << 10), "{} bytes", o.table_bytes);
+    }
+    assert!(
+        capped > stored,
+        "{capped} <= {stored} patterns: copies of unindexed patterns are stored again"
+    );
+    // No entry at all: only the shortcuts (zero patterns, patterns kept
+    // from the previous version) are not stored.
+    let (none, none_outs) = push(0);
+    assert!(none_outs.iter().all(|o| o.unindexed + o.hits == o.probed));
+    assert!(none > capped);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
 
@@ -629,6 +706,8 @@ proptest! {
         complete_at in prop::collection::vec(0usize..10, 0..2),
         pending_after in 0usize..3,
         xxh3 in any::<bool>(),
+        dedup_memory in prop::collection::vec(
+            prop::sample::select(vec![0u64, 19 * 200, 19 * 3000, u64::MAX]), 0..3),
     ) {
         let pages = if page_size == 65536 { 12 } else { 48 };
         run(&Scenario {
@@ -642,6 +721,7 @@ proptest! {
             pending_after,
             hash: if xxh3 { HashChoice::Xxh3 } else { HashChoice::Crc32 },
             formats: vec![],
+            dedup_memory,
         });
     }
 
@@ -686,6 +766,7 @@ proptest! {
             pending_after,
             hash: HashChoice::Crc32,
             formats,
+            dedup_memory: vec![],
         });
     }
 }

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use crate::util::{assert_clean_failure, ok, run};
+use crate::util::{assert_clean_failure, copy_tree, ok, run};
 
 fn s(p: &Path) -> &str {
     p.to_str().expect("utf-8 temp path")
@@ -279,4 +279,66 @@ fn every_example_command_line_parses() {
     }
     assert!(checked >= 25, "only {checked} examples found");
     assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+/// `dedup_memory` (here from rex.toml) bounds a push's DeD-Table: past it
+/// the push stores the patterns it cannot index, says so in its text and
+/// JSON reports, and the restore is exact; without it, nothing is said.
+#[test]
+fn a_push_past_its_dedup_memory_says_so_and_restores_exactly() {
+    let d = tempfile::tempdir().unwrap();
+    let l1 = d.path().join("l1");
+    let truth = d.path().join("truth.rexic");
+    let out = d.path().join("out.rexic");
+    ok(&[
+        "gen",
+        s(&l1),
+        "--pages",
+        "1024",
+        "--count",
+        "3",
+        "--truth",
+        s(&truth),
+    ]);
+    let saved = d.path().join("saved");
+    copy_tree(&l1, &saved);
+    let toml = d.path().join("rex.toml");
+    std::fs::write(&toml, "dedup_memory = 19000\n").unwrap();
+    // The key from the file, the flag over it (in JSON), the default.
+    for (i, extra, capped) in [
+        (0, &[][..], true),
+        (1, &["--dedup-memory", "0", "--json"][..], true),
+        (2, &["--dedup-memory", "2147483648"][..], false),
+    ] {
+        let (l1, l2) = (
+            d.path().join(format!("l1-{i}")),
+            d.path().join(format!("l2-{i}")),
+        );
+        copy_tree(&saved, &l1);
+        let mut args = vec![
+            "--config",
+            s(&toml),
+            "push-l2",
+            "--l1",
+            s(&l1),
+            "--l2",
+            s(&l2),
+        ];
+        args.extend(extra);
+        let said = ok(&args);
+        if extra.contains(&"--json") {
+            let v: serde_json::Value = serde_json::from_str(&said).unwrap();
+            assert_eq!(
+                v["dedup"]["unindexed"].as_u64().unwrap() > 0,
+                capped,
+                "{said}"
+            );
+        } else {
+            let note = said.contains("note: the DeD-Table reached dedup_memory");
+            assert_eq!(note, capped, "{said}");
+        }
+        ok(&["restore", "--l2", s(&l2), "--l2-only", "-o", s(&out), "-f"]);
+        let diff = rexctl::eval::image::compare_ic_files(&out, &truth).unwrap();
+        assert!(diff.is_equal(), "case {i}: {diff}");
+    }
 }

@@ -1007,6 +1007,7 @@ fn lib_push<H: PatternHasher>(l1: &Path, l2: &DirStore, hasher: H) -> Manifest {
         full,
         dir: l2.root(),
         format: Default::default(),
+        table_memory: rexctl::l2::dedup::DEFAULT_DEDUP_MEMORY,
         xrefs: &[],
         upload: None,
     };
@@ -1081,6 +1082,7 @@ fn dedup_streams_its_files_to_the_store_and_reports_the_stores_failure() {
                 full: true,
                 dir,
                 format: Default::default(),
+                table_memory: rexctl::l2::dedup::DEFAULT_DEDUP_MEMORY,
                 xrefs: &[],
                 upload: Some(Upload {
                     store,

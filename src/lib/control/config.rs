@@ -157,6 +157,18 @@ pub struct ConfigLayer {
         hide_short_help = true
     )]
     pub zstd_level_max: Option<i32>,
+    /// Most memory a push's DeD-Table may take, bytes (default 2 GiB,
+    /// about 19 bytes per indexed pattern: the table and each new
+    /// pattern's source location). Past it, new patterns are still stored
+    /// but no longer indexed, so later copies of them are stored again:
+    /// a larger L2, never a larger push.
+    #[arg(
+        long,
+        env = "REX_DEDUP_MEMORY",
+        value_name = "BYTES",
+        hide_short_help = true
+    )]
+    pub dedup_memory: Option<u64>,
     /// Threads for the work spread over cores: compressing chunks in a
     /// push, decoding chunks and rebuilding pages in a restore, reading
     /// pages in capture (default: the cores; capture: up to 4).
@@ -332,6 +344,7 @@ impl ConfigLayer {
             hash: self.hash.or(lower.hash),
             zstd_level: self.zstd_level.or(lower.zstd_level),
             zstd_level_max: self.zstd_level_max.or(lower.zstd_level_max),
+            dedup_memory: self.dedup_memory.or(lower.dedup_memory),
             threads: self.threads.or(lower.threads),
             l2_version: self.l2_version.or(lower.l2_version),
             read_rate: self.read_rate.or(lower.read_rate),
@@ -478,6 +491,8 @@ pub struct Config {
     pub hash: HashChoice,
     /// What a push writes (container version, zstd level, threads).
     pub write_format: WriteFormat,
+    /// Most memory a push's DeD-Table may take, bytes.
+    pub dedup_memory: u64,
     /// Threads for a push and a restore.
     pub threads: usize,
     /// Configured L2 read rate, MB/s.
@@ -933,6 +948,9 @@ impl Config {
             replicas,
             hash: l.hash.unwrap_or_default(),
             write_format,
+            dedup_memory: l
+                .dedup_memory
+                .unwrap_or(crate::l2::dedup::DEFAULT_DEDUP_MEMORY),
             threads,
             read_rate_mbps: l.read_rate,
             store,

@@ -295,6 +295,7 @@ pub fn flush(job: &Job, cfg: &Config, dry_run: bool) -> Result<FlushReport> {
         keep_chains_l1: cfg.keep_chains_l1,
         hash: cfg.hash,
         format: cfg.write_format,
+        dedup_memory: cfg.dedup_memory,
     };
     if dry_run {
         let decision = decide(job, cfg, crate::format::ic::now_ns())?;

@@ -736,6 +736,7 @@ impl Rex {
             keep_chains_l1: self.cfg.keep_chains_l1,
             hash: self.cfg.hash,
             format: self.cfg.write_format,
+            dedup_memory: self.cfg.dedup_memory,
         };
         let copts = CollectiveOptions {
             table: self.cfg.collective_table,

@@ -17,6 +17,19 @@
 //! needs to confirm later hits byte for byte. Per page, the P-Table delta
 //! keeps its number and CRC (12 bytes per dirty page).
 //!
+//! The table and the source locations grow with the batch's patterns (about
+//! 19 bytes per indexed pattern), so they have a ceiling of their own
+//! ([`DedupJob::table_memory`], rex.toml `dedup_memory`): for 32-byte
+//! patterns they take a third to a half of the batch's bytes, and a job
+//! whose memory is most of its node's cannot spare that much again.
+//! Once the table holds as many entries as the ceiling allows, it is
+//! *closed*: every later pattern is only looked up, a miss is stored as a
+//! new pattern without an entry or a source location, and a later copy of
+//! it is stored again. Entries are never removed, so a closed table stays
+//! closed, and every pointer it holds was inserted while source locations
+//! were still kept: the output is exact, only less deduplicated, and
+//! depends on the ceiling, not on the machine.
+//!
 //! The previous version of a page is found by a merge-join of the C-List
 //! with the live P-Table (both sorted by page number), so no per-page hash
 //! lookup is needed.
@@ -58,6 +71,13 @@ pub enum HashChoice {
 
 /// Buffer size for the streamed RPS and PF.
 const FLUSH: usize = 1 << 20;
+/// Default ceiling of the DeD-Table and the source locations, bytes
+/// (rex.toml `dedup_memory`).
+pub const DEFAULT_DEDUP_MEMORY: u64 = 2 << 30;
+/// Bytes an indexed pattern costs at most: a table entry (8 bytes at a
+/// load of 3/4, the table being sized for its ceiling so that it never
+/// grows) and a source location (8 bytes).
+const ENTRY_BYTES: u64 = 19;
 /// Source-location tag: the pattern's bytes are an old-chain pattern.
 const OLD: u64 = 1 << 63;
 /// Source location of a pattern whose bytes cannot be read again (a page
@@ -93,6 +113,11 @@ pub struct DedupOutput {
     pub bytes_in: u64,
     /// Peak DeD-Table memory, in bytes.
     pub table_bytes: u64,
+    /// New patterns stored without a DeD-Table entry: the table had
+    /// reached its ceiling (`dedup_memory`), so their later copies, if
+    /// any, were stored again.
+    #[serde(default)]
+    pub unindexed: u64,
     /// Pages written as cross-rank references (stored by another rank).
     #[serde(default)]
     pub xref_pages: u64,
@@ -167,8 +192,12 @@ struct Unit<'a, H: PatternHasher> {
     generation: u64,
     base: u64,
     next: u64,
-    /// Source location of every new pattern (see module doc).
+    /// Source location of every new pattern (see module doc), while the
+    /// table is open.
     locs: Vec<u64>,
+    /// The most entries the table may hold; at that many it is closed
+    /// (see module doc).
+    max_entries: usize,
     ic: Vec<IcData<'a>>,
     /// The chain whose patterns are reachable: the previous generation's
     /// for a Δ, the old chain (as a page source) for a complete coalescence.
@@ -379,12 +408,13 @@ impl<'a, H: PatternHasher> Unit<'a, H> {
                 (Way::Zero, Some(z)) => z,
                 _ => {
                     let locs = &self.locs;
-                    let res = self
-                        .table
-                        .get_or_insert_hashed(pat, h, ptr, |q| {
-                            resolve(q, base, ps, locs, ic, chain, shared)
-                        })
-                        .unwrap_or(ptr);
+                    let resolve = |q| resolve(q, base, ps, locs, ic, chain, shared);
+                    let res = if self.table.len() < self.max_entries {
+                        self.table.get_or_insert_hashed(pat, h, ptr, resolve)
+                    } else {
+                        self.table.get_hashed(pat, h, resolve)
+                    }
+                    .unwrap_or(ptr);
                     if self.zero_ptr.is_none() && is_zero(pat) {
                         self.zero_ptr = Some(res);
                         self.pf.set_zero_hint(res);
@@ -407,16 +437,20 @@ impl<'a, H: PatternHasher> Unit<'a, H> {
             if self.next >= u64::from(pointer_coding::HOLE) {
                 return Err(space_full(self.generation, self.next));
             }
+            // Whether a probe below inserts what it misses.
+            let open = self.table.len() < self.max_entries;
             let hit = match (way, self.zero_ptr) {
                 (Way::Same, _) => Some(self.prev_res[i]),
                 (Way::Zero, Some(z)) => Some(z),
                 _ => {
                     let locs = &self.locs;
-                    let hit = self
-                        .table
-                        .get_or_insert_hashed(pat, h, self.next as u32, |q| {
-                            resolve(q, base, ps, locs, ic, chain, shared)
-                        });
+                    let resolve = |q| resolve(q, base, ps, locs, ic, chain, shared);
+                    let hit = if open {
+                        self.table
+                            .get_or_insert_hashed(pat, h, self.next as u32, resolve)
+                    } else {
+                        self.table.get_hashed(pat, h, resolve)
+                    };
                     if self.zero_ptr.is_none() && is_zero(pat) {
                         let z = hit.unwrap_or(self.next as u32);
                         self.zero_ptr = Some(z);
@@ -444,7 +478,14 @@ impl<'a, H: PatternHasher> Unit<'a, H> {
                     };
                     let p = self.next as u32;
                     self.next += 1;
-                    self.locs.push(loc);
+                    // Kept while the table is open: the probe above then
+                    // inserted `p`, and `locs` covers every pointer from
+                    // the base to the closing (it stays closed).
+                    if open {
+                        self.locs.push(loc);
+                    } else {
+                        self.out.unindexed += 1;
+                    }
                     self.rps_buf.extend_from_slice(pat);
                     if self.rps_buf.len() >= FLUSH {
                         self.rps.write(&self.rps_buf)?;
@@ -539,6 +580,9 @@ pub struct DedupJob<'a> {
     pub dir: &'a Path,
     /// What to write the RPS and Pointer File as.
     pub format: WriteFormat,
+    /// The most bytes the DeD-Table and the new patterns' source locations
+    /// may take (rex.toml `dedup_memory`; see the module doc).
+    pub table_memory: u64,
     /// Pages to write as cross-rank references (an MPI job's collective
     /// push), ascending by page: each must be a page the generation writes;
     /// its pointers are zero and its bytes are another rank's.
@@ -847,7 +891,9 @@ fn run<H: PatternHasher>(
     // more memory.
     let with_prev = plan.iter().filter(|(_, _, prev)| prev.is_some()).count();
     let expected = (plan.len() + with_prev).saturating_mul(alpha as usize);
-    let table = DedupTable::with_hasher(expected.max(1024), hasher);
+    // At most its ceiling, though: then it closes (module doc).
+    let max_entries = usize::try_from(job.table_memory / ENTRY_BYTES).unwrap_or(usize::MAX);
+    let table = DedupTable::with_hasher(expected.min(max_entries).max(1024), hasher);
     let names = [
         object_name(job.generation, "rps"),
         object_name(job.generation, "pf"),
@@ -880,7 +926,15 @@ fn run<H: PatternHasher>(
         generation: job.generation,
         base,
         next: base,
-        locs: Vec::new(),
+        // Not reallocated as it grows (so never twice its ceiling): a
+        // reservation, whose pages the kernel provides as they are written
+        // (if it cannot be had, the vector grows as usual).
+        locs: {
+            let mut v = Vec::new();
+            let _ = v.try_reserve_exact(expected.min(max_entries));
+            v
+        },
+        max_entries,
         ic: ic
             .iter()
             .map(|f| {
@@ -918,6 +972,7 @@ fn run<H: PatternHasher>(
             prev_inserted: 0,
             bytes_in: 0,
             table_bytes: 0,
+            unindexed: 0,
             xref_pages: 0,
             seconds: 0.0,
             uploaded: Vec::new(),
@@ -1067,7 +1122,7 @@ fn run<H: PatternHasher>(
     let mut out = unit.out;
     out.table_bytes = out
         .table_bytes
-        .max(unit.table.memory_bytes() as u64 + unit.locs.capacity() as u64 * 8);
+        .max(unit.table.memory_bytes() as u64 + unit.locs.len() as u64 * 8);
     out.patterns = unit.next - base;
     let (rps_len, rps_crc) = unit.rps.finish()?;
     let (pf_len, pf_crc) = unit.pf.finish()?;

@@ -86,6 +86,8 @@ pub struct PushOptions {
     /// What the RPS and Pointer File are written as (version, zstd level,
     /// encoder threads).
     pub format: WriteFormat,
+    /// Most memory the DeD-Table may take, bytes (`dedup_memory`).
+    pub dedup_memory: u64,
 }
 
 impl Default for PushOptions {
@@ -97,6 +99,7 @@ impl Default for PushOptions {
             keep_chains_l1: 1,
             hash: HashChoice::default(),
             format: WriteFormat::default(),
+            dedup_memory: crate::l2::dedup::DEFAULT_DEDUP_MEMORY,
         }
     }
 }
@@ -558,6 +561,7 @@ pub fn push_with(
         full: false,
         dir: job.l1_chain.root(),
         format: opts.format,
+        table_memory: opts.dedup_memory,
         xrefs: &[],
         upload: Some(Upload {
             store: job.l2.as_ref(),

@@ -102,6 +102,7 @@ impl Counterpart for Rex {
         let opts = PushOptions {
             full: batch.force_full,
             format: cfg.write_format,
+            dedup_memory: cfg.dedup_memory,
             ..PushOptions::default()
         };
         let r = push_l2(job, &opts)?;

@@ -84,6 +84,7 @@ fn push_options(a: &Args, cfg: &rexctl::control::config::Config) -> PushOptions 
         keep_chains_l1: cfg.keep_chains_l1,
         hash: cfg.hash,
         format: cfg.write_format,
+        dedup_memory: cfg.dedup_memory,
     }
 }
 
@@ -188,5 +189,12 @@ pub fn print_human(r: &PushReport) -> Result<(), ui::StdoutError> {
             format!("; pruned generations {:?} from L2", r.pruned_l2)
         }
     );
+    if d.unindexed > 0 {
+        outln!(
+            "note: the DeD-Table reached dedup_memory ({} held): {} new patterns were stored without an entry, so their copies in the batch were stored again (rex.toml(5))",
+            ui::bytes(d.table_bytes),
+            d.unindexed
+        );
+    }
     Ok(())
 }
