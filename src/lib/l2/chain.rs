@@ -76,10 +76,12 @@ impl ChainIndex {
                     .find(|(x, _)| *x == c)
                     .map(|(_, e)| format!(": {e}"))
                     .unwrap_or_else(|| ": no manifest".into());
-                return Err(Error::chain(
-                    store.describe(),
-                    format!("generation {g} needs generation {c}, which is not valid{why}"),
-                ));
+                let what = if c == g {
+                    format!("generation {g} is not valid{why}")
+                } else {
+                    format!("generation {g} needs generation {c}, which is not valid{why}")
+                };
+                return Err(Error::chain(store.describe(), what));
             };
             if let Some(child) = out.last() {
                 check_link(store, m, child)?;

@@ -588,9 +588,13 @@ fn open_mixed(
             // fails makes the caller try again with this generation from L2.
             OpenGeneration::open(&job.l1_chain, m)
         } else {
+            let what = match l1.get(m.generation) {
+                Some(_) => "L1 holds another manifest for it (another chain's, or a stale copy)",
+                None => "it is not in L1",
+            };
             Err(Error::chain(
                 job.l1_chain.root(),
-                format!("generation {} is not in L1", m.generation),
+                format!("generation {}: {what}", m.generation),
             ))
         };
         match local {
@@ -917,7 +921,7 @@ fn write_image(
             .and_then(|n| n.checked_mul(u64::from(page_size)));
         let Some(span) = span.filter(|&s| s <= 1 << 40) else {
             return Err(Error::Invalid(format!(
-                "--raw: pages {first_page:#x}..={last_page:#x} span more than 1 TiB; restore a dense range with --pages"
+                "--raw: pages {first_page:#x}..={last_page:#x} span more than 1 TiB; give --pages ranges that lie closer together, or restore without --raw"
             )));
         };
         let mut f = AtomicFile::create(out)?;
