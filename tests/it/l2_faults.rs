@@ -1617,3 +1617,144 @@ fn files_collected_before_a_recovered_commit_are_uploaded_again() {
         "L2 alone after the recovery",
     );
 }
+
+/// A FIFO under a manifest's name, in L2 or in L1's copy (helper-38: every
+/// command blocked opening it, forever, and a push held the job's lock):
+/// the manifest is invalid, as a directory's would be. A restore names it
+/// and exits 3, `--fallback` restores the generation before, and `status`,
+/// `verify` and `gc` finish.
+#[test]
+fn a_fifo_under_a_manifest_name_is_an_invalid_manifest_not_a_hang() {
+    let d = tempfile::tempdir().unwrap();
+    let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
+    let mut w = workload("balanced", 200, 4);
+    for last in [1, 3] {
+        take_until(&mut w, &l1, last, &d.path().join("truth"));
+        rex_ok(&push_args(&l1, &l2, &[]));
+    }
+    let fifo = |p: &Path| {
+        std::fs::remove_file(p).unwrap();
+        let st = Command::new("mkfifo").arg(p).status().unwrap();
+        assert!(st.success(), "mkfifo {}", p.display());
+    };
+    fifo(&l2.join(manifest_name(2)));
+    fifo(&l1.join("rex").join(manifest_name(2)));
+    // Each command in a child killed after a minute: a hang fails the
+    // test instead of stalling the suite.
+    let within_a_minute = |args: &[&str]| -> Output {
+        let mut c = rexctl()
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let t0 = std::time::Instant::now();
+        while c.try_wait().unwrap().is_none() {
+            if t0.elapsed() > std::time::Duration::from_secs(60) {
+                let _ = c.kill();
+                panic!("rexctl {args:?} still runs after a minute");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        c.wait_with_output().unwrap()
+    };
+    let out = d.path().join("out.rexic");
+    let o = within_a_minute(&["restore", "--l2", s(&l2), "--l2-only", "-o", s(&out)]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(stderr(&o).contains("not a regular file"), "{}", stderr(&o));
+    let o = within_a_minute(&[
+        "restore",
+        "--l2",
+        s(&l2),
+        "--l2-only",
+        "--fallback",
+        "-o",
+        s(&out),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let seq1 = d.path().join("truth").join("seq-1.rexic");
+    assert_image(&out, &seq1, "L2 --fallback");
+    let o = within_a_minute(&[
+        "restore",
+        "--l1",
+        s(&l1),
+        "--l2",
+        s(&l2),
+        "--fallback",
+        "-o",
+        s(&out),
+        "-f",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_image(&out, &seq1, "L1+L2 --fallback");
+    for args in [
+        &["status", "--l1", s(&l1), "--l2", s(&l2)][..],
+        &["verify", "--l1", s(&l1), "--l2", s(&l2)][..],
+        &["gc", "--l2", s(&l2)][..],
+    ] {
+        let o = within_a_minute(args);
+        assert!(o.status.code().is_some() && !stderr(&o).contains("panicked"));
+    }
+}
+
+/// `--fallback` walks back within the run it starts from: job B's first
+/// generation copied over job A's (helper-38) breaks A's lineage, and the
+/// restore exits 3 naming the generations of the other run instead of
+/// restoring B's state with exit 0. So does L1 plus L2, whose runs are
+/// A's (L2's valid foreign manifest still hides L1's copy of generation 1:
+/// a refusal, not B's image).
+#[test]
+fn fallback_never_crosses_to_another_run() {
+    let d = tempfile::tempdir().unwrap();
+    let p = |n: &str| d.path().join(n);
+    let (mut a, mut b) = (workload("balanced", 200, 1), workload("balanced", 200, 2));
+    for last in [1, 3, 5] {
+        take_until(&mut a, &p("a1"), last, &p("ta"));
+        rex_ok(&push_args(&p("a1"), &p("a2"), &[]));
+    }
+    take_until(&mut b, &p("b1"), 1, &p("tb"));
+    rex_ok(&push_args(&p("b1"), &p("b2"), &[]));
+    for ext in ["manifest", "rps", "pf", "ptab"] {
+        let name = format!("g00000001.{ext}");
+        std::fs::copy(p("b2").join(&name), p("a2").join(&name)).unwrap();
+    }
+    let out = p("out.rexic");
+    let o = rex(
+        &[
+            "restore",
+            "--l2",
+            s(&p("a2")),
+            "--l2-only",
+            "--fallback",
+            "-o",
+            s(&out),
+        ],
+        None,
+    );
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(stderr(&o).contains("of another run"), "{}", stderr(&o));
+    assert!(!out.exists());
+    // Without --fallback: the same refusal, for the broken link.
+    let o = rex(
+        &["restore", "--l2", s(&p("a2")), "--l2-only", "-o", s(&out)],
+        None,
+    );
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    // L1's copy of A's chain is whole: L1 plus L2 restores A's newest.
+    let o = rex(
+        &[
+            "restore",
+            "--l1",
+            s(&p("a1")),
+            "--l2",
+            s(&p("a2")),
+            "--fallback",
+            "-o",
+            s(&out),
+        ],
+        None,
+    );
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(stderr(&o).contains("of another run"), "{}", stderr(&o));
+    assert!(!out.exists());
+}

@@ -217,7 +217,8 @@ fn instance_name(i: Option<InstanceId>) -> String {
     })
 }
 
-fn run_name(c: Option<ChainId>) -> String {
+/// A run, as messages name it: its chain id.
+pub(crate) fn run_name(c: Option<ChainId>) -> String {
     c.map_or("a version 1 run (no chain id)".into(), |c| {
         format!("run {c}")
     })

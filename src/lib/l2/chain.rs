@@ -170,7 +170,7 @@ fn check_link(store: &dyn Store, parent: &Manifest, child: &Manifest) -> Result<
         Err(Error::chain(
             store.describe(),
             format!(
-                "generation {} does not continue its parent {}: chain base {} vs {}, sizes {}/{} vs {}/{}, pattern base {} vs {}, seqs {}.. after ..{}, runs {:?} vs {:?}",
+                "generation {} does not continue its parent {}: chain base {} vs {}, sizes {}/{} vs {}/{}, pattern base {} vs {}, seqs {}.. after ..{}, {} vs {}",
                 child.generation,
                 parent.generation,
                 child.chain_base,
@@ -183,8 +183,8 @@ fn check_link(store: &dyn Store, parent: &Manifest, child: &Manifest) -> Result<
                 parent.pattern_end(),
                 child.first_seq,
                 parent.last_seq,
-                child.chain_id,
-                parent.chain_id
+                crate::l1::run_name(child.chain_id),
+                crate::l1::run_name(parent.chain_id)
             ),
         ))
     }

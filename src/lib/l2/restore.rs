@@ -197,7 +197,7 @@ pub struct RestoreReport {
 /// Restores from L2 alone (permanent failure) into `out`.
 pub fn restore_l2(l2: &dyn Store, opts: &RestoreOptions, out: &Path) -> Result<RestoreReport> {
     let index = ChainIndex::load(l2)?.up_to_seq(opts.seq);
-    restore_with_fallback(&index, &l2.describe(), opts, |g, _| {
+    restore_with_fallback(&index, &l2.describe(), opts, None, |g, _| {
         let mut chain = OpenChain::open(l2, &index, g)?;
         opts.attach(&mut chain);
         let mut report = RestoreReport::default();
@@ -258,7 +258,16 @@ pub fn restore_l1_l2(job: &Job, opts: &RestoreOptions, out: &Path) -> Result<Res
         job.l2.describe(),
         job.l1.display()
     );
-    restore_with_fallback(&index, &place, opts, |g, first| {
+    // L1 names the job's runs: those of its IC files and of its copy of
+    // the chain. The first choice may be of another (L2 shared with another
+    // job by mistake), the walk back stays within them.
+    let mut runs: Vec<crate::format::ic::ChainId> = crate::l1::read_readable(&job.l1)
+        .iter()
+        .filter_map(|f| f.chain_id)
+        .chain(l1_index.manifests.values().filter_map(|m| m.chain_id))
+        .collect();
+    runs.dedup();
+    restore_with_fallback(&index, &place, opts, Some(runs), |g, first| {
         // L1's copy of a generation is trusted until one of its chunks
         // fails a CRC while the image is rebuilt (each chunk is checked as
         // it is first decoded); the restore then runs again with that
@@ -491,11 +500,14 @@ fn restore_pending_prefix(
 /// report. `restore(g, first)` is told whether `g` is the first choice or a
 /// fallback (with `--fallback`, it may itself fall back within `g`, to fewer
 /// pending IC files). The output is written under a temporary name, so
-/// a failed attempt leaves nothing behind.
+/// a failed attempt leaves nothing behind. The walk back passes over
+/// generations of another run than the job's: `runs` (what L1 holds; none
+/// known, any run), or from L2 alone (`None`) the first choice's.
 fn restore_with_fallback(
     index: &ChainIndex,
     place: &str,
     opts: &RestoreOptions,
+    runs: Option<Vec<crate::format::ic::ChainId>>,
     mut restore: impl FnMut(u64, bool) -> Result<RestoreReport>,
 ) -> Result<RestoreReport> {
     let target = match opts.generation {
@@ -554,7 +566,23 @@ fn restore_with_fallback(
         Err(e) if opts.fallback => e,
         Err(e) => return Err(e),
     };
+    // Only the job's older states: a generation of another run is another
+    // job's (or another start of the computation), never a fallback
+    // (helper-38: a foreign generation copied under this chain's names was
+    // restored with exit 0).
+    let runs = runs.unwrap_or_else(|| {
+        index
+            .get(target)
+            .and_then(|m| m.chain_id)
+            .into_iter()
+            .collect()
+    });
+    let mut other_runs = Vec::new();
     for m in index.older_than(target) {
+        if !runs.is_empty() && m.chain_id.is_some_and(|c| !runs.contains(&c)) {
+            other_runs.push(m.generation);
+            continue;
+        }
         if let Ok(mut r) = restore(m.generation, false) {
             r.fell_back = Some(format!(
                 "generation {target} is unusable ({}); fell back to generation {} (seq {})",
@@ -564,6 +592,16 @@ fn restore_with_fallback(
             ));
             return Ok(r);
         }
+    }
+    if !other_runs.is_empty() {
+        other_runs.reverse();
+        return Err(Error::chain(
+            place,
+            format!(
+                "{} (--fallback: no older generation of this run restores; generations {other_runs:?} are of another run and were not tried)",
+                first.report()
+            ),
+        ));
     }
     Err(first)
 }

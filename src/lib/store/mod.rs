@@ -570,9 +570,27 @@ impl Store for DirStore {
 
     fn read(&self, name: &str) -> Result<Vec<u8>> {
         let p = self.path(name)?;
+        // Opened without blocking, then checked to be a regular file: a
+        // FIFO under an object's name would otherwise block the open, and
+        // every command that lists the store, forever (helper-38). A name
+        // that is not a regular file fails here, as a directory's read
+        // does (FORMAT.md §3.1.1: a manifest like that is invalid).
+        let mut open = fs::OpenOptions::new();
+        open.read(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::custom_flags(&mut open, libc::O_NONBLOCK);
+        let mut f = open.open(&p).ctx(&p, "open")?;
+        let md = f.metadata().ctx(&p, "stat")?;
+        if !md.is_file() {
+            return Err(Error::io(
+                &p,
+                "open",
+                std::io::Error::other("not a regular file"),
+            ));
+        }
         // Small objects only (manifests): never sized by a file that claims
         // to be huge (a sparse file costs its writer nothing).
-        let len = fs::metadata(&p).ctx(&p, "stat")?.len();
+        let len = md.len();
         if len > MAX_SMALL_OBJECT {
             return Err(Error::corrupt(
                 &p,
@@ -581,7 +599,6 @@ impl Store for DirStore {
                 format!("{len} bytes, more than the {MAX_SMALL_OBJECT} a manifest may have"),
             ));
         }
-        let mut f = fs::File::open(&p).ctx(&p, "open")?;
         let mut b = Vec::new();
         std::io::Read::take(&mut f, MAX_SMALL_OBJECT + 1)
             .read_to_end(&mut b)
