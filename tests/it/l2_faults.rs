@@ -1718,43 +1718,21 @@ fn fallback_never_crosses_to_another_run() {
         let name = format!("g00000001.{ext}");
         std::fs::copy(p("b2").join(&name), p("a2").join(&name)).unwrap();
     }
-    let out = p("out.rexic");
-    let o = rex(
-        &[
-            "restore",
-            "--l2",
-            s(&p("a2")),
-            "--l2-only",
-            "--fallback",
-            "-o",
-            s(&out),
-        ],
-        None,
-    );
-    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
-    assert!(stderr(&o).contains("of another run"), "{}", stderr(&o));
-    assert!(!out.exists());
-    // Without --fallback: the same refusal, for the broken link.
-    let o = rex(
-        &["restore", "--l2", s(&p("a2")), "--l2-only", "-o", s(&out)],
-        None,
-    );
-    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
-    // L1's copy of A's chain is whole: L1 plus L2 restores A's newest.
-    let o = rex(
-        &[
-            "restore",
-            "--l1",
-            s(&p("a1")),
-            "--l2",
-            s(&p("a2")),
-            "--fallback",
-            "-o",
-            s(&out),
-        ],
-        None,
-    );
-    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
-    assert!(stderr(&o).contains("of another run"), "{}", stderr(&o));
-    assert!(!out.exists());
+    // Each refused (exit 3, the other run named, nothing written): from L2
+    // alone with and without --fallback (the broken link), and from L1 plus
+    // L2, whose runs are A's.
+    for (i, (l1, extra)) in [
+        (None, &["--l2-only", "--fallback"][..]),
+        (None, &["--l2-only"][..]),
+        (Some(p("a1")), &["--fallback"][..]),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (o, _) = restore(&p("a2"), l1.as_deref(), extra, &p(&format!("r{i}")));
+        assert_eq!(o.status.code(), Some(3), "{extra:?}: {}", stderr(&o));
+        if extra.contains(&"--fallback") {
+            assert!(stderr(&o).contains("of another run"), "{}", stderr(&o));
+        }
+    }
 }
