@@ -11,6 +11,15 @@
 //! elsewhere at the same time ([`Mirror`]), which publishes the copy only
 //! once it has the whole file.
 //!
+//! A temporary file is also removed when the CLI is interrupted (SIGINT,
+//! SIGTERM, SIGHUP) while writing it: [`remove_temps_on_signal`] starts a
+//! thread that, on such a signal, removes every live temporary file and then
+//! lets the signal end the process as it would have. Its registry is a
+//! plain mutex, not a structure a signal handler reads, because the
+//! removal runs on that thread (signal-hook's self-pipe), where anything
+//! may be called. Only the CLI starts it: librex runs inside the user's
+//! job, whose signals are not ours to take.
+//!
 //! The module also hosts the crash-test failpoint: with `REX_FAILPOINT=N` in
 //! the environment, the process aborts (as `kill -9` would leave it) at the
 //! N-th durable file operation (with `REX_FAILPOINT_SIGNAL=kill`, it sends
@@ -20,8 +29,8 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use crate::error::{Error, IoContext, Result};
 
@@ -59,6 +68,52 @@ pub fn failpoint(op: &str) {
 /// tests know how many failpoints a command passes).
 pub fn operations() -> u64 {
     OP_COUNT.load(Ordering::SeqCst)
+}
+
+/// The temporary files of the [`AtomicFile`]s alive in this process.
+static LIVE_TEMPS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+fn live_temps() -> MutexGuard<'static, Vec<PathBuf>> {
+    // A panic while the list was held leaves it whole (push or remove).
+    LIVE_TEMPS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn forget_temp(temp: &Path) {
+    let mut live = live_temps();
+    if let Some(i) = live.iter().rposition(|p| p == temp) {
+        live.swap_remove(i);
+    }
+}
+
+/// From now on, SIGINT, SIGTERM and SIGHUP remove the temporary file of
+/// every [`AtomicFile`] not yet committed, then end the process as the
+/// signal's default action does (the parent sees the signal). Without it,
+/// an interrupted `restore` left `.OUT.tmp-PID-0` beside the output it
+/// never wrote. For the CLI only (see the module doc).
+///
+/// A file being renamed into place at that moment is either published
+/// whole or not at all: its rename fails once its temporary is gone.
+pub fn remove_temps_on_signal() -> std::io::Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])?;
+    std::thread::Builder::new()
+        .name("rexctl-signals".into())
+        .spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                // Held until the process ends: no new temporary file
+                // appears after the sweep.
+                let live = live_temps();
+                for temp in live.iter() {
+                    let _ = fs::remove_file(temp);
+                }
+                // Resets the default action and raises the signal again.
+                let _ = signal_hook::low_level::emulate_default_handler(sig);
+                // A signal whose default action does not end the process
+                // (none of ours): end it the way a shell reports a signal.
+                std::process::exit(128 + sig);
+            }
+        })?;
+    Ok(())
 }
 
 /// fsyncs a directory, so that a rename or unlink inside it is durable.
@@ -102,12 +157,19 @@ impl AtomicFile {
             std::process::id(),
             TEMP_COUNT.fetch_add(1, Ordering::Relaxed)
         ));
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&temp)
-            // Named after the output the user asked for, not the temporary.
-            .ctx(&target, "create")?;
+        // Created while the list is held, so that a signal's sweep either
+        // sees the file or runs before it exists (and the process ends).
+        let file = {
+            let mut live = live_temps();
+            let file = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&temp)
+                // Named after the output the user asked for, not the temporary.
+                .ctx(&target, "create")?;
+            live.push(temp.clone());
+            file
+        };
         failpoint("create");
         Ok(AtomicFile {
             target,
@@ -165,10 +227,12 @@ impl AtomicFile {
             drop(file);
             fs::rename(&self.temp, &self.target).ctx(&self.target, "rename")
         };
-        if let Err(e) = publish() {
+        let published = publish();
+        if published.is_err() {
             let _ = fs::remove_file(&self.temp);
-            return Err(e);
         }
+        forget_temp(&self.temp);
+        published?;
         failpoint("rename");
         fsync_dir(&parent_of(&self.target))
     }
@@ -203,6 +267,7 @@ impl Drop for AtomicFile {
         if self.writer.is_some() {
             self.writer = None;
             let _ = fs::remove_file(&self.temp);
+            forget_temp(&self.temp);
         }
     }
 }

@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use super::util::{assert_clean_failure, names_in, rexctl, s, workload};
+use super::util::{assert_clean_failure, assert_image, names_in, rexctl, s, workload};
 
 /// A job with one pushed generation and one pending checkpoint, in `dir`.
 struct Job {
@@ -894,4 +894,145 @@ fn a_refused_value_names_the_flag_variable_or_file_that_set_it() {
         .unwrap();
     let e = assert_clean_failure(&o, 2, &["'x'", "--threads"]);
     assert!(!e.contains("REX_THREADS"), "the flag was typed: {e}");
+}
+
+/// The temporary files of rexctl's under `dir` (a walk that tolerates
+/// entries going away while a command runs).
+fn temps_under(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') && name.contains(".tmp-") {
+                out.push(e.path().display().to_string());
+            } else if e.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(e.path());
+            }
+        }
+    }
+    out
+}
+
+/// Starts `c`, waits until a temporary file shows under `watch`, then sends
+/// it `sig`. Returns how it ended and whether the signal found the
+/// temporary file there (`false`: the command finished first).
+fn interrupt_while_writing(
+    mut c: Command,
+    watch: &Path,
+    sig: libc::c_int,
+) -> (std::process::ExitStatus, bool) {
+    let mut child = c
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return (st, false);
+        }
+        if !temps_under(watch).is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no temporary file in 2 minutes"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    // SAFETY: kill(2) of our own child, which has not been waited for, so
+    // its pid is not reused.
+    assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, sig) }, 0);
+    (child.wait().unwrap(), true)
+}
+
+/// SIGINT, SIGTERM and SIGHUP end a restore or a push the way they end any
+/// Unix tool (the status shows the signal), and remove the temporary files
+/// of what it was writing: no `.OUT.tmp-PID-0` beside the output it never
+/// wrote, no half object in L2, and the next push and restore go on as if
+/// the interrupted one had never started.
+#[test]
+fn an_interrupted_restore_or_push_leaves_no_temporary_file() {
+    use std::os::unix::process::ExitStatusExt;
+    let j = Job::new();
+    let truth = j.dir.path().join("truth");
+    // A larger image, so that each command writes for a while.
+    let mut w = workload("balanced", 32768, 9);
+    let l1 = j.dir.path().join("big-l1");
+    let l2 = j.dir.path().join("big-l2");
+    let want = super::util::take_until(&mut w, &l1, 2, &truth);
+    let with = |args: &[&str]| {
+        let mut c = clean(rexctl());
+        c.current_dir(j.dir.path())
+            .env("REX_L1", &l1)
+            .env("REX_L2", &l2)
+            .args(args);
+        c
+    };
+    let out_dir = j.dir.path().join("out");
+    std::fs::create_dir(&out_dir).unwrap();
+    let out = out_dir.join("image.rexic");
+
+    // The push: interrupted until a signal lands while it writes.
+    let mut pushes_interrupted = 0;
+    for _ in 0..10 {
+        let (st, landed) = interrupt_while_writing(with(&["push-l2"]), j.dir.path(), libc::SIGTERM);
+        assert!(
+            temps_under(j.dir.path()).is_empty(),
+            "{:?}",
+            temps_under(j.dir.path())
+        );
+        if landed && st.signal() == Some(libc::SIGTERM) {
+            pushes_interrupted += 1;
+            break;
+        }
+        assert!(st.success(), "{st:?}");
+        // It finished first: start over from an empty L2.
+        std::fs::remove_dir_all(&l2).unwrap();
+    }
+    assert_eq!(
+        pushes_interrupted, 1,
+        "no push was interrupted while writing"
+    );
+    assert_ok(&with(&["push-l2"]).output().unwrap());
+    assert!(temps_under(j.dir.path()).is_empty());
+
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        let mut interrupted = false;
+        for _ in 0..10 {
+            let (st, landed) = interrupt_while_writing(
+                with(&["restore", "--l2-only", "-o", s(&out)]),
+                &out_dir,
+                sig,
+            );
+            assert!(
+                temps_under(j.dir.path()).is_empty(),
+                "signal {sig}: {:?}",
+                tree(&out_dir)
+            );
+            if landed && st.signal() == Some(sig) {
+                assert!(!out.exists(), "signal {sig}: an output appeared");
+                interrupted = true;
+                break;
+            }
+            // Finished before the signal: the output is whole.
+            assert!(st.success(), "signal {sig}: {st:?}");
+            assert_image(&out, &want, "restore that finished first");
+            std::fs::remove_file(&out).unwrap();
+        }
+        assert!(
+            interrupted,
+            "no restore was interrupted by signal {sig} while writing"
+        );
+    }
+    assert_ok(
+        &with(&["restore", "--l2-only", "-o", s(&out)])
+            .output()
+            .unwrap(),
+    );
+    assert_image(&out, &want, "restore after the interrupted ones");
 }

@@ -224,6 +224,15 @@ fn main() -> ExitCode {
         return ExitCode::from(e.exit_code() as u8);
     }
     let _ = cmd::config_args::CONFIG_FILE.set(cli.global.config.clone());
+    // An interrupted command leaves no temporary file behind (durable.rs).
+    // `capture` takes SIGINT and SIGTERM itself, to end after the
+    // checkpoint in progress.
+    if !matches!(cli.command, Command::Capture(_))
+        && let Err(e) = rexctl::durable::remove_temps_on_signal()
+    {
+        ui::error(&format!("cannot watch for signals: {e}"));
+        return ExitCode::from(rexctl::error::exit::FAILURE as u8);
+    }
     let result = run(cli.command).and_then(|code| {
         ui::flush()?;
         Ok(code)
