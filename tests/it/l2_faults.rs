@@ -1618,6 +1618,26 @@ fn files_collected_before_a_recovered_commit_are_uploaded_again() {
     );
 }
 
+/// `rexctl ARGS` in a child killed after a minute: a hang (or a read of
+/// terabytes) fails the test instead of stalling the suite.
+fn within_a_minute(args: &[&str]) -> Output {
+    let mut c = rexctl()
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    while c.try_wait().unwrap().is_none() {
+        if t0.elapsed() > std::time::Duration::from_secs(60) {
+            let _ = c.kill();
+            panic!("rexctl {args:?} still runs after a minute");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    c.wait_with_output().unwrap()
+}
+
 /// A FIFO under a manifest's name, in L2 or in L1's copy (helper-38: every
 /// command blocked opening it, forever, and a push held the job's lock):
 /// the manifest is invalid, as a directory's would be. A restore names it
@@ -1639,25 +1659,6 @@ fn a_fifo_under_a_manifest_name_is_an_invalid_manifest_not_a_hang() {
     };
     fifo(&l2.join(manifest_name(2)));
     fifo(&l1.join("rex").join(manifest_name(2)));
-    // Each command in a child killed after a minute: a hang fails the
-    // test instead of stalling the suite.
-    let within_a_minute = |args: &[&str]| -> Output {
-        let mut c = rexctl()
-            .args(args)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let t0 = std::time::Instant::now();
-        while c.try_wait().unwrap().is_none() {
-            if t0.elapsed() > std::time::Duration::from_secs(60) {
-                let _ = c.kill();
-                panic!("rexctl {args:?} still runs after a minute");
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        c.wait_with_output().unwrap()
-    };
     let out = d.path().join("out.rexic");
     let o = within_a_minute(&["restore", "--l2", s(&l2), "--l2-only", "-o", s(&out)]);
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
@@ -1733,6 +1734,50 @@ fn fallback_never_crosses_to_another_run() {
         assert_eq!(o.status.code(), Some(3), "{extra:?}: {}", stderr(&o));
         if extra.contains(&"--fallback") {
             assert!(stderr(&o).contains("of another run"), "{}", stderr(&o));
+        }
+    }
+}
+
+/// A file of a generation grown into a sparse file of terabytes (helper-38:
+/// `verify` read all of it before reporting the length its size shows):
+/// `verify` and `restore` refuse it from its length, without reading it,
+/// exit 3 naming it; in L1's copy, the restore reads that generation
+/// from L2 instead, exactly.
+#[test]
+fn a_file_grown_to_terabytes_is_refused_by_its_length_not_read() {
+    let c = chain3(29);
+    for kind in ["rps", "pf", "ptab"] {
+        for in_l1 in [false, true] {
+            let ctx = format!(
+                "generation 2 {kind}, {}",
+                if in_l1 { "L1's copy" } else { "L2" }
+            );
+            let (work, l1, l2) = chain_copy(&c);
+            let dir = if in_l1 { l1.join("rex") } else { l2.clone() };
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(gen_file(&dir, 2, kind))
+                .unwrap();
+            // 8 TiB where the file system allows it (ext4 stops at 16).
+            if f.set_len(8 << 40).is_err() {
+                f.set_len(1 << 40).unwrap();
+            }
+            drop(f);
+            let v = within_a_minute(&["verify", "--l2", s(&l2), "--l1", s(&l1)]);
+            assert_eq!(v.status.code(), Some(3), "{ctx}: verify\n{}", stderr(&v));
+            assert_names(&v, 2, kind, Defect::Flip, &format!("{ctx}: verify"));
+            let out = work.path().join("out.rexic");
+            if in_l1 {
+                let o =
+                    within_a_minute(&["restore", "--l2", s(&l2), "--l1", s(&l1), "-o", s(&out)]);
+                assert!(o.status.success(), "{ctx}: restore\n{}", stderr(&o));
+                assert!(stderr(&o).contains("warning"), "{ctx}: {}", stderr(&o));
+                assert_image(&out, &c.images[&7], &ctx);
+            } else {
+                let o = within_a_minute(&["restore", "--l2", s(&l2), "--l2-only", "-o", s(&out)]);
+                assert_names(&o, 2, kind, Defect::Flip, &format!("{ctx}: restore"));
+                assert!(!out.exists(), "{ctx}: an output");
+            }
         }
     }
 }

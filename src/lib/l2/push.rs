@@ -1333,6 +1333,30 @@ fn copy_generation(
 ) -> Result<()> {
     for f in &m.files {
         let src = from.open_local(&f.name)?;
+        let wrong = |(bytes, crc): (u64, Option<u32>), what: String| {
+            ((bytes, crc) != (f.bytes, Some(f.crc32))).then(|| {
+                let got = match crc {
+                    Some(crc) => format!("{bytes} bytes with CRC {crc:08x}"),
+                    None => format!("{bytes} bytes"),
+                };
+                Error::corrupt(
+                    &src,
+                    0,
+                    "file",
+                    format!(
+                        "{got} {what}, the manifest of generation {} says {} bytes with CRC {:08x}",
+                        m.generation, f.bytes, f.crc32
+                    ),
+                )
+            })
+        };
+        // The source is checked before anything is sent: a damaged copy
+        // must never replace a missing file under a committed manifest.
+        // Of another length, it is not read at all.
+        let here = format!("(not copied to {})", to.describe());
+        if let Some(e) = wrong(crate::store::file_crc_if_len(&src, f.bytes)?, here) {
+            return Err(e);
+        }
         // A P-Table's CRC-32 follows from its length (see
         // `format::manifest`): its XXH3 tells another generation's apart.
         if let Some(got) = f.xxh3_mismatch(&src)? {
@@ -1347,27 +1371,8 @@ fn copy_generation(
                 ),
             ));
         }
-        let wrong = |(bytes, crc): (u64, u32), what: String| {
-            ((bytes, crc) != (f.bytes, f.crc32)).then(|| {
-                Error::corrupt(
-                    &src,
-                    0,
-                    "file",
-                    format!(
-                        "{bytes} bytes with CRC {crc:08x} {what}, the manifest of generation {} says {} bytes with CRC {:08x}",
-                        m.generation, f.bytes, f.crc32
-                    ),
-                )
-            })
-        };
-        // The source is checked before anything is sent: a damaged copy
-        // must never replace a missing file under a committed manifest.
-        let here = format!("(not copied to {})", to.describe());
-        if let Some(e) = wrong(crate::store::file_crc(&src)?, here) {
-            return Err(e);
-        }
         let sent = to.put_file(&f.name, &src, progress)?;
-        if let Some(e) = wrong(sent, format!("reached {}", to.describe())) {
+        if let Some(e) = wrong((sent.0, Some(sent.1)), format!("reached {}", to.describe())) {
             return Err(e);
         }
     }

@@ -638,6 +638,18 @@ fn check_name(name: &str) -> Result<()> {
     Ok(())
 }
 
+/// Length of a local file and, when that is `expected`, its CRC-32 (see
+/// [`file_crc`]). A file of another length is not read: it is wrong
+/// whatever its bytes, and a sparse file may claim terabytes.
+pub fn file_crc_if_len(path: &Path, expected: u64) -> Result<(u64, Option<u32>)> {
+    let len = fs::metadata(path).ctx(path, "stat")?.len();
+    if len != expected {
+        return Ok((len, None));
+    }
+    let (len, crc) = file_crc(path)?;
+    Ok((len, Some(crc)))
+}
+
 /// CRC-32 and length of a local file, read in 1 MiB blocks.
 pub fn file_crc(path: &Path) -> Result<(u64, u32)> {
     let mut f = fs::File::open(path).ctx(path, "open")?;
