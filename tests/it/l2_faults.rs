@@ -1781,3 +1781,62 @@ fn a_file_grown_to_terabytes_is_refused_by_its_length_not_read() {
         }
     }
 }
+
+/// Raw patterns of an older generation's L1 copy changed with every CRC
+/// forged to match (helper-38): each chunk passes, the pages that reach
+/// those patterns from a newer generation fail their CRC, and the page
+/// names the newer generation. The restore from L1 plus L2 once re-read
+/// only that generation from L2 and failed (exit 3) though L2 was sound;
+/// now every generation of the lineage is read from L2, exactly, loudly.
+#[test]
+fn forged_damage_in_an_older_l1_generation_restores_from_l2() {
+    let d = tempfile::tempdir().unwrap();
+    let (l1, l2, truth) = (d.path().join("l1"), d.path().join("l2"), d.path().join("t"));
+    let mut w = workload("balanced", 64, 21);
+    let mut want = PathBuf::new();
+    for last in [1, 3, 5] {
+        want = take_until(&mut w, &l1, last, &truth);
+        // Raw chunks, so that the test can change patterns in place.
+        rex_ok(&push_args(&l1, &l2, &["--zstd-level", "0"]));
+    }
+    // Every 7th pattern of generation 1's L1 copy, CRCs forged.
+    let rps = gen_file(&l1.join("rex"), 1, "rps");
+    let mut b = std::fs::read(&rps).unwrap();
+    let u32_at = |b: &[u8], o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
+    let stored_len = u64::from_le_bytes(b[48..56].try_into().unwrap()) as usize;
+    let table = 64 + stored_len;
+    let chunks = (b.len() - table - 4) / 16;
+    let mut at = 64;
+    for i in 0..chunks {
+        let e = table + 16 * i;
+        let len = u32_at(&b, e) as usize;
+        assert_eq!(u32_at(&b, e + 4), 0, "chunk {i} is raw");
+        for rec in (0..len / 32).step_by(7) {
+            b[at + rec * 32] ^= 0x5a;
+        }
+        let crc = crc32fast::hash(&b[at..at + len]);
+        b[e + 8..e + 12].copy_from_slice(&crc.to_le_bytes());
+        b[e + 12..e + 16].copy_from_slice(&crc.to_le_bytes());
+        at += len;
+    }
+    let end = b.len();
+    let crc = crc32fast::hash(&b[table..end - 4]);
+    b[end - 4..].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(&rps, &b).unwrap();
+
+    let err = restore_exact(
+        &l2,
+        Some(&l1),
+        &[],
+        &d.path().join("a"),
+        &want,
+        "forged L1 g1",
+    );
+    assert!(
+        err.contains("generation 1: L1 copy unusable") && err.contains("failed its CRC"),
+        "no warning naming generation 1:\n{err}"
+    );
+    restore_exact(&l2, None, &[], &d.path().join("b"), &want, "L2 alone");
+    let v = rex(&["verify", "--l2", s(&l2), "--l1", s(&l1)], None);
+    assert_eq!(v.status.code(), Some(3), "verify --l1: {}", stderr(&v));
+}

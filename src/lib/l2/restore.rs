@@ -286,6 +286,29 @@ pub fn restore_l1_l2(job: &Job, opts: &RestoreOptions, out: &Path) -> Result<Res
                 from_l2: &from_l2,
             };
             match attempt.restore(g, first) {
+                Err(e) if rebuilt_page_failed(&e) => {
+                    // Its chunks passed their CRCs, so the damage can be
+                    // in any generation its pointers reach, not only the
+                    // one the page belongs to (helper-38: CRCs forged in
+                    // an older generation's L1 RPS). Every generation of
+                    // the lineage still read from L1 is read from L2.
+                    let why = format!(
+                        "a page rebuilt from L1's copy of its lineage failed its CRC: {}",
+                        e.report()
+                    );
+                    let mut more = false;
+                    for m in index.lineage(g, job.l2.as_ref())? {
+                        if l1_index.get(m.generation) == Some(&m)
+                            && !from_l2.contains_key(&m.generation)
+                        {
+                            from_l2.insert(m.generation, why.clone());
+                            more = true;
+                        }
+                    }
+                    if !more {
+                        return Err(e);
+                    }
+                }
                 Err(e) => match damaged_l1_copy(job, &e) {
                     Some(bad) if !from_l2.contains_key(&bad) => {
                         from_l2.insert(bad, e.report());
@@ -308,6 +331,13 @@ struct Attempt<'a> {
     opts: &'a RestoreOptions,
     out: &'a Path,
     from_l2: &'a BTreeMap<u64, String>,
+}
+
+/// Whether `e` is a page of a generation (in L1's copy or in L2) whose
+/// rebuilt bytes fail their CRC (`OpenChain::read_page`).
+fn rebuilt_page_failed(e: &Error) -> bool {
+    matches!(e, Error::Corrupt { path, field: "page", .. }
+        if path.file_name().and_then(|n| generation_of(&n.to_string_lossy())).is_some())
 }
 
 /// The generation whose L1 copy `e` found damaged, if `e` is that.
