@@ -1840,3 +1840,31 @@ fn forged_damage_in_an_older_l1_generation_restores_from_l2() {
     let v = rex(&["verify", "--l2", s(&l2), "--l1", s(&l1)], None);
     assert_eq!(v.status.code(), Some(3), "verify --l1: {}", stderr(&v));
 }
+
+/// L1's copy of the chain that cannot be listed (here a regular file under
+/// its name; also a directory without permission): the restore from L1
+/// plus L2 reads every generation from L2, still applies L1's pending
+/// checkpoints, and says so; `verify` reports it (exit 3). It failed the
+/// restore with exit 1 though L2 was sound (helper-38).
+#[test]
+fn an_unreadable_l1_chain_copy_is_read_from_l2() {
+    let c = chain3(31);
+    let (work, l1, l2) = chain_copy(&c);
+    std::fs::remove_dir_all(l1.join("rex")).unwrap();
+    std::fs::write(l1.join("rex"), b"not a directory").unwrap();
+    let err = restore_exact(
+        &l2,
+        Some(&l1),
+        &[],
+        &work.path().join("a"),
+        &c.images[&7],
+        "L1/rex a file",
+    );
+    assert!(
+        err.contains("L1's copy of the chain cannot be read") && err.contains("generation 3"),
+        "no warning:\n{err}"
+    );
+    let v = rex(&["verify", "--l2", s(&l2), "--l1", s(&l1)], None);
+    assert_eq!(v.status.code(), Some(3), "verify: {}", stderr(&v));
+    assert!(stderr(&v).contains("rex"), "{}", stderr(&v));
+}

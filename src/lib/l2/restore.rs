@@ -212,7 +212,14 @@ pub fn restore_l2(l2: &dyn Store, opts: &RestoreOptions, out: &Path) -> Result<R
 /// state: the same generation with the pending files up to the first damaged
 /// one, before any older generation.
 pub fn restore_l1_l2(job: &Job, opts: &RestoreOptions, out: &Path) -> Result<RestoreReport> {
-    let l1_index = ChainIndex::load(&job.l1_chain)?;
+    // L1's copy of the chain is a shortcut: when its directory cannot be
+    // listed (a file under its name, no permission), every generation is
+    // read from L2, as for a copy that is not there.
+    let (l1_index, l1_unreadable) = match ChainIndex::load(&job.l1_chain) {
+        Ok(i) => (i, None),
+        Err(e @ Error::Io { .. }) => (ChainIndex::default(), Some(e.report())),
+        Err(e) => return Err(e),
+    };
     let mut index = ChainIndex::load(job.l2.as_ref())?.overlaid_with(&l1_index);
     if let Some(committed) = opts.job_committed {
         index = index.committed(committed);
@@ -279,6 +286,7 @@ pub fn restore_l1_l2(job: &Job, opts: &RestoreOptions, out: &Path) -> Result<Res
             let attempt = Attempt {
                 job,
                 l1_index: &l1_index,
+                l1_unreadable: l1_unreadable.as_deref(),
                 index: &index,
                 newest,
                 opts,
@@ -326,6 +334,8 @@ pub fn restore_l1_l2(job: &Job, opts: &RestoreOptions, out: &Path) -> Result<Res
 struct Attempt<'a> {
     job: &'a Job,
     l1_index: &'a ChainIndex,
+    /// Why L1's copy could not be listed, if it could not.
+    l1_unreadable: Option<&'a str>,
     index: &'a ChainIndex,
     newest: Option<u64>,
     opts: &'a RestoreOptions,
@@ -355,6 +365,7 @@ impl Attempt<'_> {
         let Attempt {
             job,
             l1_index,
+            l1_unreadable,
             index,
             newest,
             opts,
@@ -389,7 +400,7 @@ impl Attempt<'_> {
                 ),
             ));
         }
-        let (chain, notes) = match open_mixed(job, l1_index, index, g, from_l2) {
+        let (chain, notes) = match open_mixed(job, l1_index, l1_unreadable, index, g, from_l2) {
             Ok((mut c, notes)) => {
                 opts.attach(&mut c);
                 (c, notes)
@@ -641,6 +652,7 @@ fn restore_with_fallback(
 fn open_mixed(
     job: &Job,
     l1: &ChainIndex,
+    l1_unreadable: Option<&str>,
     l2: &ChainIndex,
     g: u64,
     from_l2: &BTreeMap<u64, String>,
@@ -651,6 +663,10 @@ fn open_mixed(
     for m in &lineage {
         let local = if let Some(why) = from_l2.get(&m.generation) {
             Err(Error::Invalid(why.clone()))
+        } else if let (None, Some(why)) = (l1.get(m.generation), l1_unreadable) {
+            Err(Error::Invalid(format!(
+                "L1's copy of the chain cannot be read: {why}"
+            )))
         } else if l1.get(m.generation) == Some(m) {
             // Its chunks are checked as the rebuild decodes them; one that
             // fails makes the caller try again with this generation from L2.
@@ -1201,11 +1217,22 @@ pub fn verify(l2: &dyn Store, job: Option<&Job>) -> Result<VerifyReport> {
     let mut report = VerifyReport::default();
     verify_store(l2, "L2", &mut report)?;
     if let Some(job) = job {
-        verify_store(&job.l1_chain, "L1", &mut report)?;
+        // L1's copy that cannot be listed (a file under its name, no
+        // permission) is a problem of L1's, reported beside the others.
+        let l1_index = match ChainIndex::load(&job.l1_chain) {
+            Ok(i) => {
+                verify_store(&job.l1_chain, "L1", &mut report)?;
+                i
+            }
+            Err(e @ Error::Io { .. }) => {
+                report.l1_errors.push(e.report());
+                ChainIndex::default()
+            }
+            Err(e) => return Err(e),
+        };
         // L1 must hold L2's newest chain: it is where a transient restore
         // and the next push start.
         let l2_index = ChainIndex::load(l2)?;
-        let l1_index = ChainIndex::load(&job.l1_chain)?;
         // Not when the L1 directory has started a new run (a job restarted
         // in a fresh L1 whose FULL checkpoint is still pending): its next
         // push starts a new chain, and L1 needs no copy of the old one.
