@@ -161,7 +161,7 @@ pub struct ConfigLayer {
     /// about 19 bytes per indexed pattern: the table and each new
     /// pattern's source location). Past it, new patterns are still stored
     /// but no longer indexed, so later copies of them are stored again:
-    /// a larger L2, never a larger push.
+    /// a larger L2, never more memory than this.
     #[arg(
         long,
         env = "REX_DEDUP_MEMORY",

@@ -56,6 +56,13 @@ fn write_page(
     top: bool,
     all: &[String],
 ) -> anyhow::Result<()> {
+    // clap_mangen prints an option's long help, else its help unless
+    // `hide_short_help` is set: the settings hidden from `-h` (one-line
+    // docs have no long help) would have no text at all in the page.
+    let cmd = cmd.mut_args(|a| match (a.get_long_help(), a.get_help().cloned()) {
+        (None, Some(help)) => a.long_help(help),
+        _ => a,
+    });
     let man = Man::new(cmd.clone());
     let path = dir.join(man.get_filename());
     let mut buf = Vec::new();
