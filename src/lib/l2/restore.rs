@@ -268,7 +268,9 @@ pub fn restore_l1_l2(job: &Job, opts: &RestoreOptions, out: &Path) -> Result<Res
     // L1 names the job's runs: those of its IC files and of its copy of
     // the chain. The first choice may be of another (L2 shared with another
     // job by mistake), the walk back stays within them.
-    let mut runs: Vec<crate::format::ic::ChainId> = crate::l1::read_readable(&job.l1)
+    // Read once: the runs here, the pending files' run in each attempt.
+    let l1_files = crate::l1::read_readable(&job.l1);
+    let mut runs: Vec<crate::format::ic::ChainId> = l1_files
         .iter()
         .filter_map(|f| f.chain_id)
         .chain(l1_index.manifests.values().filter_map(|m| m.chain_id))
@@ -287,6 +289,7 @@ pub fn restore_l1_l2(job: &Job, opts: &RestoreOptions, out: &Path) -> Result<Res
                 job,
                 l1_index: &l1_index,
                 l1_unreadable: l1_unreadable.as_deref(),
+                l1_files: &l1_files,
                 index: &index,
                 newest,
                 opts,
@@ -336,6 +339,8 @@ struct Attempt<'a> {
     l1_index: &'a ChainIndex,
     /// Why L1's copy could not be listed, if it could not.
     l1_unreadable: Option<&'a str>,
+    /// L1's readable IC files (their headers), in seq order.
+    l1_files: &'a [IcMeta],
     index: &'a ChainIndex,
     newest: Option<u64>,
     opts: &'a RestoreOptions,
@@ -366,6 +371,7 @@ impl Attempt<'_> {
             job,
             l1_index,
             l1_unreadable,
+            l1_files,
             index,
             newest,
             opts,
@@ -392,7 +398,7 @@ impl Attempt<'_> {
         // Falling back, a generation of another run than the L1 directory's
         // pending incrementals is another job's state (two jobs on one L2):
         // passed over, so the walk reaches the L1 directory's own run.
-        if !first && foreign_pending(job, &covered, &m) {
+        if !first && foreign_pending(l1_files, &covered, &m) {
             return Err(Error::chain(
                 &job.l1,
                 format!(
@@ -453,7 +459,7 @@ impl Attempt<'_> {
                 // and they are of another run: this generation is not the
                 // L1 directory's (another job's chain on the same L2); fall
                 // back to the newest generation of the L1 directory's run.
-                let foreign = prefix.is_empty() && foreign_pending(job, &covered, &m);
+                let foreign = prefix.is_empty() && foreign_pending(l1_files, &covered, &m);
                 if foreign {
                     return Err(e);
                 }
@@ -489,8 +495,8 @@ impl Attempt<'_> {
 /// Whether the L1 directory holds pending incrementals of another run than
 /// generation `m` (readable ones: a damaged file must not sway it): then `m`
 /// is not the L1 directory's state but another job's on the same L2.
-fn foreign_pending(job: &Job, covered: &Covered, m: &Manifest) -> bool {
-    crate::l1::read_readable(&job.l1)
+fn foreign_pending(l1_files: &[IcMeta], covered: &Covered, m: &Manifest) -> bool {
+    l1_files
         .iter()
         .any(|f| !covered.covers(f) && !f.is_full() && !same_run(f.chain_id, m.chain_id))
 }
