@@ -1868,3 +1868,27 @@ fn an_unreadable_l1_chain_copy_is_read_from_l2() {
     assert_eq!(v.status.code(), Some(3), "verify: {}", stderr(&v));
     assert!(stderr(&v).contains("rex"), "{}", stderr(&v));
 }
+
+/// `--fallback` from L1 plus L2 to an older generation says which of L1's
+/// checkpoints it leaves out (they continue the generation that could not
+/// be read): the warning named only the generation (helper-38).
+#[test]
+fn a_fallback_names_the_l1_checkpoints_it_leaves_out() {
+    let c = chain3(33);
+    let (work, l1, l2) = chain_copy(&c);
+    std::fs::remove_file(gen_file(&l2, 3, "rps")).unwrap();
+    std::fs::remove_file(gen_file(&l1.join("rex"), 3, "rps")).unwrap();
+    let err = restore_exact(
+        &l2,
+        Some(&l1),
+        &["--fallback"],
+        &work.path().join("a"),
+        &c.images[&3],
+        "g3 gone",
+    );
+    assert!(
+        err.contains("fell back to generation 2 (seq 3)")
+            && err.contains("left out: L1's checkpoints of seq 6..=7 (2 files)"),
+        "the warning does not name what it left out:\n{err}"
+    );
+}

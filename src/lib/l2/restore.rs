@@ -276,7 +276,7 @@ pub fn restore_l1_l2(job: &Job, opts: &RestoreOptions, out: &Path) -> Result<Res
         .chain(l1_index.manifests.values().filter_map(|m| m.chain_id))
         .collect();
     runs.dedup();
-    restore_with_fallback(&index, &place, opts, Some(runs), |g, first| {
+    let mut report = restore_with_fallback(&index, &place, opts, Some(runs), |g, first| {
         // L1's copy of a generation is trusted until one of its chunks
         // fails a CRC while the image is rebuilt (each chunk is checked as
         // it is first decoded); the restore then runs again with that
@@ -329,7 +329,26 @@ pub fn restore_l1_l2(job: &Job, opts: &RestoreOptions, out: &Path) -> Result<Res
                 ok => return ok,
             }
         }
-    })
+    })?;
+    // A fallback to an older state leaves out L1's checkpoints after it
+    // (they continue the state that could not be restored): say which,
+    // unless the note already does.
+    if let Some(note) = &mut report.fell_back
+        && !note.contains("left out")
+    {
+        let left: Vec<u64> = l1_files
+            .iter()
+            .map(IcMeta::seq)
+            .filter(|&q| q > report.seq)
+            .collect();
+        if let (Some(a), Some(b)) = (left.first(), left.last()) {
+            note.push_str(&format!(
+                "; left out: L1's checkpoints of seq {a}..={b} ({} files), which continue a newer state",
+                left.len()
+            ));
+        }
+    }
+    Ok(report)
 }
 
 /// One try of [`restore_l1_l2`] at generation `g`, reading the generations
@@ -631,11 +650,15 @@ fn restore_with_fallback(
             continue;
         }
         if let Ok(mut r) = restore(m.generation, false) {
+            // The state restored is the generation's, or with pending
+            // checkpoints on top (its own note, kept, says which).
+            let inner = r.fell_back.take();
             r.fell_back = Some(format!(
-                "generation {target} is unusable ({}); fell back to generation {} (seq {})",
+                "generation {target} is unusable ({}); fell back to generation {} (seq {}){}",
                 first.report(),
                 m.generation,
-                m.last_seq
+                r.seq,
+                inner.map(|n| format!("; {n}")).unwrap_or_default()
             ));
             return Ok(r);
         }
