@@ -13,8 +13,11 @@
 //!
 //! A temporary file is also removed when the CLI is interrupted (SIGINT,
 //! SIGTERM, SIGHUP) while writing it: [`remove_temps_on_signal`] starts a
-//! thread that, on such a signal, removes every live temporary file and then
-//! lets the signal end the process as it would have. Its registry is a
+//! thread that, on such a signal, removes every live temporary file (and
+//! every [`ScratchDir`] and [`RemovedOnSignal`] path: an S3 cache, a work
+//! directory, an MPI rank's staged image) and then lets the signal end the
+//! process as it would have. A signal the process was started ignoring
+//! (`nohup`, a shell's background job) stays ignored. Its registry is a
 //! plain mutex, not a structure a signal handler reads, because the
 //! removal runs on that thread (signal-hook's self-pipe), where anything
 //! may be called. Only the CLI starts it: librex runs inside the user's
@@ -70,7 +73,8 @@ pub fn operations() -> u64 {
     OP_COUNT.load(Ordering::SeqCst)
 }
 
-/// The temporary files of the [`AtomicFile`]s alive in this process.
+/// The temporary files of the [`AtomicFile`]s alive in this process, and
+/// the [`ScratchDir`]s.
 static LIVE_TEMPS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 
 fn live_temps() -> MutexGuard<'static, Vec<PathBuf>> {
@@ -95,7 +99,26 @@ fn forget_temp(temp: &Path) {
 /// whole or not at all: its rename fails once its temporary is gone.
 pub fn remove_temps_on_signal() -> std::io::Result<()> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])?;
+    // A signal the process was started ignoring stays ignored: `nohup`,
+    // a shell's `cmd &` (SIGINT), `trap '' TERM` (helper-39: the first
+    // version made `nohup rexctl push-l2` die on SIGHUP).
+    let ignored = |sig: libc::c_int| {
+        // SAFETY: sigaction(2) with a null new action only reads the
+        // current disposition into `old`, a zeroed sigaction owned here.
+        unsafe {
+            let mut old: libc::sigaction = std::mem::zeroed();
+            libc::sigaction(sig, std::ptr::null(), &mut old) == 0
+                && old.sa_sigaction == libc::SIG_IGN
+        }
+    };
+    let watched: Vec<libc::c_int> = [SIGINT, SIGTERM, SIGHUP]
+        .into_iter()
+        .filter(|&sig| !ignored(sig))
+        .collect();
+    if watched.is_empty() {
+        return Ok(());
+    }
+    let mut signals = signal_hook::iterator::Signals::new(watched)?;
     std::thread::Builder::new()
         .name("rexctl-signals".into())
         .spawn(move || {
@@ -104,7 +127,10 @@ pub fn remove_temps_on_signal() -> std::io::Result<()> {
                 // appears after the sweep.
                 let live = live_temps();
                 for temp in live.iter() {
-                    let _ = fs::remove_file(temp);
+                    match fs::symlink_metadata(temp) {
+                        Ok(m) if m.is_dir() => drop(fs::remove_dir_all(temp)),
+                        _ => drop(fs::remove_file(temp)),
+                    }
                 }
                 // Resets the default action and raises the signal again.
                 let _ = signal_hook::low_level::emulate_default_handler(sig);
@@ -114,6 +140,73 @@ pub fn remove_temps_on_signal() -> std::io::Result<()> {
             }
         })?;
     Ok(())
+}
+
+/// A path (a file or a directory tree) that a signal's sweep removes
+/// while this guard lives (see [`remove_temps_on_signal`]): a work
+/// directory or a staged output that is not an [`AtomicFile`]'s. Dropping
+/// the guard only takes the path off the list.
+pub struct RemovedOnSignal(PathBuf);
+
+impl RemovedOnSignal {
+    /// Lists `path` until the guard is dropped.
+    pub fn new(path: impl Into<PathBuf>) -> RemovedOnSignal {
+        let path = path.into();
+        live_temps().push(path.clone());
+        RemovedOnSignal(path)
+    }
+}
+
+impl Drop for RemovedOnSignal {
+    fn drop(&mut self) {
+        forget_temp(&self.0);
+    }
+}
+
+/// A scratch directory (tempfile's), removed when dropped and, in the CLI,
+/// when a signal ends the process (see [`remove_temps_on_signal`]): an S3
+/// store's cache of fetched objects, `compare`'s work directory. An
+/// interrupted restore from a bucket left the whole lineage it had
+/// fetched in the system's temporary directory.
+pub struct ScratchDir {
+    dir: Option<tempfile::TempDir>,
+    path: PathBuf,
+}
+
+impl ScratchDir {
+    /// A fresh directory `<base>/<prefix>XXXXXX`.
+    pub fn new_in(base: &Path, prefix: &str) -> std::io::Result<ScratchDir> {
+        // Created while the list is held, as an `AtomicFile`'s temporary.
+        let mut live = live_temps();
+        let dir = tempfile::Builder::new().prefix(prefix).tempdir_in(base)?;
+        let path = dir.path().to_path_buf();
+        live.push(path.clone());
+        Ok(ScratchDir {
+            dir: Some(dir),
+            path,
+        })
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Keeps the directory (no longer removed) and returns its path.
+    pub fn keep(mut self) -> PathBuf {
+        if let Some(d) = self.dir.take() {
+            let _ = d.keep();
+        }
+        forget_temp(&self.path);
+        self.path.clone()
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        drop(self.dir.take());
+        forget_temp(&self.path);
+    }
 }
 
 /// fsyncs a directory, so that a rename or unlink inside it is durable.

@@ -1845,7 +1845,8 @@ fn forged_damage_in_an_older_l1_generation_restores_from_l2() {
 /// its name; also a directory without permission): the restore from L1
 /// plus L2 reads every generation from L2, still applies L1's pending
 /// checkpoints, and says so; `verify` reports it (exit 3). It failed the
-/// restore with exit 1 though L2 was sound (helper-38).
+/// restore with exit 1 though L2 was sound (helper-38). Without pending
+/// checkpoints it still fails, as L1's copy may hold a newer generation.
 #[test]
 fn an_unreadable_l1_chain_copy_is_read_from_l2() {
     let c = chain3(31);
@@ -1867,6 +1868,38 @@ fn an_unreadable_l1_chain_copy_is_read_from_l2() {
     let v = rex(&["verify", "--l2", s(&l2), "--l1", s(&l1)], None);
     assert_eq!(v.status.code(), Some(3), "verify: {}", stderr(&v));
     assert!(stderr(&v).contains("rex"), "{}", stderr(&v));
+
+    // Without a pending checkpoint, nothing shows that L2's newest is the
+    // job's newest: L1's copy may hold a generation whose L2 manifest was
+    // lost (helper-39: seq 3 restored with exit 0 where seq 6 was durable).
+    // Refused, naming the way out; --fallback restores L2's newest, saying
+    // what may be missing.
+    for seq in [6, 7] {
+        std::fs::remove_file(l1.join(format!("ckpt-{seq:08}.rexic"))).unwrap();
+    }
+    let (o, _) = restore(&l2, Some(&l1), &[], &work.path().join("b"));
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--l2-only"), "{}", stderr(&o));
+    let err = restore_exact(
+        &l2,
+        Some(&l1),
+        &["--fallback"],
+        &work.path().join("c"),
+        &c.images[&5],
+        "--fallback",
+    );
+    assert!(
+        err.contains("a newer generation it may hold was not restored"),
+        "{err}"
+    );
+    restore_exact(
+        &l2,
+        None,
+        &[],
+        &work.path().join("d"),
+        &c.images[&5],
+        "L2 alone",
+    );
 }
 
 /// `--fallback` from L1 plus L2 to an older generation says which of L1's

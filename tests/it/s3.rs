@@ -1228,3 +1228,72 @@ fn s3_an_mpi_job_pushes_collectively_and_every_rank_restores() {
     assert!(out.status.success(), "{}", show(&["verify"], &out));
     assert!(String::from_utf8_lossy(&out.stdout).contains("rank 3: generation 1"));
 }
+
+/// A restore from a bucket interrupted (SIGTERM) while it fetches: it
+/// leaves neither its cache of fetched objects (the first version of the
+/// signal sweep removed only temporary files: the lineage fetched so far
+/// stayed in the cache directory) nor an image; the next restore is exact.
+#[test]
+fn s3_interrupted_restore_leaves_no_cache() {
+    use std::os::unix::process::ExitStatusExt;
+    let Some(server) = S3Server::start("rex-sigterm") else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let job = s3_job(d.path(), &server, "sigterm");
+    let truth = job.work.join("truth");
+    let mut w = workload("incompressible", 12288, 9);
+    let seq0 = take_until(&mut w, &job.l1, 0, &truth);
+    job.push(&[]);
+    let cache = job.work.join("cache");
+    let dir = job.work.join("restored");
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("image.rexic");
+    let l2 = job.l2();
+    let args = ["restore", "--l2", &l2, "--out", s(&out)];
+    let mut interrupted = false;
+    for _ in 0..10 {
+        let mut child = job.spawn(&args);
+        // Once a fetched object's file shows in the cache.
+        let t0 = Instant::now();
+        let landed = loop {
+            if child.try_wait().unwrap().is_some() {
+                break false;
+            }
+            let files = std::fs::read_dir(&cache)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .flat_map(|e| std::fs::read_dir(e.path()).into_iter().flatten().flatten())
+                .count();
+            if files > 0 {
+                // SAFETY: kill(2) of our child, not yet waited for.
+                assert_eq!(
+                    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) },
+                    0
+                );
+                break true;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(120),
+                "no cache file in 2 minutes"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        let st = child.wait().unwrap();
+        let left: Vec<_> = std::fs::read_dir(&cache).into_iter().flatten().collect();
+        assert!(
+            left.is_empty(),
+            "the restore left {left:?} in its cache directory"
+        );
+        if landed && st.signal() == Some(libc::SIGTERM) {
+            assert!(!out.exists(), "an interrupted restore left an image");
+            interrupted = true;
+            break;
+        }
+        assert!(st.success(), "{st:?}");
+        std::fs::remove_file(&out).unwrap();
+    }
+    assert!(interrupted, "no restore was interrupted while it fetched");
+    job.restore_exact(false, &[], &seq0, "restore after the interrupted one");
+}

@@ -1035,4 +1035,47 @@ fn an_interrupted_restore_or_push_leaves_no_temporary_file() {
             .unwrap(),
     );
     assert_image(&out, &want, "restore after the interrupted ones");
+
+    // A signal the command was started ignoring stays ignored (`nohup`,
+    // a shell's background job): the restore goes on to the end.
+    let mut landed_once = false;
+    for _ in 0..10 {
+        std::fs::remove_file(&out).unwrap();
+        let mut nohup = clean(Command::new("nohup"));
+        nohup
+            .current_dir(j.dir.path())
+            .arg(rexctl().get_program())
+            .args(["restore", "--l2-only", "--l2", s(&l2), "-o", s(&out)]);
+        let (st, landed) = interrupt_while_writing(nohup, &out_dir, libc::SIGHUP);
+        assert!(st.success(), "nohup: SIGHUP ended it: {st:?}");
+        assert_image(&out, &want, "restore under nohup");
+        if landed {
+            landed_once = true;
+            break;
+        }
+    }
+    assert!(
+        landed_once,
+        "no SIGHUP reached a restore under nohup while it wrote"
+    );
+
+    // `demo`'s work directory in TMPDIR goes too.
+    let tmp = j.dir.path().join("tmpdir");
+    std::fs::create_dir(&tmp).unwrap();
+    let mut demos_interrupted = 0;
+    for _ in 0..10 {
+        let mut c = clean(rexctl());
+        c.env("TMPDIR", &tmp).args(["demo", "-q"]);
+        let (st, landed) = interrupt_while_writing(c, &tmp, libc::SIGTERM);
+        assert_eq!(tree(&tmp), Vec::<String>::new(), "demo left files");
+        if landed && st.signal() == Some(libc::SIGTERM) {
+            demos_interrupted += 1;
+            break;
+        }
+        assert!(st.success(), "{st:?}");
+    }
+    assert_eq!(
+        demos_interrupted, 1,
+        "no demo was interrupted while writing"
+    );
 }

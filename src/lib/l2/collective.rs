@@ -772,6 +772,7 @@ pub fn restore_job(
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let staged = out.with_file_name(format!(".{name}.tmp-{}-job", std::process::id()));
+    let _listed = crate::durable::RemovedOnSignal::new(&staged);
     let l1 = l1_root
         .map(|r| r.join(rank.to_string()))
         .filter(|d| d.is_dir());

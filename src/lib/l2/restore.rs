@@ -215,11 +215,12 @@ pub fn restore_l1_l2(job: &Job, opts: &RestoreOptions, out: &Path) -> Result<Res
     // L1's copy of the chain is a shortcut: when its directory cannot be
     // listed (a file under its name, no permission), every generation is
     // read from L2, as for a copy that is not there.
-    let (l1_index, l1_unreadable) = match ChainIndex::load(&job.l1_chain) {
+    let (l1_index, l1_unlisted) = match ChainIndex::load(&job.l1_chain) {
         Ok(i) => (i, None),
-        Err(e @ Error::Io { .. }) => (ChainIndex::default(), Some(e.report())),
+        Err(e @ Error::Io { .. }) => (ChainIndex::default(), Some(e)),
         Err(e) => return Err(e),
     };
+    let l1_unreadable = l1_unlisted.as_ref().map(Error::report);
     let mut index = ChainIndex::load(job.l2.as_ref())?.overlaid_with(&l1_index);
     if let Some(committed) = opts.job_committed {
         index = index.committed(committed);
@@ -276,6 +277,28 @@ pub fn restore_l1_l2(job: &Job, opts: &RestoreOptions, out: &Path) -> Result<Res
         .chain(l1_index.manifests.values().filter_map(|m| m.chain_id))
         .collect();
     runs.dedup();
+    // L1's copy unreadable, it may hold a newer generation than L2 (whose
+    // manifest L2 lost: step 1 of FORMAT §3.5.2). A pending checkpoint
+    // after L2's newest rules that out (the scan checks that it continues
+    // it); without one, L2's newest could be an older state given with
+    // exit 0 (helper-39), so the restore stops unless told otherwise.
+    let mut maybe_newer = false;
+    if let Some(Error::Io { path, source, .. }) = &l1_unlisted
+        && opts.generation.is_none()
+        && opts.seq.is_none()
+    {
+        let covered = index.newest().map(Covered::from);
+        maybe_newer = !l1_files
+            .iter()
+            .any(|f| covered.as_ref().is_none_or(|c| !c.covers(f)));
+        if maybe_newer && !opts.fallback {
+            return Err(Error::Io {
+                path: path.clone(),
+                op: "list L1's copy of the chain, which may hold a newer generation than L2 (--l2-only, or --fallback, restores L2's newest)",
+                source: std::io::Error::new(source.kind(), source.to_string()),
+            });
+        }
+    }
     let mut report = restore_with_fallback(&index, &place, opts, Some(runs), |g, first| {
         // L1's copy of a generation is trusted until one of its chunks
         // fails a CRC while the image is rebuilt (each chunk is checked as
@@ -333,6 +356,13 @@ pub fn restore_l1_l2(job: &Job, opts: &RestoreOptions, out: &Path) -> Result<Res
     // A fallback to an older state leaves out L1's checkpoints after it
     // (they continue the state that could not be restored): say which,
     // unless the note already does.
+    if maybe_newer {
+        let why = "L1's copy of the chain cannot be read: a newer generation it may hold was not restored";
+        report.fell_back = Some(match report.fell_back.take() {
+            Some(n) => format!("{n}; {why}"),
+            None => why.to_string(),
+        });
+    }
     if let Some(note) = &mut report.fell_back
         && !note.contains("left out")
     {

@@ -138,7 +138,7 @@ pub struct S3Store {
     /// Fetch RPS and Pointer Files on demand ([`Store::read_on_demand`]).
     on_demand: AtomicBool,
     /// Cache files for readers; removed on drop (after the runtime).
-    cache: tempfile::TempDir,
+    cache: crate::durable::ScratchDir,
     /// Declared last but one: dropped after every in-flight request.
     rt: tokio::runtime::Runtime,
 }
@@ -301,9 +301,7 @@ impl S3Store {
             .clone()
             .unwrap_or_else(std::env::temp_dir);
         std::fs::create_dir_all(&base_dir).ctx(&base_dir, "create cache directory")?;
-        let cache = tempfile::Builder::new()
-            .prefix("rexctl-l2-cache-")
-            .tempdir_in(&base_dir)
+        let cache = crate::durable::ScratchDir::new_in(&base_dir, "rexctl-l2-cache-")
             .ctx(&base_dir, "create cache directory")?;
         let store = S3Store {
             s3: Arc::new(s3),

@@ -127,9 +127,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             (d.clone(), None)
         }
         None => {
-            let t = tempfile::Builder::new()
-                .prefix("rexctl-compare-")
-                .tempdir()
+            let t = rexctl::durable::ScratchDir::new_in(&std::env::temp_dir(), "rexctl-compare-")
                 .context("create a temporary work directory")?;
             (t.path().to_path_buf(), Some(t))
         }

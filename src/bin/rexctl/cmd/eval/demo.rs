@@ -117,6 +117,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         ))
         .into());
     }
+    // Removed by an interrupt too, unless the user asked to keep it.
+    let _listed = remove.then(|| rexctl::durable::RemovedOnSignal::new(&dir));
     std::fs::create_dir_all(&dir)
         .with_context(|| format!("{}: create directory", dir.display()))?;
     let mut report = Report::default();
