@@ -89,11 +89,12 @@ fn forget_temp(temp: &Path) {
     }
 }
 
-/// From now on, SIGINT, SIGTERM and SIGHUP remove the temporary file of
-/// every [`AtomicFile`] not yet committed, then end the process as the
-/// signal's default action does (the parent sees the signal). Without it,
-/// an interrupted `restore` left `.OUT.tmp-PID-0` beside the output it
-/// never wrote. For the CLI only (see the module doc).
+/// From now on, SIGINT, SIGTERM and SIGHUP (those not ignored already)
+/// remove the temporary file of every [`AtomicFile`] not yet committed,
+/// every [`ScratchDir`] and every [`RemovedOnSignal`] path, then end the
+/// process as the signal's default action does (the parent sees the
+/// signal). Without it, an interrupted `restore` left `.OUT.tmp-PID-0`
+/// beside the output it never wrote. For the CLI only (see the module doc).
 ///
 /// A file being renamed into place at that moment is either published
 /// whole or not at all: its rename fails once its temporary is gone.

@@ -1925,3 +1925,24 @@ fn a_fallback_names_the_l1_checkpoints_it_leaves_out() {
         "the warning does not name what it left out:\n{err}"
     );
 }
+
+/// A generation L2 lost a file of while L1's copy of it is damaged: the
+/// restore from L1 plus L2 fails (exit 3) naming both copies, not only
+/// L2's missing object (helper-38: the damaged L1 file was named only by
+/// `verify`).
+#[test]
+fn neither_copy_of_a_generation_readable_names_both() {
+    let c = chain3(35);
+    let (work, l1, l2) = chain_copy(&c);
+    std::fs::remove_file(gen_file(&l2, 3, "rps")).unwrap();
+    damage(&gen_file(&l1.join("rex"), 3, "rps"), Defect::Flip);
+    let (o, _) = restore(&l2, Some(&l1), &[], &work.path().join("a"));
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("neither copy can be read")
+            && err.contains(s(&gen_file(&l2, 3, "rps")))
+            && err.contains(s(&gen_file(&l1.join("rex"), 3, "rps"))),
+        "both copies are not named:\n{err}"
+    );
+}

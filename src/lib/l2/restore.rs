@@ -340,14 +340,14 @@ pub fn restore_l1_l2(job: &Job, opts: &RestoreOptions, out: &Path) -> Result<Res
                         }
                     }
                     if !more {
-                        return Err(e);
+                        return Err(neither_copy(e, &from_l2));
                     }
                 }
                 Err(e) => match damaged_l1_copy(job, &e) {
                     Some(bad) if !from_l2.contains_key(&bad) => {
                         from_l2.insert(bad, e.report());
                     }
-                    _ => return Err(e),
+                    _ => return Err(neither_copy(e, &from_l2)),
                 },
                 ok => return ok,
             }
@@ -402,6 +402,38 @@ struct Attempt<'a> {
 fn rebuilt_page_failed(e: &Error) -> bool {
     matches!(e, Error::Corrupt { path, field: "page", .. }
         if path.file_name().and_then(|n| generation_of(&n.to_string_lossy())).is_some())
+}
+
+/// `e`, about a file of a generation whose L1 copy was set aside before
+/// (`from_l2`), as an error that names both: L2's problem alone sent the
+/// operator to L2, while L1's damaged file was named only by `verify`.
+fn neither_copy(e: Error, from_l2: &BTreeMap<u64, String>) -> Error {
+    // Not a failure to reach L2 (exit 1 says to try again), only data
+    // that is missing or wrong.
+    if !(e.is_not_found() || e.exit_code() == crate::error::exit::DATA) {
+        return e;
+    }
+    let path = match &e {
+        Error::Io { path, .. } | Error::Corrupt { path, .. } | Error::Chain { path, .. } => {
+            path.clone()
+        }
+        Error::Remote { key, .. } => PathBuf::from(key),
+        _ => return e,
+    };
+    let Some((g, why)) = path
+        .file_name()
+        .and_then(|n| generation_of(&n.to_string_lossy()))
+        .and_then(|g| Some((g, from_l2.get(&g)?)))
+    else {
+        return e;
+    };
+    Error::chain(
+        format!("generation {g}"),
+        format!(
+            "neither copy can be read: L2's: {}; L1's: {why}",
+            e.report()
+        ),
+    )
 }
 
 /// The generation whose L1 copy `e` found damaged, if `e` is that.
