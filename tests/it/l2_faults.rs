@@ -1842,38 +1842,44 @@ fn forged_damage_in_an_older_l1_generation_restores_from_l2() {
 }
 
 /// L1's copy of the chain that cannot be listed (here a regular file under
-/// its name; also a directory without permission): the restore from L1
-/// plus L2 reads every generation from L2, still applies L1's pending
-/// checkpoints, and says so; `verify` reports it (exit 3). It failed the
-/// restore with exit 1 though L2 was sound (helper-38). Without pending
-/// checkpoints it still fails, as L1's copy may hold a newer generation.
+/// its name; also a directory without permission). It may hold a newer
+/// generation whose L2 manifest was lost, and nothing else tells (pending
+/// checkpoints that continue L2's newest may be stale copies of ones that
+/// generation coalesced: helper-40): the restore of the newest state is
+/// refused (exit 1, naming --l2-only and --fallback); with --fallback,
+/// every generation comes from L2, L1's pending checkpoints on top, and
+/// the warning says what may be missing. It failed with exit 1 and no way
+/// out before (helper-38), then restored an older state with exit 0
+/// (helper-39). `verify` reports it (exit 3).
 #[test]
 fn an_unreadable_l1_chain_copy_is_read_from_l2() {
     let c = chain3(31);
     let (work, l1, l2) = chain_copy(&c);
     std::fs::remove_dir_all(l1.join("rex")).unwrap();
     std::fs::write(l1.join("rex"), b"not a directory").unwrap();
+    let (o, _) = restore(&l2, Some(&l1), &[], &work.path().join("r"));
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--l2-only"), "{}", stderr(&o));
     let err = restore_exact(
         &l2,
         Some(&l1),
-        &[],
+        &["--fallback"],
         &work.path().join("a"),
         &c.images[&7],
-        "L1/rex a file",
+        "L1/rex a file, --fallback",
     );
     assert!(
-        err.contains("L1's copy of the chain cannot be read") && err.contains("generation 3"),
+        err.contains("L1's copy of the chain cannot be read")
+            && err.contains("generation 3")
+            && err.contains("a newer generation it may hold was not restored"),
         "no warning:\n{err}"
     );
     let v = rex(&["verify", "--l2", s(&l2), "--l1", s(&l1)], None);
     assert_eq!(v.status.code(), Some(3), "verify: {}", stderr(&v));
     assert!(stderr(&v).contains("rex"), "{}", stderr(&v));
 
-    // Without a pending checkpoint, nothing shows that L2's newest is the
-    // job's newest: L1's copy may hold a generation whose L2 manifest was
-    // lost (helper-39: seq 3 restored with exit 0 where seq 6 was durable).
-    // Refused, naming the way out; --fallback restores L2's newest, saying
-    // what may be missing.
+    // Without a pending checkpoint (helper-39: seq 3 restored with exit 0
+    // where seq 6 was durable), the same.
     for seq in [6, 7] {
         std::fs::remove_file(l1.join(format!("ckpt-{seq:08}.rexic"))).unwrap();
     }
@@ -1944,5 +1950,70 @@ fn neither_copy_of_a_generation_readable_names_both() {
             && err.contains(s(&gen_file(&l2, 3, "rps")))
             && err.contains(s(&gen_file(&l1.join("rex"), 3, "rps"))),
         "both copies are not named:\n{err}"
+    );
+}
+
+/// L2 lost its newest manifest and L1's copy of it is damaged (helper-40:
+/// the generation before was restored with exit 0 and no word): the L1 +
+/// L2 restore refuses as it does for a damaged newest manifest in L2
+/// (exit 3, naming it); --fallback restores the generation before, saying
+/// so.
+#[test]
+fn a_damaged_l1_manifest_of_a_generation_l2_lost_is_not_passed_over() {
+    let c = chain3(37);
+    let (work, l1, l2) = chain_copy(&c);
+    std::fs::remove_file(gen_file(&l2, 3, "manifest")).unwrap();
+    for seq in [6, 7] {
+        std::fs::remove_file(l1.join(format!("ckpt-{seq:08}.rexic"))).unwrap();
+    }
+    let m = gen_file(&l1.join("rex"), 3, "manifest");
+    let len = std::fs::metadata(&m).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&m)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+    let (o, _) = restore(&l2, Some(&l1), &[], &work.path().join("a"));
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert_names(&o, 3, "manifest", Defect::Truncate, "damaged L1 manifest");
+    let err = restore_exact(
+        &l2,
+        Some(&l1),
+        &["--fallback"],
+        &work.path().join("b"),
+        &c.images[&3],
+        "--fallback",
+    );
+    assert!(err.contains("generation 3"), "{err}");
+}
+
+/// A stray incremental checkpoint of another run in L1 makes `--fallback`
+/// refuse every older generation (they are not that run's state): the
+/// error says so, generation by generation (exit 3), instead of the first
+/// failure alone with exit 1 (helper-40).
+#[test]
+fn a_refused_fallback_says_why_each_older_generation_was_refused() {
+    let c = chain3(39);
+    let (work, l1, l2) = chain_copy(&c);
+    std::fs::remove_file(gen_file(&l2, 3, "rps")).unwrap();
+    std::fs::remove_file(gen_file(&l1.join("rex"), 3, "rps")).unwrap();
+    let mut other = workload("balanced", 64, 40);
+    let stray = work.path().join("other");
+    take_until(&mut other, &stray, 3, &work.path().join("other-truth"));
+    std::fs::copy(
+        stray.join("ckpt-00000003.rexic"),
+        l1.join("ckpt-00000003.rexic"),
+    )
+    .unwrap();
+    let (o, _) = restore(&l2, Some(&l1), &["--fallback"], &work.path().join("a"));
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("no older state restores either")
+            && err.contains("generation 2:")
+            && err.contains("generation 1:")
+            && err.contains("another run"),
+        "{err}"
     );
 }

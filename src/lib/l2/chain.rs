@@ -97,17 +97,26 @@ impl ChainIndex {
     /// L1's copy of every generation L2 has no valid manifest for (a push
     /// interrupted between its two manifests, or an L2 manifest lost since).
     /// L2's invalid manifests that L1 makes good are dropped; the rest stay,
-    /// so a newer invalid generation is still not passed over silently.
+    /// so a newer invalid generation is still not passed over silently. So
+    /// do L1's invalid manifests of generations neither place holds a valid
+    /// one of (helper-40: L2's newest manifest lost and L1's copy of it
+    /// damaged restored the generation before with exit 0, silently).
     pub fn overlaid_with(self, l1: &ChainIndex) -> ChainIndex {
         let mut manifests = self.manifests;
         for (g, m) in &l1.manifests {
             manifests.entry(*g).or_insert_with(|| m.clone());
         }
-        let invalid = self
+        let mut invalid: Vec<(u64, Error)> = self
             .invalid
             .into_iter()
             .filter(|(g, _)| !manifests.contains_key(g))
             .collect();
+        for (g, e) in &l1.invalid {
+            if !manifests.contains_key(g) && !invalid.iter().any(|(h, _)| h == g) {
+                invalid.push((*g, e.again()));
+            }
+        }
+        invalid.sort_by_key(|(g, _)| *g);
         ChainIndex { manifests, invalid }
     }
 

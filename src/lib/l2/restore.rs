@@ -278,20 +278,17 @@ pub fn restore_l1_l2(job: &Job, opts: &RestoreOptions, out: &Path) -> Result<Res
         .collect();
     runs.dedup();
     // L1's copy unreadable, it may hold a newer generation than L2 (whose
-    // manifest L2 lost: step 1 of FORMAT §3.5.2). A pending checkpoint
-    // after L2's newest rules that out (the scan checks that it continues
-    // it); without one, L2's newest could be an older state given with
-    // exit 0 (helper-39), so the restore stops unless told otherwise.
+    // manifest L2 lost: step 1 of FORMAT §3.5.2), and nothing else tells:
+    // pending checkpoints that continue L2's newest may be stale copies of
+    // ones that generation coalesced (helper-39, helper-40: an older state
+    // with exit 0). The newest state stops here unless told otherwise.
     let mut maybe_newer = false;
     if let Some(Error::Io { path, source, .. }) = &l1_unlisted
         && opts.generation.is_none()
         && opts.seq.is_none()
     {
-        let covered = index.newest().map(Covered::from);
-        maybe_newer = !l1_files
-            .iter()
-            .any(|f| covered.as_ref().is_none_or(|c| !c.covers(f)));
-        if maybe_newer && !opts.fallback {
+        maybe_newer = true;
+        if !opts.fallback {
             return Err(Error::Io {
                 path: path.clone(),
                 op: "list L1's copy of the chain, which may hold a newer generation than L2 (--l2-only, or --fallback, restores L2's newest)",
@@ -353,9 +350,6 @@ pub fn restore_l1_l2(job: &Job, opts: &RestoreOptions, out: &Path) -> Result<Res
             }
         }
     })?;
-    // A fallback to an older state leaves out L1's checkpoints after it
-    // (they continue the state that could not be restored): say which,
-    // unless the note already does.
     if maybe_newer {
         let why = "L1's copy of the chain cannot be read: a newer generation it may hold was not restored";
         report.fell_back = Some(match report.fell_back.take() {
@@ -363,6 +357,9 @@ pub fn restore_l1_l2(job: &Job, opts: &RestoreOptions, out: &Path) -> Result<Res
             None => why.to_string(),
         });
     }
+    // A fallback to an older state leaves out L1's checkpoints after it
+    // (they continue the state that could not be restored): say which,
+    // unless the note already does.
     if let Some(note) = &mut report.fell_back
         && !note.contains("left out")
     {
@@ -372,9 +369,10 @@ pub fn restore_l1_l2(job: &Job, opts: &RestoreOptions, out: &Path) -> Result<Res
             .filter(|&q| q > report.seq)
             .collect();
         if let (Some(a), Some(b)) = (left.first(), left.last()) {
+            let n = left.len();
             note.push_str(&format!(
-                "; left out: L1's checkpoints of seq {a}..={b} ({} files), which continue a newer state",
-                left.len()
+                "; left out: L1's checkpoints of seq {a}..={b} ({n} file{}), which continue a newer state",
+                if n == 1 { "" } else { "s" }
             ));
         }
     }
@@ -706,23 +704,27 @@ fn restore_with_fallback(
             .collect()
     });
     let mut other_runs = Vec::new();
+    let mut tried = Vec::new();
     for m in index.older_than(target) {
         if !runs.is_empty() && m.chain_id.is_some_and(|c| !runs.contains(&c)) {
             other_runs.push(m.generation);
             continue;
         }
-        if let Ok(mut r) = restore(m.generation, false) {
-            // The state restored is the generation's, or with pending
-            // checkpoints on top (its own note, kept, says which).
-            let inner = r.fell_back.take();
-            r.fell_back = Some(format!(
-                "generation {target} is unusable ({}); fell back to generation {} (seq {}){}",
-                first.report(),
-                m.generation,
-                r.seq,
-                inner.map(|n| format!("; {n}")).unwrap_or_default()
-            ));
-            return Ok(r);
+        match restore(m.generation, false) {
+            Err(e) => tried.push((m.generation, e)),
+            Ok(mut r) => {
+                // The state restored is the generation's, or with pending
+                // checkpoints on top (its own note, kept, says which).
+                let inner = r.fell_back.take();
+                r.fell_back = Some(format!(
+                    "generation {target} is unusable ({}); fell back to generation {} (seq {}){}",
+                    first.report(),
+                    m.generation,
+                    r.seq,
+                    inner.map(|n| format!("; {n}")).unwrap_or_default()
+                ));
+                return Ok(r);
+            }
         }
     }
     if !other_runs.is_empty() {
@@ -732,6 +734,25 @@ fn restore_with_fallback(
             format!(
                 "{} (--fallback: no older generation of this run restores; generations {other_runs:?} are of another run and were not tried)",
                 first.report()
+            ),
+        ));
+    }
+    // Every older state refused for what its data is (not for a store out
+    // of reach, whose exit 1 says to try again): say why, generation by
+    // generation, instead of the first failure alone (helper-40: a stray
+    // checkpoint of another run in L1 refused them all, unsaid).
+    let data = |e: &Error| e.is_not_found() || e.exit_code() == crate::error::exit::DATA;
+    if !tried.is_empty() && data(&first) && tried.iter().all(|(_, e)| data(e)) {
+        let why: Vec<String> = tried
+            .iter()
+            .map(|(g, e)| format!("generation {g}: {}", e.report()))
+            .collect();
+        return Err(Error::chain(
+            place,
+            format!(
+                "{} (--fallback: no older state restores either: {})",
+                first.report(),
+                why.join("; ")
             ),
         ));
     }
