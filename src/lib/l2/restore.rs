@@ -214,7 +214,8 @@ pub fn restore_l2(l2: &dyn Store, opts: &RestoreOptions, out: &Path) -> Result<R
 pub fn restore_l1_l2(job: &Job, opts: &RestoreOptions, out: &Path) -> Result<RestoreReport> {
     // L1's copy of the chain is a shortcut: when its directory cannot be
     // listed (a file under its name, no permission), every generation is
-    // read from L2, as for a copy that is not there.
+    // read from L2, as for a copy that is not there (for the newest state,
+    // only with --fallback: see `maybe_newer` below).
     let (l1_index, l1_unlisted) = match ChainIndex::load(&job.l1_chain) {
         Ok(i) => (i, None),
         Err(e @ Error::Io { .. }) => (ChainIndex::default(), Some(e)),
