@@ -1860,19 +1860,17 @@ fn an_unreadable_l1_chain_copy_is_read_from_l2() {
     let (o, _) = restore(&l2, Some(&l1), &[], &work.path().join("r"));
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(stderr(&o).contains("--l2-only"), "{}", stderr(&o));
-    let err = restore_exact(
+    fallback_exact(
         &l2,
-        Some(&l1),
-        &["--fallback"],
+        &l1,
         &work.path().join("a"),
         &c.images[&7],
-        "L1/rex a file, --fallback",
-    );
-    assert!(
-        err.contains("L1's copy of the chain cannot be read")
-            && err.contains("generation 3")
-            && err.contains("a newer generation it may hold was not restored"),
-        "no warning:\n{err}"
+        "L1/rex a file",
+        &[
+            "L1's copy of the chain cannot be read",
+            "generation 3",
+            "a newer generation it may hold was not restored",
+        ],
     );
     let v = rex(&["verify", "--l2", s(&l2), "--l1", s(&l1)], None);
     assert_eq!(v.status.code(), Some(3), "verify: {}", stderr(&v));
@@ -1886,17 +1884,13 @@ fn an_unreadable_l1_chain_copy_is_read_from_l2() {
     let (o, _) = restore(&l2, Some(&l1), &[], &work.path().join("b"));
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(stderr(&o).contains("--l2-only"), "{}", stderr(&o));
-    let err = restore_exact(
+    fallback_exact(
         &l2,
-        Some(&l1),
-        &["--fallback"],
+        &l1,
         &work.path().join("c"),
         &c.images[&5],
-        "--fallback",
-    );
-    assert!(
-        err.contains("a newer generation it may hold was not restored"),
-        "{err}"
+        "no pending",
+        &["a newer generation it may hold was not restored"],
     );
     restore_exact(
         &l2,
@@ -1908,6 +1902,26 @@ fn an_unreadable_l1_chain_copy_is_read_from_l2() {
     );
 }
 
+/// `restore --fallback` from L1 plus L2 into `out`: exactly `want`, with a
+/// warning that holds every one of `needles`. Returns standard error.
+fn fallback_exact(
+    l2: &Path,
+    l1: &Path,
+    out: &Path,
+    want: &Path,
+    ctx: &str,
+    needles: &[&str],
+) -> String {
+    let err = restore_exact(l2, Some(l1), &["--fallback"], out, want, ctx);
+    for n in needles {
+        assert!(
+            err.contains(n),
+            "{ctx}: the warning does not say {n:?}:\n{err}"
+        );
+    }
+    err
+}
+
 /// `--fallback` from L1 plus L2 to an older generation says which of L1's
 /// checkpoints it leaves out (they continue the generation that could not
 /// be read): the warning named only the generation (helper-38).
@@ -1917,18 +1931,36 @@ fn a_fallback_names_the_l1_checkpoints_it_leaves_out() {
     let (work, l1, l2) = chain_copy(&c);
     std::fs::remove_file(gen_file(&l2, 3, "rps")).unwrap();
     std::fs::remove_file(gen_file(&l1.join("rex"), 3, "rps")).unwrap();
-    let err = restore_exact(
+    fallback_exact(
         &l2,
-        Some(&l1),
-        &["--fallback"],
+        &l1,
         &work.path().join("a"),
         &c.images[&3],
         "g3 gone",
+        &[
+            "fell back to generation 2 (seq 3)",
+            "left out: L1's checkpoints of seq 6..=7 (2 files)",
+        ],
     );
-    assert!(
-        err.contains("fell back to generation 2 (seq 3)")
-            && err.contains("left out: L1's checkpoints of seq 6..=7 (2 files)"),
-        "the warning does not name what it left out:\n{err}"
+    // A checkpoint whose header cannot be read is named too (helper-40).
+    let seven = l1.join("ckpt-00000007.rexic");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&seven)
+        .unwrap()
+        .set_len(100)
+        .unwrap();
+    fallback_exact(
+        &l2,
+        &l1,
+        &work.path().join("b"),
+        &c.images[&3],
+        "g3 gone, ckpt 7 cut",
+        &[
+            "seq 6..=6 (1 file)",
+            "header unreadable",
+            "ckpt-00000007.rexic",
+        ],
     );
 }
 
@@ -1977,15 +2009,14 @@ fn a_damaged_l1_manifest_of_a_generation_l2_lost_is_not_passed_over() {
     let (o, _) = restore(&l2, Some(&l1), &[], &work.path().join("a"));
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
     assert_names(&o, 3, "manifest", Defect::Truncate, "damaged L1 manifest");
-    let err = restore_exact(
+    fallback_exact(
         &l2,
-        Some(&l1),
-        &["--fallback"],
+        &l1,
         &work.path().join("b"),
         &c.images[&3],
-        "--fallback",
+        "damaged L1 manifest",
+        &["generation 3"],
     );
-    assert!(err.contains("generation 3"), "{err}");
 }
 
 /// A stray incremental checkpoint of another run in L1 makes `--fallback`

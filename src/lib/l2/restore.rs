@@ -376,6 +376,19 @@ pub fn restore_l1_l2(job: &Job, opts: &RestoreOptions, out: &Path) -> Result<Res
                 if n == 1 { "" } else { "s" }
             ));
         }
+        // Those whose header cannot be read have no seq to tell (helper-40).
+        let unreadable: Vec<String> = crate::l1::list_ic_files(&job.l1)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|p| !l1_files.iter().any(|f| &f.path == p))
+            .map(|p| p.display().to_string())
+            .collect();
+        if !unreadable.is_empty() {
+            note.push_str(&format!(
+                "; left out too, their header unreadable: {}",
+                unreadable.join(", ")
+            ));
+        }
     }
     Ok(report)
 }
