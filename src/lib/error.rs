@@ -194,6 +194,12 @@ impl Error {
         }
     }
 
+    /// Whether this says what the data is (missing, damaged, of another
+    /// chain), as opposed to a failure to reach it, which may pass.
+    pub fn is_about_data(&self) -> bool {
+        self.is_not_found() || self.exit_code() == exit::DATA
+    }
+
     /// The error with its causes, `outer: cause: ...`, for messages that are
     /// not printed through `anyhow` (which adds the causes itself).
     pub fn report(&self) -> String {

@@ -1253,34 +1253,17 @@ fn s3_interrupted_restore_leaves_no_cache() {
     let args = ["restore", "--l2", &l2, "--out", s(&out)];
     let mut interrupted = false;
     for _ in 0..10 {
-        let mut child = job.spawn(&args);
         // Once a fetched object's file shows in the cache.
-        let t0 = Instant::now();
-        let landed = loop {
-            if child.try_wait().unwrap().is_some() {
-                break false;
-            }
-            let files = std::fs::read_dir(&cache)
+        let fetched = || {
+            std::fs::read_dir(&cache)
                 .into_iter()
                 .flatten()
                 .flatten()
                 .flat_map(|e| std::fs::read_dir(e.path()).into_iter().flatten().flatten())
-                .count();
-            if files > 0 {
-                // SAFETY: kill(2) of our child, not yet waited for.
-                assert_eq!(
-                    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) },
-                    0
-                );
-                break true;
-            }
-            assert!(
-                t0.elapsed() < Duration::from_secs(120),
-                "no cache file in 2 minutes"
-            );
-            std::thread::sleep(Duration::from_millis(1));
+                .count()
+                > 0
         };
-        let st = child.wait().unwrap();
+        let (st, landed) = crate::util::signal_when(job.cmd(&args), fetched, libc::SIGTERM);
         let left: Vec<_> = std::fs::read_dir(&cache).into_iter().flatten().collect();
         assert!(
             left.is_empty(),

@@ -917,37 +917,14 @@ fn temps_under(dir: &Path) -> Vec<String> {
     out
 }
 
-/// Starts `c`, waits until a temporary file shows under `watch`, then sends
-/// it `sig`. Returns how it ended and whether the signal found the
-/// temporary file there (`false`: the command finished first).
+/// Starts `c` and sends it `sig` once a temporary file shows under
+/// `watch` (see `signal_when`).
 fn interrupt_while_writing(
-    mut c: Command,
+    c: Command,
     watch: &Path,
     sig: libc::c_int,
 ) -> (std::process::ExitStatus, bool) {
-    let mut child = c
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            return (st, false);
-        }
-        if !temps_under(watch).is_empty() {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no temporary file in 2 minutes"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(1));
-    }
-    // SAFETY: kill(2) of our own child, which has not been waited for, so
-    // its pid is not reused.
-    assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, sig) }, 0);
-    (child.wait().unwrap(), true)
+    super::util::signal_when(c, || !temps_under(watch).is_empty(), sig)
 }
 
 /// SIGINT, SIGTERM and SIGHUP end a restore or a push the way they end any

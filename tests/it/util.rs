@@ -174,3 +174,36 @@ pub fn exclusive() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
+
+/// Starts `c` (its output discarded), waits until `ready()` holds, then
+/// sends it `sig`. Returns how it ended and whether the signal was sent
+/// (`false`: the command finished first). Two minutes without `ready`
+/// fail the test.
+pub fn signal_when(
+    mut c: std::process::Command,
+    ready: impl Fn() -> bool,
+    sig: libc::c_int,
+) -> (std::process::ExitStatus, bool) {
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+    let mut child = c
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return (st, false);
+        }
+        if ready() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not ready in 2 minutes");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // SAFETY: kill(2) of our own child, which has not been waited for, so
+    // its pid is not reused.
+    assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, sig) }, 0);
+    (child.wait().unwrap(), true)
+}

@@ -422,7 +422,7 @@ fn rebuilt_page_failed(e: &Error) -> bool {
 fn neither_copy(e: Error, from_l2: &BTreeMap<u64, String>) -> Error {
     // Not a failure to reach L2 (exit 1 says to try again), only data
     // that is missing or wrong.
-    if !(e.is_not_found() || e.exit_code() == crate::error::exit::DATA) {
+    if !e.is_about_data() {
         return e;
     }
     let path = match &e {
@@ -755,8 +755,7 @@ fn restore_with_fallback(
     // of reach, whose exit 1 says to try again): say why, generation by
     // generation, instead of the first failure alone (helper-40: a stray
     // checkpoint of another run in L1 refused them all, unsaid).
-    let data = |e: &Error| e.is_not_found() || e.exit_code() == crate::error::exit::DATA;
-    if !tried.is_empty() && data(&first) && tried.iter().all(|(_, e)| data(e)) {
+    if !tried.is_empty() && first.is_about_data() && tried.iter().all(|(_, e)| e.is_about_data()) {
         let why: Vec<String> = tried
             .iter()
             .map(|(g, e)| format!("generation {g}: {}", e.report()))
