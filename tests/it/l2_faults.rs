@@ -1698,6 +1698,50 @@ fn a_fifo_under_a_manifest_name_is_an_invalid_manifest_not_a_hang() {
     }
 }
 
+/// A directory, a FIFO or a symbolic link loop under an L2 data file's name
+/// (helper-40: read as "no such object", exit 1) is damage to the store: an
+/// L2-only restore and `verify` name the file and what is there (exit 3),
+/// and a restore from L1 plus L2 reads L1's copy of that generation.
+#[test]
+fn a_data_file_name_holding_no_file_is_named_for_what_is_there() {
+    let c = chain3(41);
+    for (what, expect) in [
+        ("directory", "not a regular file but a directory"),
+        ("fifo", "not a regular file but a FIFO"),
+        ("loop", "symbolic link that leads nowhere"),
+    ] {
+        let (work, l1, l2) = chain_copy(&c);
+        let rps = gen_file(&l2, 3, "rps");
+        std::fs::remove_file(&rps).unwrap();
+        match what {
+            "directory" => std::fs::create_dir(&rps).unwrap(),
+            "fifo" => assert!(Command::new("mkfifo").arg(&rps).status().unwrap().success()),
+            _ => std::os::unix::fs::symlink(rps.file_name().unwrap(), &rps).unwrap(),
+        }
+        let out = work.path().join("out.rexic");
+        let o = within_a_minute(&["restore", "--l2", s(&l2), "--l2-only", "-o", s(&out)]);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(3), "{what}: {err}");
+        assert!(
+            err.contains(s(&rps)) && err.contains(expect),
+            "{what}: {err}"
+        );
+        assert!(!out.exists(), "{what}: an output was left");
+        let o = within_a_minute(&["verify", "--l2", s(&l2)]);
+        assert_eq!(o.status.code(), Some(3), "{what}: {}", stderr(&o));
+        let said = String::from_utf8_lossy(&o.stdout);
+        assert!(said.contains(expect), "{what}: {said}");
+        restore_exact(
+            &l2,
+            Some(&l1),
+            &[],
+            &work.path().join("b"),
+            &c.images[&7],
+            what,
+        );
+    }
+}
+
 /// `--fallback` walks back within the run it starts from: job B's first
 /// generation copied over job A's (helper-38) breaks A's lineage, and the
 /// restore exits 3 naming the generations of the other run instead of

@@ -608,14 +608,32 @@ impl Store for DirStore {
 
     fn open_local(&self, name: &str) -> Result<PathBuf> {
         let p = self.path(name)?;
-        if !p.is_file() {
-            return Err(Error::io(
+        // Only a name with nothing behind it is "no such object": a
+        // directory, a FIFO or a symbolic link loop there is damage to the
+        // store, reported as what it is (helper-40) and, like a damaged
+        // object, as data (exit 3: a restore from L1 + L2 reads L1's copy).
+        // Anything else (no permission) is a failure to reach it.
+        match fs::metadata(&p) {
+            Ok(m) if m.is_file() => Ok(p),
+            Ok(m) => Err(Error::corrupt(
+                &p,
+                0,
+                "object",
+                format!("not a regular file but {}", file_kind(&m.file_type())),
+            )),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(Error::io(
                 &p,
                 "open",
                 std::io::Error::new(std::io::ErrorKind::NotFound, "no such object"),
-            ));
+            )),
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => Err(Error::corrupt(
+                &p,
+                0,
+                "object",
+                "a symbolic link that leads nowhere (a loop)",
+            )),
+            Err(e) => Err(Error::io(&p, "open", e)),
         }
-        Ok(p)
     }
 
     fn delete(&self, name: &str) -> Result<()> {
@@ -624,6 +642,28 @@ impl Store for DirStore {
 
     fn local_root(&self) -> Option<PathBuf> {
         Some(self.root.clone())
+    }
+}
+
+/// What a file type is, in words, for errors about an object's name.
+fn file_kind(t: &fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if t.is_fifo() {
+            return "a FIFO";
+        }
+        if t.is_socket() {
+            return "a socket";
+        }
+        if t.is_block_device() || t.is_char_device() {
+            return "a device";
+        }
+    }
+    if t.is_dir() {
+        "a directory"
+    } else {
+        "something else"
     }
 }
 
