@@ -984,12 +984,14 @@ struct Hand {
     image: std::collections::BTreeMap<u64, Vec<u8>>,
     /// The instance id its files carry (`None`: none, as older producers).
     instance: Option<u8>,
+    /// The page size of the checkpoints it writes next.
+    ps: u32,
 }
 
 const HPS: u32 = 4096;
 
-fn hand_page(seq: u64, page: u64) -> Vec<u8> {
-    (0..HPS as u64)
+fn hand_page(seq: u64, page: u64, ps: u32) -> Vec<u8> {
+    (0..u64::from(ps))
         .map(|i| (i.wrapping_mul(7) ^ seq.wrapping_mul(31) ^ page.wrapping_mul(131)) as u8)
         .collect()
 }
@@ -1005,14 +1007,32 @@ impl Hand {
             dir: dir.to_path_buf(),
             image: Default::default(),
             instance: None,
+            ps: HPS,
         }
     }
 
     /// Writes checkpoint `seq` of run `run` (`None`: version 1) at time
     /// `t` seconds, carrying `pages`; a FULL one replaces the image.
     fn ic(&mut self, seq: u64, full: bool, pages: &[u64], t: u64, run: Option<u8>) -> PathBuf {
+        self.ic_dropping(seq, full, pages, &[], t, run)
+    }
+
+    /// [`ic`](Self::ic), whose checkpoint also drops the pages `drops`
+    /// (before it writes `pages`).
+    fn ic_dropping(
+        &mut self,
+        seq: u64,
+        full: bool,
+        pages: &[u64],
+        drops: &[u64],
+        t: u64,
+        run: Option<u8>,
+    ) -> PathBuf {
         if full {
             self.image.clear();
+        }
+        for d in drops {
+            self.image.remove(d);
         }
         let path = self.dir.join(ic_file_name(seq));
         let ext = rexctl::format::ic::IcExt {
@@ -1024,17 +1044,20 @@ impl Hand {
         };
         let mut w = rexctl::format::ic::IcWriter::create_ext(
             &path,
-            HPS,
+            self.ps,
             seq,
             full,
             1_800_000_000_000_000_000 + t * 1_000_000_000,
             &ext,
             pages.to_vec(),
-            Vec::new(),
+            drops
+                .iter()
+                .map(|&first| rexctl::format::ic::DropRange { first, count: 1 })
+                .collect(),
         )
         .unwrap();
         for &p in pages {
-            let b = hand_page(seq, p);
+            let b = hand_page(seq, p, self.ps);
             w.push_page(&b).unwrap();
             self.image.insert(p, b);
         }
@@ -1056,7 +1079,8 @@ impl Hand {
     fn truth(&self, path: &Path) -> PathBuf {
         let pages: Vec<u64> = self.image.keys().copied().collect();
         let mut w =
-            rexctl::format::ic::IcWriter::create(path, HPS, 0, true, 0, pages, Vec::new()).unwrap();
+            rexctl::format::ic::IcWriter::create(path, self.ps, 0, true, 0, pages, Vec::new())
+                .unwrap();
         for b in self.image.values() {
             w.push_page(b).unwrap();
         }
@@ -1612,6 +1636,41 @@ fn a_new_runs_full_checkpoint_supersedes_a_gap_before_it() {
     );
     assert!(ic_names(&l1).is_empty(), "left: {:?}", ic_names(&l1));
     restores(&l2, None, &[], &d.path().join("b"), &want, "L2 alone");
+}
+
+/// A FULL checkpoint that changes the page size and leaves no live page
+/// (it carries none, or the batch drops them): the generation takes the new
+/// page size (helper-41: it kept the chain's, the restored image had the
+/// old one, and every later push failed on the pending checkpoints' "other"
+/// page size until the next FULL).
+#[test]
+fn a_full_checkpoint_that_changes_the_page_size_and_leaves_no_page_takes_it() {
+    for dropped in [false, true] {
+        let d = tempfile::tempdir().unwrap();
+        let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
+        let ctx = if dropped { "dropped" } else { "empty" };
+        let mut h = Hand::new(&l1);
+        h.ps = 512;
+        h.ic(0, true, &[1, 2], 100, Some(0xA));
+        rex_ok(&push_args(&l1, &l2));
+        h.ps = 4096;
+        if dropped {
+            h.ic(1, true, &[3], 101, Some(0xB));
+            h.ic_dropping(2, false, &[], &[3], 102, Some(0xB));
+        } else {
+            h.ic(1, true, &[], 101, Some(0xB));
+        }
+        rex_ok(&push_args(&l1, &l2));
+        let m = std::fs::read_to_string(l2.join(manifest_name(2))).unwrap();
+        assert!(m.contains("\"page_size\": 4096"), "{ctx}: {m}");
+        let want = h.truth(&d.path().join("empty.rexic"));
+        restores(&l2, None, &[], &d.path().join("r0"), &want, ctx);
+        h.ic(3, false, &[7], 103, Some(0xB));
+        let want = h.truth(&d.path().join("truth.rexic"));
+        restores(&l2, Some(&l1), &[], &d.path().join("r1"), &want, ctx);
+        rex_ok(&push_args(&l1, &l2));
+        restores(&l2, None, &[], &d.path().join("r2"), &want, ctx);
+    }
 }
 
 /// A version 1 producer (no chain id, no instance id) restarted in a fresh

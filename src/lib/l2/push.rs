@@ -541,14 +541,13 @@ pub fn push_with(
         (Some(ch), None) => ch.manifest().pattern_size,
         _ => opts.pattern_size,
     };
-    let page_size = if clist_ref.is_empty() {
-        chain
-            .as_ref()
-            .map(|c| c.manifest().page_size)
-            .unwrap_or(clist_ref.page_size)
-    } else {
-        clist_ref.page_size
-    };
+    // The batch's page size, even when it leaves no live page: a FULL
+    // checkpoint may change it, and an empty FULL (or one whose pages the
+    // batch dropped) starts the new page size all the same (helper-41: it
+    // kept the chain's, and every later push failed). Without a batch
+    // (`--full` alone) `empty` carries the chain's; a batch that is not
+    // FULL has the chain's page size (`prepare` refuses any other).
+    let page_size = clist_ref.page_size;
     // Every deduplication of this push: the template, whose generation,
     // chain, kind and references each run sets.
     let template = DedupJob {
