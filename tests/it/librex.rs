@@ -669,6 +669,149 @@ mod rust_api {
         );
     }
 
+    /// How registered memory changes without a write fault (helper-42:
+    /// each restarted into the previous checkpoint's bytes with success).
+    #[derive(Clone, Copy, Debug)]
+    enum Unseen {
+        /// The job write-enables its own region (`mprotect`), then writes.
+        Protection,
+        /// `madvise(MADV_DONTNEED)`: the page reads as zeros.
+        Discard,
+        /// A second mapping of the region's shared memory is written.
+        SharedAlias,
+    }
+
+    /// Memory for [`Unseen`]: `pages` pages at `base`, and for the shared
+    /// case a second mapping of the same memory at `alias`.
+    struct Aliased {
+        base: usize,
+        alias: usize,
+        len: usize,
+    }
+    impl Aliased {
+        fn new(pages: usize, shared: bool) -> Aliased {
+            let len = pages * page_size();
+            if !shared {
+                let base = map_anonymous(len).unwrap();
+                return Aliased {
+                    base,
+                    alias: 0,
+                    len,
+                };
+            }
+            // SAFETY: a fresh memfd, sized and mapped twice; both mappings
+            // are ours and unmapped in drop.
+            unsafe {
+                let fd = libc::memfd_create(c"rex-alias".as_ptr(), 0);
+                assert!(fd >= 0);
+                assert_eq!(libc::ftruncate(fd, len as libc::off_t), 0);
+                let map = || {
+                    let p = libc::mmap(
+                        std::ptr::null_mut(),
+                        len,
+                        libc::PROT_READ | libc::PROT_WRITE,
+                        libc::MAP_SHARED,
+                        fd,
+                        0,
+                    );
+                    assert_ne!(p, libc::MAP_FAILED);
+                    p as usize
+                };
+                let (base, alias) = (map(), map());
+                libc::close(fd);
+                Aliased { base, alias, len }
+            }
+        }
+    }
+    impl Drop for Aliased {
+        fn drop(&mut self) {
+            // SAFETY: our mappings (their region is unregistered by then).
+            unsafe {
+                libc::munmap(self.base as *mut libc::c_void, self.len);
+                if self.alias != 0 {
+                    libc::munmap(self.alias as *mut libc::c_void, self.len);
+                }
+            }
+        }
+    }
+
+    /// Memory changed with no write fault is in the next checkpoint, and
+    /// the pages it touched are tracked again afterwards: a restart gives
+    /// the bytes of every checkpoint, for each tracker and each way.
+    #[test]
+    fn changes_no_write_fault_reports_are_checkpointed() {
+        let ps = page_size();
+        let n = 4;
+        for tracker in [TrackerChoice::Mprotect, TrackerChoice::Userfaultfd] {
+            if matches!(tracker, TrackerChoice::Userfaultfd)
+                && rexctl::job::uffd::UffdTracker::new().is_err()
+            {
+                eprintln!("SKIPPED: userfaultfd write-protect unavailable here");
+                continue;
+            }
+            for how in [Unseen::Protection, Unseen::Discard, Unseen::SharedAlias] {
+                let shared = matches!(how, Unseen::SharedAlias);
+                if shared && matches!(tracker, TrackerChoice::Userfaultfd) {
+                    // Refused at rex_protect (anonymous private memory only).
+                    continue;
+                }
+                let ctx = format!("{tracker:?} {how:?}");
+                let d = tempfile::tempdir().unwrap();
+                let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
+                let m = Aliased::new(n, shared);
+                let mut rex = Rex::with_config(config(&l1, &l2, false, tracker)).unwrap();
+                // SAFETY: our mapping outlives the registration.
+                unsafe { rex.protect(1, m.base as *mut u8, n * ps) }.unwrap();
+                // SAFETY: the region's own bytes.
+                let region = unsafe { std::slice::from_raw_parts_mut(m.base as *mut u8, n * ps) };
+                region.fill(0xAA);
+                rex.checkpoint().unwrap();
+                // SAFETY: pages of our own mappings.
+                unsafe {
+                    match how {
+                        Unseen::Protection => {
+                            let b = m.base as *mut libc::c_void;
+                            assert_eq!(libc::mprotect(b, n * ps, libc::PROT_READ), 0);
+                            let rw = libc::PROT_READ | libc::PROT_WRITE;
+                            assert_eq!(libc::mprotect(b, n * ps, rw), 0);
+                            std::ptr::write_bytes((m.base + ps) as *mut u8, 0x55, ps);
+                        }
+                        Unseen::Discard => {
+                            let p = (m.base + 2 * ps) as *mut libc::c_void;
+                            assert_eq!(libc::madvise(p, ps, libc::MADV_DONTNEED), 0);
+                        }
+                        Unseen::SharedAlias => {
+                            std::ptr::write_bytes((m.alias + 3 * ps) as *mut u8, 0x11, ps);
+                        }
+                    }
+                }
+                let mut states = vec![region.to_vec()];
+                assert!(states[0] != vec![0xAA; n * ps], "{ctx}: nothing changed");
+                rex.checkpoint().unwrap();
+                // Tracked again: plain writes to every page after that.
+                for k in 0..n {
+                    region[k * ps + 7] = k as u8;
+                }
+                states.push(region.to_vec());
+                rex.checkpoint().unwrap();
+                rex.finalize().unwrap();
+                for (back, want) in states.iter().rev().enumerate() {
+                    let mut rex = Rex::with_config(config(&l1, &l2, false, tracker)).unwrap();
+                    let b = rex.alloc(1, n * ps).unwrap();
+                    assert_eq!(rex.restart_test().unwrap(), Some(2 - back as u64), "{ctx}");
+                    rex.restart().unwrap();
+                    // SAFETY: `n` pages from rex.alloc.
+                    let got = unsafe { std::slice::from_raw_parts(b, n * ps) };
+                    assert!(got == &want[..], "{ctx}: seq {} restored wrong", 2 - back);
+                    rex.finalize().unwrap();
+                    // The newest checkpoint out of the way for the next.
+                    std::fs::remove_file(l1.join(rexctl::l1::ic_file_name(2 - back as u64)))
+                        .unwrap();
+                }
+            }
+        }
+    }
+
     /// Two small regions on one memory page each keep their own dirty
     /// state; a job that starts afresh over an old run numbers its FULL
     /// checkpoint above it and replaces none of its files.

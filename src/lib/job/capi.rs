@@ -63,7 +63,12 @@ fn set_last(msg: &str) {
 /// (whose meaning depends on the call).
 fn code_of(e: &Error, invalid: c_int) -> c_int {
     match e {
-        Error::Io { source, .. } if source.raw_os_error() == Some(libc::ENOMEM) => REX_ENOMEM,
+        Error::Io { source, .. }
+            if source.raw_os_error() == Some(libc::ENOMEM)
+                || source.kind() == std::io::ErrorKind::OutOfMemory =>
+        {
+            REX_ENOMEM
+        }
         Error::Io { .. } | Error::Remote { .. } => REX_EIO,
         Error::Corrupt { .. } | Error::Chain { .. } => REX_ECORRUPT,
         Error::Busy { .. } => REX_EBUSY,

@@ -39,6 +39,7 @@
 //! (or exit). Recovery by `rexctl flush` leaves a live producer's temporary
 //! files alone; the library removes its dead predecessor's at init.
 
+mod audit;
 pub mod capi;
 pub mod tracker;
 pub mod uffd;
@@ -80,6 +81,10 @@ struct RegionState {
     owned: bool,
     /// Registered since the last checkpoint: all its pages go into the next.
     fresh: bool,
+    /// One bit per tracked page: the region's bytes on it were all zero at
+    /// the last checkpoint that copied them (a page discarded since reads
+    /// as zeros: it changed only if they were not; see `audit.rs`).
+    zero: Vec<u64>,
 }
 
 impl RegionState {
@@ -112,6 +117,44 @@ impl RegionState {
         out.sort_unstable();
         out.dedup();
         out
+    }
+
+    /// Whether the region's bytes on tracked page `k` are all zero now.
+    fn tracked_page_is_zero(&self, ps: usize, k: usize) -> bool {
+        let lo = self.ptr.max(self.range.start + k * ps);
+        let hi = (self.ptr + self.size).min(self.range.start + (k + 1) * ps);
+        if lo >= hi {
+            return true;
+        }
+        // SAFETY: `lo .. hi` lies inside the registered region, readable
+        // memory the job owns; read while its writers are quiet, as in
+        // `copy_page`.
+        let b = unsafe { std::slice::from_raw_parts(lo as *const u8, hi - lo) };
+        b.iter().all(|&x| x == 0)
+    }
+
+    /// Records, for each tracked page of `pages`, whether the region's
+    /// bytes on it are zero now (they were just copied).
+    fn note_zero(&mut self, ps: usize, pages: impl Iterator<Item = usize>) {
+        if self.zero.is_empty() {
+            self.zero = vec![0; self.range.pages.div_ceil(64)];
+        }
+        for k in pages {
+            let (w, b) = (k / 64, 1u64 << (k % 64));
+            if self.tracked_page_is_zero(ps, k) {
+                self.zero[w] |= b;
+            } else {
+                self.zero[w] &= !b;
+            }
+        }
+    }
+
+    /// Whether tracked page `k` was zero at the last checkpoint that
+    /// copied it (`false` before any).
+    fn was_zero(&self, k: usize) -> bool {
+        self.zero
+            .get(k / 64)
+            .is_some_and(|w| w & (1 << (k % 64)) != 0)
     }
 
     /// Copies region page `i` into `buf` (zero-padded after the region's
@@ -439,6 +482,7 @@ impl Rex {
                 range,
                 owned,
                 fresh: true,
+                zero: Vec::new(),
             },
         );
         Ok(())
@@ -590,23 +634,55 @@ impl Rex {
         let mut data: Vec<u8> = std::mem::take(&mut self.spare);
         data.clear();
         let mut tracked = Vec::new();
+        let mut unseen = Vec::new();
+        // Read after the writers stopped: what changed without a fault.
+        let memory = audit::Memory::read(ps)?;
         for (&id, r) in self.regions.iter_mut() {
             tracked.clear();
+            unseen.clear();
             // Always collect: it re-protects the pages for the next interval.
             self.tracker.collect(r.range, &mut tracked)?;
+            memory.unseen(
+                r.range,
+                self.tracker.vma_protected(),
+                |k| r.was_zero(k),
+                &mut unseen,
+            )?;
+            tracked.extend_from_slice(&unseen);
+            tracked.sort_unstable();
+            tracked.dedup();
             let n = r.pages(ps);
-            let which: Vec<usize> = if full || r.fresh {
+            let all = full || r.fresh;
+            let which: Vec<usize> = if all {
                 (0..n).collect()
             } else {
                 r.dirty_region_pages(ps, &tracked)
             };
-            data.reserve(which.len() * ps);
+            // Never an abort for a region too large to copy: an error the
+            // job can handle (REX_ENOMEM).
+            data.try_reserve(which.len() * ps).map_err(|e| {
+                Error::io(
+                    &self.cfg.l1,
+                    "copy the dirty pages",
+                    std::io::Error::new(
+                        std::io::ErrorKind::OutOfMemory,
+                        format!("region {id}: {} bytes: {e}", which.len() * ps),
+                    ),
+                )
+            })?;
             for i in which {
                 let at = data.len();
                 data.resize(at + ps, 0);
                 r.copy_page(ps, i, &mut data[at..]);
                 pages.push(page_number(id, i as u64));
             }
+            if all {
+                r.note_zero(ps, 0..r.range.pages);
+            } else {
+                r.note_zero(ps, tracked.iter().copied());
+            }
+            // Copied: from now on their writes fault again.
+            self.tracker.protect_again(r.range, &unseen)?;
             r.fresh = false;
         }
         // Regions forgotten or shrunk since the previous checkpoint.

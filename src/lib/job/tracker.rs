@@ -92,6 +92,15 @@ pub trait Tracker: Send + Sync {
     fn mark_dirty(&self, r: Range, first: usize, count: usize) -> Result<()>;
     /// Write faults handled so far.
     fn faults(&self) -> u64;
+    /// Whether clean pages are kept in read-only mappings, so that a page
+    /// of a writable mapping after [`collect`](Self::collect) was
+    /// write-enabled behind the tracker's back (see `audit.rs`).
+    fn vma_protected(&self) -> bool;
+    /// Write-protects pages `pages` (indexes from `r.start`, ascending) of
+    /// `r` again without recording them: pages a checkpoint found changed
+    /// unseen (`audit.rs`) and has just copied, so that later writes to
+    /// them are seen.
+    fn protect_again(&self, r: Range, pages: &[usize]) -> Result<()>;
 }
 
 /// The system's page size.
@@ -485,6 +494,17 @@ impl Tracker for MprotectTracker {
 
     fn faults(&self) -> u64 {
         FAULTS.load(Ordering::Relaxed)
+    }
+
+    fn vma_protected(&self) -> bool {
+        true
+    }
+
+    fn protect_again(&self, r: Range, pages: &[usize]) -> Result<()> {
+        let ps = PAGE.load(Ordering::Relaxed);
+        runs(pages, |k, n| {
+            protect(r.start + k * ps, n * ps, libc::PROT_READ)
+        })
     }
 }
 

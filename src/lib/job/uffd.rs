@@ -357,6 +357,17 @@ impl Tracker for UffdTracker {
     fn faults(&self) -> u64 {
         FAULTS.load(Ordering::Relaxed)
     }
+
+    fn vma_protected(&self) -> bool {
+        false
+    }
+
+    fn protect_again(&self, r: Range, pages: &[usize]) -> Result<()> {
+        // The checkpoint copied these pages, so each has a page table
+        // entry (a discarded page reads as the zero page) to carry the bit.
+        let ps = self.shared.ps;
+        runs(pages, |i, n| self.shared.wp(r.start + i * ps, n * ps, true))
+    }
 }
 
 #[cfg(test)]
