@@ -812,6 +812,97 @@ mod rust_api {
         }
     }
 
+    /// What helper-42 found at the edges of the API: memory that is not
+    /// the job's writable memory is refused at registration, L2 equal to
+    /// L1 at start, a killed restart's staged image is removed by the next
+    /// start, and a child forked without exec lets go of the producer lock.
+    #[test]
+    fn registration_start_and_fork_edges() {
+        let d = tempfile::tempdir().unwrap();
+        let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
+        let e = Rex::with_config(config(&l1, &l1, false, TrackerChoice::Mprotect))
+            .expect_err("L2 equal to L1 accepted");
+        assert!(e.to_string().contains("L2 must be another place"), "{e}");
+
+        std::fs::create_dir_all(l1.join(".rex-restart-dead/x")).unwrap();
+        std::fs::write(l1.join(".rex-restart-dead/x/.image.rexic.tmp-1-0"), b"x").unwrap();
+        let mut rex = Rex::with_config(config(&l1, &l2, false, TrackerChoice::Mprotect)).unwrap();
+        assert!(
+            !l1.join(".rex-restart-dead").exists(),
+            "a killed restart's image stays"
+        );
+
+        static RODATA: [u8; 64] = [1; 64];
+        let m = Mem::new(2 * 4096);
+        // SAFETY: unmapping the second page of our own mapping (Mem's drop
+        // unmaps the whole range again, which is harmless).
+        unsafe { libc::munmap((m.base + 4096) as *mut libc::c_void, 4096) };
+        for (what, ptr, size) in [
+            ("read-only", RODATA.as_ptr() as usize, RODATA.len()),
+            ("not mapped", m.base + 4096, 100),
+            ("not mapped", m.base, 2 * 4096),
+        ] {
+            // SAFETY: refused before anything is protected.
+            let e = unsafe { rex.protect(5, ptr as *mut u8, size) }.unwrap_err();
+            assert!(e.to_string().contains(what), "{what}: {e}");
+        }
+        // SAFETY: the first page is ours and mapped.
+        unsafe { rex.protect(5, m.base as *mut u8, 4096) }.unwrap();
+        rex.checkpoint().unwrap();
+        rex.checkpoint_wait().unwrap();
+
+        let mut ready = [0i32; 2];
+        // SAFETY: a pipe into our own array.
+        assert_eq!(unsafe { libc::pipe(ready.as_mut_ptr()) }, 0);
+        // SAFETY: the child only writes a byte, sleeps and exits
+        // (async-signal-safe calls).
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0);
+        if child == 0 {
+            // SAFETY: as above. The byte says the fork handlers have run.
+            unsafe {
+                libc::write(ready[1], b"x".as_ptr() as *const libc::c_void, 1);
+                libc::sleep(30);
+                libc::_exit(0);
+            }
+        }
+        let mut b = [0u8; 1];
+        // SAFETY: reading one byte into our buffer, then closing our pipe.
+        unsafe {
+            assert_eq!(
+                libc::read(ready[0], b.as_mut_ptr() as *mut libc::c_void, 1),
+                1
+            );
+            libc::close(ready[0]);
+            libc::close(ready[1]);
+        }
+        // The job dies (its descriptor of the lock closed, no unlock): only
+        // the child's copy could keep the lock now.
+        let lock_fd = std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .find(|e| {
+                std::fs::read_link(e.path())
+                    .is_ok_and(|t| t == l1.join(rexctl::l1::lock::PRODUCER_LOCK_NAME))
+            })
+            .and_then(|e| e.file_name().to_str()?.parse::<i32>().ok())
+            .expect("the producer lock's descriptor");
+        std::mem::forget(rex);
+        // SAFETY: the leaked lock's descriptor, closed once; nothing uses it
+        // again.
+        unsafe { libc::close(lock_fd) };
+        let taken = rexctl::l1::lock::JobLock::acquire_producer(&l1, "test");
+        // SAFETY: our own child; reaped below.
+        unsafe {
+            libc::kill(child, libc::SIGKILL);
+            libc::waitpid(child, std::ptr::null_mut(), 0);
+        }
+        assert!(
+            taken.is_ok(),
+            "the forked child holds the producer lock: {taken:?}"
+        );
+    }
+
     /// Two small regions on one memory page each keep their own dirty
     /// state; a job that starts afresh over an old run numbers its FULL
     /// checkpoint above it and replaces none of its files.

@@ -1745,6 +1745,46 @@ fn a_batch_of_two_instances_left_after_its_push_is_taken_as_pushed() {
     );
 }
 
+/// A producer that names no instance, whose clock stepped back within a
+/// batch, and a push that died after its commit, before it deleted the
+/// batch (helper-41): the leftovers are the checkpoints it pushed, not a
+/// newer restart (a FULL file later than the generation's last checkpoint)
+/// nor a fork. The restore from L1 plus L2 gives the pushed state and the
+/// next push removes them, instead of restoring (and pushing over L2's
+/// newest) seq 2's state, or refusing every push.
+#[test]
+fn a_clock_stepped_back_within_a_pushed_batch_leaves_no_newer_looking_leftovers() {
+    for (times, run) in [
+        ([100, 200, 300, 50], None),
+        ([100, 200, 300, 50], Some(0xA)),
+        ([10, 200, 300, 250], Some(0xA)),
+    ] {
+        let ctx = format!("times {times:?}, run {run:?}");
+        let d = tempfile::tempdir().unwrap();
+        let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
+        let mut h = Hand::new(&l1);
+        h.ic(0, true, &[1, 2, 3], times[0], run);
+        h.ic(1, false, &[1], times[1], run);
+        h.ic(2, false, &[2], times[2], run);
+        h.ic(3, false, &[3], times[3], run);
+        let want = h.truth(&d.path().join("truth.rexic"));
+        let kept: Vec<(PathBuf, Vec<u8>)> = ic_names(&l1)
+            .iter()
+            .map(|n| (l1.join(n), std::fs::read(l1.join(n)).unwrap()))
+            .collect();
+        rex_ok(&push_args(&l1, &l2));
+        for (p, b) in &kept {
+            std::fs::write(p, b).unwrap();
+        }
+        restores(&l2, Some(&l1), &[], &d.path().join("r1"), &want, &ctx);
+        rex_ok(&push_args(&l1, &l2));
+        assert!(ic_names(&l1).is_empty(), "{ctx}: left {:?}", ic_names(&l1));
+        restores(&l2, None, &[], &d.path().join("r2"), &want, &ctx);
+        let m = std::fs::read_to_string(l2.join(manifest_name(1))).unwrap();
+        assert!(m.contains("\"latest_time_ns\""), "{ctx}: {m}");
+    }
+}
+
 /// Another rank-less job's chains (two full generations) pruned this L1
 /// directory's chain from L2; its push is refused, and must not prune or
 /// overwrite L1's copy of its own chain: `--fallback` still restores it.

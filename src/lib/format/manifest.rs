@@ -293,6 +293,12 @@ pub struct Manifest {
     /// before instance ids.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub instances: Vec<InstanceSpan>,
+    /// The latest capture time of the run's checkpoints this generation
+    /// holds, when later than `time_ns` (the clock stepped back within the
+    /// run): the covered rule's bound for checkpoints that name no
+    /// instance (docs/FORMAT.md §3.1.6). Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latest_time_ns: Option<u64>,
 }
 
 impl Manifest {
@@ -427,6 +433,14 @@ impl Manifest {
                         "names an id"
                     }
                 ),
+            );
+        }
+        if let Some(t) = self.latest_time_ns
+            && t <= self.time_ns
+        {
+            return bad(
+                "latest_time_ns",
+                format!("{t}, not after time_ns {}", self.time_ns),
             );
         }
         if let Some(s) = self.instances.last()
@@ -677,6 +691,7 @@ mod tests {
             regions: None,
             job_generation: None,
             instances: Vec::new(),
+            latest_time_ns: None,
         }
     }
 
@@ -734,6 +749,29 @@ mod tests {
         }
         decode(&manifest()).unwrap();
     }
+    /// `latest_time_ns` is read back when after `time_ns`, and refused when
+    /// not (a writer leaves it out then).
+    #[test]
+    fn latest_time_is_after_the_last_checkpoints() {
+        let mut m = manifest();
+        m.latest_time_ns = Some(m.time_ns + 1);
+        assert_eq!(decode(&m).unwrap(), m);
+        for t in [m.time_ns, m.time_ns.saturating_sub(1)] {
+            m.latest_time_ns = Some(t);
+            let e = decode(&m).unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    Error::Corrupt {
+                        field: "latest_time_ns",
+                        ..
+                    }
+                ),
+                "{t}: {e}"
+            );
+        }
+    }
+
     fn id(b: u8) -> Option<InstanceId> {
         Some(InstanceId([b; 16]))
     }

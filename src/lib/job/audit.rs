@@ -151,6 +151,37 @@ impl Memory {
     }
 }
 
+/// Why `start .. end` (page-aligned) cannot be registered, if it cannot:
+/// a page outside every mapping, or a read-only page outside `protected`
+/// (the ranges of other regions, whose pages the mprotect tracker keeps
+/// read-only). Checked at `rex_protect`, so that a bad address fails there
+/// and not at the next checkpoint (helper-42), and read-only memory
+/// (`.rodata`) is never made writable when its region is forgotten.
+pub(crate) fn unregistrable(
+    start: usize,
+    end: usize,
+    protected: &[(usize, usize)],
+) -> Result<Option<String>> {
+    let text = std::fs::read_to_string(MAPS).map_err(|e| unreadable(MAPS, e))?;
+    let vmas = parse_maps(&text)
+        .ok_or_else(|| unreadable(MAPS, "a line that is not `start-end perms ...`"))?;
+    let mut at = start;
+    for v in vmas.iter().filter(|v| v.end > start && v.start < end) {
+        if v.start > at {
+            return Ok(Some(format!("{at:#x}..{:#x} is not mapped", v.start)));
+        }
+        if !v.writable {
+            let (a, b) = (v.start.max(start), v.end.min(end));
+            let inside = protected.iter().any(|&(s, e)| s <= a && b <= e);
+            if !inside {
+                return Ok(Some(format!("{a:#x}..{b:#x} is read-only memory")));
+            }
+        }
+        at = v.end;
+    }
+    Ok((at < end).then(|| format!("{at:#x}..{end:#x} is not mapped")))
+}
+
 /// The mappings of a `/proc/PID/maps` text, ascending; `None` when a line
 /// does not parse.
 fn parse_maps(text: &str) -> Option<Vec<Vma>> {

@@ -284,6 +284,7 @@ fn open_job(cfg: &Config, mpi: Option<&(JobRoot, u32)>) -> Result<Job> {
         Some((root, rank)) => root.rank_store(*rank, true)?,
         None => crate::store::open_l2(&cfg.l2, &cfg.store, true)?,
     };
+    crate::l2::push::check_l2_is_not_l1(l2.as_ref(), &cfg.l1)?;
     Ok(Job::open(&cfg.l1, l2)?.with_identity(JobIdentity {
         job: cfg.store.job.clone(),
         rank: cfg.store.rank.clone(),
@@ -384,8 +385,11 @@ impl Rex {
         std::fs::create_dir_all(&cfg.l1)
             .map_err(|e| Error::io(&cfg.l1, "create L1 directory", e))?;
         let producer = JobLock::acquire_producer(&cfg.l1, "librex job")?;
-        // A dead predecessor's half-written checkpoint.
+        producer.not_in_forked_children();
+        // A dead predecessor's half-written checkpoint, and the image its
+        // restart had staged.
         crate::durable::remove_stale_temps(&cfg.l1)?;
+        remove_stale_restart_dirs(&cfg.l1)?;
         crate::l2::partners::remove_stale_temps(&cfg.l1)?;
         // The L2 location must work before the job relies on it.
         open_job(&cfg, job_root.as_ref())?;
@@ -471,6 +475,17 @@ impl Rex {
             )));
         }
         let start = ptr & !(self.ps - 1);
+        let page_end = end.div_ceil(self.ps) * self.ps;
+        let others: Vec<(usize, usize)> = self
+            .regions
+            .values()
+            .map(|r| (r.range.start, r.range.start + r.range.pages * self.ps))
+            .collect();
+        if let Some(why) = audit::unregistrable(start, page_end, &others)? {
+            return Err(Error::Invalid(format!(
+                "region {id} ({ptr:#x}, {size} bytes) is not tracked: {why} (a region must be writable memory of this process)"
+            )));
+        }
         let range = self
             .tracker
             .track(Range::new(start, (end - start).div_ceil(self.ps)))?;
@@ -929,7 +944,7 @@ impl Rex {
             return Ok(None);
         }
         let dir = tempfile::Builder::new()
-            .prefix(".rex-restart-")
+            .prefix(RESTART_DIR_PREFIX)
             .tempdir_in(&self.cfg.l1)
             .map_err(|e| Error::io(&self.cfg.l1, "create restart directory", e))?;
         let opts = RestoreOptions {
@@ -1197,6 +1212,27 @@ impl Drop for Rex {
 }
 
 /// Refuses a restart whose registered regions differ from the checkpoint's.
+/// Prefix of the directory a restart stages its image in, inside L1.
+const RESTART_DIR_PREFIX: &str = ".rex-restart-";
+
+/// Removes the staging directories of restarts that died before they
+/// finished (helper-42: each killed restart left a whole image in L1).
+/// Called with the producer lock held: no live process is using them.
+fn remove_stale_restart_dirs(l1: &Path) -> Result<()> {
+    let entries = std::fs::read_dir(l1).map_err(|e| Error::io(l1, "read directory", e))?;
+    for e in entries {
+        let e = e.map_err(|err| Error::io(l1, "read directory", err))?;
+        if e.file_name()
+            .to_string_lossy()
+            .starts_with(RESTART_DIR_PREFIX)
+        {
+            let p = e.path();
+            std::fs::remove_dir_all(&p).map_err(|err| Error::io(&p, "remove", err))?;
+        }
+    }
+    Ok(())
+}
+
 fn check_regions(ckpt: &RegionTable, mine: &RegionTable) -> Result<()> {
     for r in &ckpt.0 {
         match mine.get(r.id) {

@@ -182,8 +182,74 @@ fn recorded_holder_is_dead(holder: &str) -> bool {
     rc == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
 }
 
+/// The descriptors of the producer locks this process holds (-1: a free
+/// slot; one in a job, a few in a test process): what a forked child lets
+/// go of ([`JobLock::not_in_forked_children`]).
+static PRODUCER_FDS: [std::sync::atomic::AtomicI32; 16] =
+    [const { std::sync::atomic::AtomicI32::new(-1) }; 16];
+
+/// `pthread_atfork` child handler: points the producer lock's descriptor
+/// at `/dev/null`, which drops the child's reference to the locked file
+/// (a `flock` lasts while any descriptor of its open file is open). The
+/// number stays valid, so the child's copy of the lock closes only that.
+/// Async-signal-safe: an atomic load, `open`, `dup3` and `close`.
+extern "C" fn release_producer_in_child() {
+    for slot in &PRODUCER_FDS {
+        let fd = slot.load(std::sync::atomic::Ordering::Relaxed);
+        if fd < 0 {
+            continue;
+        }
+        // SAFETY: system calls on descriptors: `fd` is a lock's, open in
+        // this (forked) process; the path is a NUL-terminated constant.
+        unsafe {
+            let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
+            if null >= 0 {
+                libc::dup3(null, fd, libc::O_CLOEXEC);
+                libc::close(null);
+            }
+        }
+    }
+}
+
+impl JobLock {
+    /// Makes a process forked from this one (without `exec`) let go of
+    /// this lock at once, so that it never outlives its holder in a child
+    /// (helper-42: a librex job's child kept the producer lock after the
+    /// job died, and its restart found it busy). For the producer lock a
+    /// librex job holds for its whole life.
+    pub fn not_in_forked_children(&self) {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        let fd = self.file.as_raw_fd();
+        // A process holds a lock or two: past 16 at once, the others stay
+        // in children, as before.
+        let _ = PRODUCER_FDS.iter().find(|s| {
+            s.compare_exchange(
+                -1,
+                fd,
+                std::sync::atomic::Ordering::Relaxed,
+                std::sync::atomic::Ordering::Relaxed,
+            )
+            .is_ok()
+        });
+        ONCE.call_once(|| {
+            // SAFETY: registers a child handler that is async-signal-safe
+            // (see `release_producer_in_child`); no memory is involved.
+            unsafe { libc::pthread_atfork(None, None, Some(release_producer_in_child)) };
+        });
+    }
+}
+
 impl Drop for JobLock {
     fn drop(&mut self) {
+        let fd = self.file.as_raw_fd();
+        for slot in &PRODUCER_FDS {
+            let _ = slot.compare_exchange(
+                fd,
+                -1,
+                std::sync::atomic::Ordering::Relaxed,
+                std::sync::atomic::Ordering::Relaxed,
+            );
+        }
         let _ = self.file.set_len(0);
         // SAFETY: as in `acquire`; unlocking a descriptor we own.
         unsafe { libc::flock(self.file.as_raw_fd(), libc::LOCK_UN) };

@@ -44,6 +44,10 @@ pub struct Covered {
     pub chain_id: Option<ChainId>,
     /// The capture time of checkpoint `last_seq`.
     pub time_ns: u64,
+    /// The latest capture time of the run's checkpoints the generation
+    /// holds (`time_ns` unless the clock stepped back within the run): a
+    /// checkpoint judged by times is covered when taken no later.
+    pub latest_ns: u64,
     /// Which instance wrote which seqs (the manifest's spans; empty when it
     /// predates them).
     pub instances: Vec<InstanceSpan>,
@@ -55,6 +59,7 @@ impl From<&Manifest> for Covered {
             last_seq: m.last_seq,
             chain_id: m.chain_id,
             time_ns: m.time_ns,
+            latest_ns: m.latest_time_ns.unwrap_or(0).max(m.time_ns),
             instances: m.instances.clone(),
         }
     }
@@ -112,12 +117,12 @@ impl Covered {
     /// generation's spans name for its seq. A process writes each seq once,
     /// so that instance's file is the one pushed, whatever the clocks say.
     /// Where the spans do not reach back, or the file names no instance,
-    /// times decide: the checkpoint must be no later than the generation's
-    /// last one. Any other checkpoint of the run with such a seq is a fork
+    /// times decide: the checkpoint must be no later than the latest one
+    /// the generation holds of its run. Any other checkpoint of the run with such a seq is a fork
     /// (a restarted job that continued the run elsewhere while this
     /// generation was pushed from another copy): never taken as pushed.
     pub fn covers(&self, m: &IcMeta) -> bool {
-        let by_time = m.header.time_ns <= self.time_ns;
+        let by_time = m.header.time_ns <= self.latest_ns;
         m.seq() <= self.last_seq
             && same_run(m.chain_id, self.chain_id)
             && match instance_at(&self.instances, m.seq()) {

@@ -55,7 +55,7 @@ use serde::Serialize;
 use crate::durable;
 use crate::error::{Error, IoContext, Result};
 use crate::format::chunked::WriteFormat;
-use crate::format::ic::IcMeta;
+use crate::format::ic::{ChainId, IcMeta};
 use crate::format::manifest::{FileEntry, GenKind, Manifest, Timings, manifest_name};
 use crate::format::xref::Xref;
 use crate::l1::coalesce::{CList, CoalesceStats};
@@ -227,6 +227,26 @@ pub struct Writer {
     _l2: Option<JobLock>,
 }
 
+/// A directory L2 that is the L1 directory `l1` (or its chain copy) is a
+/// configuration error (exit 5; librex's `rex_init` says so at once).
+pub fn check_l2_is_not_l1(l2: &dyn Store, l1: &Path) -> Result<()> {
+    let Some(root) = l2.local_root() else {
+        return Ok(());
+    };
+    let same = |a: &Path, b: &Path| {
+        a.canonicalize()
+            .ok()
+            .is_some_and(|a| b.canonicalize().ok() == Some(a))
+    };
+    if same(&root, l1) || same(&root, &l1.join(L1_CHAIN_DIR)) {
+        return Err(Error::Invalid(format!(
+            "L2 {} is the L1 directory (or its chain copy): L2 must be another place",
+            root.display()
+        )));
+    }
+    Ok(())
+}
+
 /// Takes the writer lock of a directory L2 (`L2/.rex.lock`) without
 /// waiting; `None` for an object store, or on a file system without flock
 /// (Lustre mounted without `-o flock`, some NFS setups: there the job lock
@@ -236,18 +256,8 @@ pub fn lock_l2(l2: &dyn Store, l1: Option<&Path>, what: &str) -> Result<Option<J
     let Some(root) = l2.local_root() else {
         return Ok(None);
     };
-    let same = |a: &Path, b: &Path| {
-        a.canonicalize()
-            .ok()
-            .is_some_and(|a| b.canonicalize().ok() == Some(a))
-    };
-    if let Some(l1) = l1
-        && (same(&root, l1) || same(&root, &l1.join(L1_CHAIN_DIR)))
-    {
-        return Err(Error::Invalid(format!(
-            "L2 {} is the L1 directory (or its chain copy): L2 must be another place",
-            root.display()
-        )));
+    if let Some(l1) = l1 {
+        check_l2_is_not_l1(l2, l1)?;
     }
     match JobLock::acquire(&root, what) {
         Ok(l) => Ok(Some(l)),
@@ -790,7 +800,14 @@ fn seal(
         },
         job_generation: coll.map(|(_, j)| j),
         instances: Vec::new(),
+        latest_time_ns: None,
     };
+    manifest.latest_time_ns = latest_time(
+        chain.as_ref().map(|c| c.manifest()),
+        manifest.chain_id,
+        batch,
+    )
+    .filter(|&t| t > manifest.time_ns);
     let batch_ids: Vec<_> = batch.iter().map(|m| (m.seq(), m.instance)).collect();
     manifest.instances = crate::format::manifest::extend_instances(
         chain.as_ref().map(|c| c.manifest()),
@@ -818,6 +835,25 @@ fn seal(
     job.l2.put_bytes(&manifest_name(generation), &bytes)?;
     report.recovered.extend(reupload_missing(job, &manifest)?);
     Ok((out, manifest))
+}
+
+/// The latest capture time of run `chain`'s checkpoints that a generation
+/// holding `parent`'s state (when of the same run) and then `batch` holds:
+/// what the covered rule bounds a leftover checkpoint that names no
+/// instance by, so that a clock that stepped back within the run does not
+/// make a pushed checkpoint look newer than its generation (helper-41: a
+/// push that died before deleting its batch then restored, and pushed
+/// again, an older state).
+fn latest_time(parent: Option<&Manifest>, chain: Option<ChainId>, batch: &[IcMeta]) -> Option<u64> {
+    let from_parent = parent
+        .filter(|p| p.chain_id == chain)
+        .map(|p| p.latest_time_ns.unwrap_or(p.time_ns).max(p.time_ns));
+    batch
+        .iter()
+        .filter(|m| m.chain_id == chain)
+        .map(|m| m.header.time_ns)
+        .chain(from_parent)
+        .max()
 }
 
 /// After the commit, before the pending checkpoints are deleted: checks
