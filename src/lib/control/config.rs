@@ -63,7 +63,7 @@ pub struct ConfigLayer {
     /// OMPI_COMM_WORLD_RANK, FLUX_TASK_RANK; else 0).
     #[arg(long, env = "REX_RANK", value_name = "RANK")]
     pub rank: Option<String>,
-    /// Pattern size for new chains, bytes (default 32).
+    /// Pattern size for new chains, bytes (default 32; at most a page).
     #[arg(
         long,
         env = "REX_PATTERN_SIZE",

@@ -376,13 +376,18 @@ pub fn check_sizes(
             format!("{page_size} is not a power of two in 512..=1048576"),
         ));
     }
-    if !pattern_size.is_power_of_two() || !(16..=page_size).contains(&pattern_size) {
+    if !pattern_size.is_power_of_two() || pattern_size < 16 {
         return Err((
             28,
             "pattern_size",
-            format!(
-                "{pattern_size} is not a power of two between 16 and the page size {page_size}"
-            ),
+            format!("{pattern_size} is not a power of two of at least 16"),
+        ));
+    }
+    if pattern_size > page_size {
+        return Err((
+            28,
+            "pattern_size",
+            format!("{pattern_size} is larger than the page size {page_size}"),
         ));
     }
     Ok(())

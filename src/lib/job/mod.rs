@@ -648,15 +648,20 @@ impl Rex {
         let mut pages: Vec<u64> = Vec::new();
         let mut data: Vec<u8> = std::mem::take(&mut self.spare);
         data.clear();
-        let mut tracked = Vec::new();
+        // Always collect: it re-protects the pages for the next interval.
+        // Every region first, so that the mappings read next show no page
+        // write-enabled by a fault (only those the job enabled itself).
+        let mut collected = Vec::with_capacity(self.regions.len());
+        for r in self.regions.values() {
+            let mut tracked = Vec::new();
+            self.tracker.collect(r.range, &mut tracked)?;
+            collected.push(tracked);
+        }
         let mut unseen = Vec::new();
         // Read after the writers stopped: what changed without a fault.
         let memory = audit::Memory::read(ps)?;
-        for (&id, r) in self.regions.iter_mut() {
-            tracked.clear();
+        for ((&id, r), mut tracked) in self.regions.iter_mut().zip(collected) {
             unseen.clear();
-            // Always collect: it re-protects the pages for the next interval.
-            self.tracker.collect(r.range, &mut tracked)?;
             memory.unseen(
                 r.range,
                 self.tracker.vma_protected(),
@@ -1211,7 +1216,6 @@ impl Drop for Rex {
     }
 }
 
-/// Refuses a restart whose registered regions differ from the checkpoint's.
 /// Prefix of the directory a restart stages its image in, inside L1.
 const RESTART_DIR_PREFIX: &str = ".rex-restart-";
 
@@ -1233,6 +1237,7 @@ fn remove_stale_restart_dirs(l1: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Refuses a restart whose registered regions differ from the checkpoint's.
 fn check_regions(ckpt: &RegionTable, mine: &RegionTable) -> Result<()> {
     for r in &ckpt.0 {
         match mine.get(r.id) {

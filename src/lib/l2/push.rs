@@ -547,10 +547,6 @@ pub fn push_with(
     let empty = empty_clist(chain.as_ref(), clist.as_ref());
     let clist_ref = clist.as_ref().unwrap_or(&empty);
     let generation = next_generation(job, &rec);
-    let pattern_size = match (&chain, &full_reason) {
-        (Some(ch), None) => ch.manifest().pattern_size,
-        _ => opts.pattern_size,
-    };
     // The batch's page size, even when it leaves no live page: a FULL
     // checkpoint may change it, and an empty FULL (or one whose pages the
     // batch dropped) starts the new page size all the same (helper-41: it
@@ -558,6 +554,14 @@ pub fn push_with(
     // (`--full` alone) `empty` carries the chain's; a batch that is not
     // FULL has the chain's page size (`prepare` refuses any other).
     let page_size = clist_ref.page_size;
+    // A new chain's patterns are at most its pages: a FULL checkpoint that
+    // makes the pages smaller than the configured pattern size gets
+    // patterns of a page (helper-41: every push failed until the setting
+    // was changed).
+    let pattern_size = match (&chain, &full_reason) {
+        (Some(ch), None) => ch.manifest().pattern_size,
+        _ => opts.pattern_size.min(page_size),
+    };
     // Every deduplication of this push: the template, whose generation,
     // chain, kind and references each run sets.
     let template = DedupJob {

@@ -1109,9 +1109,15 @@ fn write_image(
     let threads = opts.threads();
     if opts.raw {
         let (Some(first), Some(last)) = (entries.first(), entries.last()) else {
-            return Err(Error::Invalid(
-                "--raw: no page to restore in the requested ranges".into(),
-            ));
+            return Err(Error::Invalid(match (opts.region, &opts.pages) {
+                (Some(id), _) => format!(
+                    "--raw: region {id} has no live page in the restored state (seq {seq}): nothing to write"
+                ),
+                (None, Some(_)) => "--raw: no page to restore in the requested ranges".into(),
+                (None, None) => format!(
+                    "--raw: the restored state (seq {seq}) has no page: nothing to write (without --raw, the image is a REX-IC file with no page)"
+                ),
+            }));
         };
         // The requested ranges' whole span, holes at either end included
         // (`--pages A-B --raw` is B - A + 1 pages, as `dd` would give);
