@@ -1047,7 +1047,7 @@ fn lib_push<H: PatternHasher>(l1: &Path, l2: &DirStore, hasher: H) -> Manifest {
         regions: None,
         job_generation: None,
         instances: Vec::new(),
-        latest_time_ns: None,
+        seq_times: Vec::new(),
     };
     m.check(&l2.root().join(manifest_name(generation))).unwrap();
     l2.put_bytes(&manifest_name(generation), &m.encode())

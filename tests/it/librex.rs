@@ -679,6 +679,9 @@ mod rust_api {
         Discard,
         /// A second mapping of the region's shared memory is written.
         SharedAlias,
+        /// Discarded, then written (helper-43: the userfaultfd tracker's
+        /// protection went with the page, the write took no fault).
+        DiscardThenWrite,
     }
 
     /// Memory for [`Unseen`]: `pages` pages at `base`, and for the shared
@@ -749,7 +752,12 @@ mod rust_api {
                 eprintln!("SKIPPED: userfaultfd write-protect unavailable here");
                 continue;
             }
-            for how in [Unseen::Protection, Unseen::Discard, Unseen::SharedAlias] {
+            for how in [
+                Unseen::Protection,
+                Unseen::Discard,
+                Unseen::SharedAlias,
+                Unseen::DiscardThenWrite,
+            ] {
                 let shared = matches!(how, Unseen::SharedAlias);
                 if shared && matches!(tracker, TrackerChoice::Userfaultfd) {
                     // Refused at rex_protect (anonymous private memory only).
@@ -782,6 +790,11 @@ mod rust_api {
                         }
                         Unseen::SharedAlias => {
                             std::ptr::write_bytes((m.alias + 3 * ps) as *mut u8, 0x11, ps);
+                        }
+                        Unseen::DiscardThenWrite => {
+                            let p = (m.base + 2 * ps) as *mut libc::c_void;
+                            assert_eq!(libc::madvise(p, ps, libc::MADV_DONTNEED), 0);
+                            std::ptr::write_bytes((m.base + 2 * ps + 64) as *mut u8, 0x33, 8);
                         }
                     }
                 }
@@ -848,6 +861,20 @@ mod rust_api {
         }
         // SAFETY: the first page is ours and mapped.
         unsafe { rex.protect(5, m.base as *mut u8, 4096) }.unwrap();
+        // Two regions, protected by a checkpoint, and a third between them
+        // sharing a page with each: their read-only pages are one mapping
+        // (helper-43: refused as read-only memory).
+        let ps = page_size();
+        let w = Mem::new(4 * ps);
+        // SAFETY: our mapping outlives the registrations.
+        unsafe {
+            rex.protect(6, w.base as *mut u8, ps + 100).unwrap();
+            rex.protect(7, (w.base + 2 * ps + 50) as *mut u8, 2 * ps - 50)
+                .unwrap();
+        }
+        rex.checkpoint().unwrap();
+        // SAFETY: as above.
+        unsafe { rex.protect(8, (w.base + ps + 100) as *mut u8, ps - 50) }.unwrap();
         rex.checkpoint().unwrap();
         rex.checkpoint_wait().unwrap();
 

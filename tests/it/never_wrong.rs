@@ -1844,8 +1844,46 @@ fn a_clock_stepped_back_within_a_pushed_batch_leaves_no_newer_looking_leftovers(
         assert!(ic_names(&l1).is_empty(), "{ctx}: left {:?}", ic_names(&l1));
         restores(&l2, None, &[], &d.path().join("r2"), &want, &ctx);
         let m = std::fs::read_to_string(l2.join(manifest_name(1))).unwrap();
-        assert!(m.contains("\"latest_time_ns\""), "{ctx}: {m}");
+        assert!(m.contains("\"seq_times\""), "{ctx}: {m}");
     }
+}
+
+/// A fork of a run whose producer names no instance and whose clock jumped
+/// ahead at seq 1 then came back (helper-43: bounding leftovers by the
+/// generation's latest time took the fork's seq 2 and 3 for pushed,
+/// deleted them and pushed its seq 4 over the original: an image neither
+/// branch had). Its checkpoints have other times than the generation's
+/// batch for their seqs: refused as a fork, kept, L2's state intact.
+#[test]
+fn a_fork_is_not_taken_for_pushed_whatever_the_clock_did() {
+    let d = tempfile::tempdir().unwrap();
+    let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
+    let mut h = Hand::new(&l1);
+    h.ic(0, true, &[1, 2, 3], 100, Some(0xA));
+    h.ic(1, false, &[2], 10_000, Some(0xA));
+    h.ic(2, false, &[3], 200, Some(0xA));
+    h.ic(3, false, &[1], 300, Some(0xA));
+    let want = h.truth(&d.path().join("truth.rexic"));
+    rex_ok(&push_args(&l1, &l2));
+    // The fork restarted from seq 1 elsewhere, now writing here.
+    let mut f = Hand::new(&l1);
+    f.ic(2, false, &[3], 400, Some(0xA));
+    f.ic(3, false, &[1], 500, Some(0xA));
+    f.ic(4, false, &[2], 600, Some(0xA));
+    let before = ic_names(&l1);
+    let err = refused_and_kept(&push_args(&l1, &l2), &l1);
+    assert!(err.contains("a fork of the run"), "{err}");
+    assert_eq!(ic_names(&l1), before);
+    restores(
+        &l2,
+        None,
+        &[],
+        &d.path().join("r"),
+        &want,
+        "L2 after the refused fork",
+    );
+    let (o, _) = restore(&l2, Some(&l1), &[], &d.path().join("r2"));
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
 }
 
 /// Another rank-less job's chains (two full generations) pruned this L1

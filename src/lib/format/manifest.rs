@@ -293,13 +293,18 @@ pub struct Manifest {
     /// before instance ids.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub instances: Vec<InstanceSpan>,
-    /// The latest capture time of the run's checkpoints this generation
-    /// holds, when later than `time_ns` (the clock stepped back within the
-    /// run): the covered rule's bound for checkpoints that name no
-    /// instance (docs/FORMAT.md §3.1.6). Absent otherwise.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub latest_time_ns: Option<u64>,
+    /// `(seq, time_ns)` of the checkpoints of the generation's run that its
+    /// batch coalesced (the newest [`MAX_SEQ_TIMES`]), ascending: a leftover
+    /// checkpoint that names no instance is covered only if its time is its
+    /// seq's here, whatever the clocks did (docs/FORMAT.md §3.1.6). Empty in
+    /// manifests written before it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub seq_times: Vec<(u64, u64)>,
 }
+
+/// The most `seq_times` a manifest carries: a batch of more checkpoints
+/// keeps its newest, the older fall back to the time rule.
+pub const MAX_SEQ_TIMES: usize = 4096;
 
 impl Manifest {
     /// Pointers per page.
@@ -435,12 +440,20 @@ impl Manifest {
                 ),
             );
         }
-        if let Some(t) = self.latest_time_ns
-            && t <= self.time_ns
+        if self.seq_times.len() > MAX_SEQ_TIMES
+            || self.seq_times.windows(2).any(|w| w[0].0 >= w[1].0)
+            || self
+                .seq_times
+                .last()
+                .is_some_and(|&(q, _)| q > self.last_seq)
         {
             return bad(
-                "latest_time_ns",
-                format!("{t}, not after time_ns {}", self.time_ns),
+                "seq_times",
+                format!(
+                    "{} entries: at most {MAX_SEQ_TIMES}, seqs strictly ascending and at most last_seq {}",
+                    self.seq_times.len(),
+                    self.last_seq
+                ),
             );
         }
         if let Some(s) = self.instances.last()
@@ -691,7 +704,7 @@ mod tests {
             regions: None,
             job_generation: None,
             instances: Vec::new(),
-            latest_time_ns: None,
+            seq_times: Vec::new(),
         }
     }
 
@@ -749,25 +762,33 @@ mod tests {
         }
         decode(&manifest()).unwrap();
     }
-    /// `latest_time_ns` is read back when after `time_ns`, and refused when
-    /// not (a writer leaves it out then).
+    /// `seq_times` is read back, and refused out of order, past
+    /// `last_seq` or too long.
     #[test]
-    fn latest_time_is_after_the_last_checkpoints() {
+    fn seq_times_ascend_up_to_the_last_seq() {
         let mut m = manifest();
-        m.latest_time_ns = Some(m.time_ns + 1);
+        let l = m.last_seq;
+        m.seq_times = vec![(l - 1, 50), (l, 40)];
         assert_eq!(decode(&m).unwrap(), m);
-        for t in [m.time_ns, m.time_ns.saturating_sub(1)] {
-            m.latest_time_ns = Some(t);
+        let text = String::from_utf8(m.encode()).unwrap();
+        assert!(text.contains("\"seq_times\""), "{text}");
+        for bad in [
+            vec![(l, 1), (l - 1, 2)],
+            vec![(l, 1), (l, 2)],
+            vec![(l + 1, 1)],
+            (0..=MAX_SEQ_TIMES as u64).map(|q| (q, q)).collect(),
+        ] {
+            m.seq_times = bad;
             let e = decode(&m).unwrap_err();
             assert!(
                 matches!(
                     e,
                     Error::Corrupt {
-                        field: "latest_time_ns",
+                        field: "seq_times",
                         ..
                     }
                 ),
-                "{t}: {e}"
+                "{e}"
             );
         }
     }

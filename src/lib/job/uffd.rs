@@ -167,7 +167,15 @@ impl Shared {
         // SAFETY: UFFDIO_WRITEPROTECT reads one uffdio_writeprotect.
         let rc = unsafe { libc::ioctl(self.fd.as_raw_fd(), kio::UFFDIO_WRITEPROTECT as _, &mut w) };
         if rc != 0 {
-            return Err(os_err(&format!("UFFDIO_WRITEPROTECT {start:#x}+{len}")));
+            let e = std::io::Error::last_os_error();
+            let hint = if e.raw_os_error() == Some(libc::ENOENT) {
+                " (that memory is no longer registered: was a region's memory replaced, by mmap MAP_FIXED or mremap? unregister the region and register it again)"
+            } else {
+                ""
+            };
+            return Err(Error::Invalid(format!(
+                "userfaultfd: UFFDIO_WRITEPROTECT {start:#x}+{len}: {e}{hint}"
+            )));
         }
         Ok(())
     }

@@ -44,10 +44,10 @@ pub struct Covered {
     pub chain_id: Option<ChainId>,
     /// The capture time of checkpoint `last_seq`.
     pub time_ns: u64,
-    /// The latest capture time of the run's checkpoints the generation
-    /// holds (`time_ns` unless the clock stepped back within the run): a
-    /// checkpoint judged by times is covered when taken no later.
-    pub latest_ns: u64,
+    /// `(seq, time_ns)` of the checkpoints the generation's batch
+    /// coalesced, ascending (the manifest's `seq_times`): a checkpoint that
+    /// names no instance, of a seq listed, is covered only with that time.
+    pub seq_times: Vec<(u64, u64)>,
     /// Which instance wrote which seqs (the manifest's spans; empty when it
     /// predates them).
     pub instances: Vec<InstanceSpan>,
@@ -59,7 +59,7 @@ impl From<&Manifest> for Covered {
             last_seq: m.last_seq,
             chain_id: m.chain_id,
             time_ns: m.time_ns,
-            latest_ns: m.latest_time_ns.unwrap_or(0).max(m.time_ns),
+            seq_times: m.seq_times.clone(),
             instances: m.instances.clone(),
         }
     }
@@ -117,12 +117,16 @@ impl Covered {
     /// generation's spans name for its seq. A process writes each seq once,
     /// so that instance's file is the one pushed, whatever the clocks say.
     /// Where the spans do not reach back, or the file names no instance,
-    /// times decide: the checkpoint must be no later than the latest one
-    /// the generation holds of its run. Any other checkpoint of the run with such a seq is a fork
+    /// times decide: the checkpoint must have the time its seq has in the
+    /// generation's batch, or, for a seq the manifest lists no time of, be
+    /// no later than the generation's last checkpoint. Any other checkpoint of the run with such a seq is a fork
     /// (a restarted job that continued the run elsewhere while this
     /// generation was pushed from another copy): never taken as pushed.
     pub fn covers(&self, m: &IcMeta) -> bool {
-        let by_time = m.header.time_ns <= self.latest_ns;
+        let by_time = match self.seq_times.binary_search_by_key(&m.seq(), |&(q, _)| q) {
+            Ok(i) => m.header.time_ns == self.seq_times[i].1,
+            Err(_) => m.header.time_ns <= self.time_ns,
+        };
         m.seq() <= self.last_seq
             && same_run(m.chain_id, self.chain_id)
             && match instance_at(&self.instances, m.seq()) {
@@ -186,9 +190,20 @@ fn cannot_continue(dir: &Path, cov: &Covered, first: &IcMeta) -> Option<(&'stati
                 first.seq(),
                 instance_name(w.id())
             ),
-            _ => format!(
-                "was taken after L2's newest generation, which already holds that run up to seq {last}"
-            ),
+            _ => match cov
+                .seq_times
+                .binary_search_by_key(&first.seq(), |&(q, _)| q)
+            {
+                Ok(i) => format!(
+                    "was taken at {} ns, but L2's newest generation holds that run up to seq {last} with seq {} taken at {} ns",
+                    first.header.time_ns,
+                    first.seq(),
+                    cov.seq_times[i].1
+                ),
+                Err(_) => format!(
+                    "was taken after L2's newest generation, which already holds that run up to seq {last}"
+                ),
+            },
         };
         return Some((
             "a fork of the run",

@@ -56,7 +56,9 @@ use crate::durable;
 use crate::error::{Error, IoContext, Result};
 use crate::format::chunked::WriteFormat;
 use crate::format::ic::{ChainId, IcMeta};
-use crate::format::manifest::{FileEntry, GenKind, Manifest, Timings, manifest_name};
+use crate::format::manifest::{
+    FileEntry, GenKind, MAX_SEQ_TIMES, Manifest, Timings, manifest_name,
+};
 use crate::format::xref::Xref;
 use crate::l1::coalesce::{CList, CoalesceStats};
 use crate::l1::lock::JobLock;
@@ -804,14 +806,13 @@ fn seal(
         },
         job_generation: coll.map(|(_, j)| j),
         instances: Vec::new(),
-        latest_time_ns: None,
+        seq_times: Vec::new(),
     };
-    manifest.latest_time_ns = latest_time(
+    manifest.seq_times = seq_times(
         chain.as_ref().map(|c| c.manifest()),
         manifest.chain_id,
         batch,
-    )
-    .filter(|&t| t > manifest.time_ns);
+    );
     let batch_ids: Vec<_> = batch.iter().map(|m| (m.seq(), m.instance)).collect();
     manifest.instances = crate::format::manifest::extend_instances(
         chain.as_ref().map(|c| c.manifest()),
@@ -841,23 +842,34 @@ fn seal(
     Ok((out, manifest))
 }
 
-/// The latest capture time of run `chain`'s checkpoints that a generation
-/// holding `parent`'s state (when of the same run) and then `batch` holds:
-/// what the covered rule bounds a leftover checkpoint that names no
-/// instance by, so that a clock that stepped back within the run does not
-/// make a pushed checkpoint look newer than its generation (helper-41: a
-/// push that died before deleting its batch then restored, and pushed
-/// again, an older state).
-fn latest_time(parent: Option<&Manifest>, chain: Option<ChainId>, batch: &[IcMeta]) -> Option<u64> {
-    let from_parent = parent
-        .filter(|p| p.chain_id == chain)
-        .map(|p| p.latest_time_ns.unwrap_or(p.time_ns).max(p.time_ns));
-    batch
+/// `(seq, time_ns)` of the checkpoints of run `chain` in `batch` (the
+/// newest [`MAX_SEQ_TIMES`]); with no such checkpoint (`push-l2 --full`
+/// alone), `parent`'s when of the same run. The covered rule matches a
+/// leftover checkpoint that names no instance against its seq's time here:
+/// a clock that stepped back within the batch then cannot make a pushed
+/// checkpoint look newer than its generation (helper-41: a push that died
+/// before deleting its batch restored, and pushed again, an older state),
+/// nor can a clock that jumped ahead make a fork's checkpoint look pushed
+/// (helper-43: a bound by the latest time did).
+fn seq_times(
+    parent: Option<&Manifest>,
+    chain: Option<ChainId>,
+    batch: &[IcMeta],
+) -> Vec<(u64, u64)> {
+    let mut t: Vec<(u64, u64)> = batch
         .iter()
         .filter(|m| m.chain_id == chain)
-        .map(|m| m.header.time_ns)
-        .chain(from_parent)
-        .max()
+        .map(|m| (m.seq(), m.header.time_ns))
+        .collect();
+    if t.is_empty() {
+        return parent
+            .filter(|p| p.chain_id == chain)
+            .map(|p| p.seq_times.clone())
+            .unwrap_or_default();
+    }
+    let keep = t.len().saturating_sub(MAX_SEQ_TIMES);
+    t.drain(..keep);
+    t
 }
 
 /// After the commit, before the pending checkpoints are deleted: checks
