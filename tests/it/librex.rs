@@ -684,6 +684,16 @@ mod rust_api {
         DiscardThenWrite,
     }
 
+    /// Whether the running kernel is at least `major.minor`.
+    fn kernel_at_least(major: u32, minor: u32) -> bool {
+        let r = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+        let mut v = r
+            .trim()
+            .split(|c: char| !c.is_ascii_digit())
+            .map(|x| x.parse::<u32>().unwrap_or(0));
+        (v.next().unwrap_or(0), v.next().unwrap_or(0)) >= (major, minor)
+    }
+
     /// Memory for [`Unseen`]: `pages` pages at `base`, and for the shared
     /// case a second mapping of the same memory at `alias`.
     struct Aliased {
@@ -761,6 +771,14 @@ mod rust_api {
                 let shared = matches!(how, Unseen::SharedAlias);
                 if shared && matches!(tracker, TrackerChoice::Userfaultfd) {
                     // Refused at rex_protect (anonymous private memory only).
+                    continue;
+                }
+                if matches!(how, Unseen::DiscardThenWrite)
+                    && matches!(tracker, TrackerChoice::Userfaultfd)
+                    && !kernel_at_least(6, 7)
+                {
+                    // Seen through PAGEMAP_SCAN only (rex(3)).
+                    eprintln!("SKIPPED: {tracker:?} {how:?} needs Linux 6.7");
                     continue;
                 }
                 let ctx = format!("{tracker:?} {how:?}");
