@@ -932,6 +932,12 @@ mod rust_api {
             })
             .and_then(|e| e.file_name().to_str()?.parse::<i32>().ok())
             .expect("the producer lock's descriptor");
+        // Its regions go first: a leaked registration would leave the
+        // tracker watching memory this test unmaps, which other tests of
+        // this process then map again.
+        for id in 5..=8 {
+            rex.unprotect(id).unwrap();
+        }
         std::mem::forget(rex);
         // SAFETY: the leaked lock's descriptor, closed once; nothing uses it
         // again.
