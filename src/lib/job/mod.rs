@@ -1231,7 +1231,12 @@ fn remove_stale_restart_dirs(l1: &Path) -> Result<()> {
             .starts_with(RESTART_DIR_PREFIX)
         {
             let p = e.path();
-            std::fs::remove_dir_all(&p).map_err(|err| Error::io(&p, "remove", err))?;
+            let r = if p.is_dir() {
+                std::fs::remove_dir_all(&p)
+            } else {
+                std::fs::remove_file(&p)
+            };
+            r.map_err(|err| Error::io(&p, "remove", err))?;
         }
     }
     Ok(())

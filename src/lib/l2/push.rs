@@ -842,9 +842,9 @@ fn seal(
     Ok((out, manifest))
 }
 
-/// `(seq, time_ns)` of the checkpoints of run `chain` in `batch` (the
-/// newest [`MAX_SEQ_TIMES`]); with no such checkpoint (`push-l2 --full`
-/// alone), `parent`'s when of the same run. The covered rule matches a
+/// `(seq, time_ns)` of the checkpoints of run `chain` in `batch`, after
+/// `parent`'s of the same run below the batch's seqs (the newest
+/// [`MAX_SEQ_TIMES`]). The covered rule matches a
 /// leftover checkpoint that names no instance against its seq's time here:
 /// a clock that stepped back within the batch then cannot make a pushed
 /// checkpoint look newer than its generation (helper-41: a push that died
@@ -856,17 +856,25 @@ fn seq_times(
     chain: Option<ChainId>,
     batch: &[IcMeta],
 ) -> Vec<(u64, u64)> {
-    let mut t: Vec<(u64, u64)> = batch
+    let ours: Vec<(u64, u64)> = batch
         .iter()
         .filter(|m| m.chain_id == chain)
         .map(|m| (m.seq(), m.header.time_ns))
         .collect();
-    if t.is_empty() {
-        return parent
-            .filter(|p| p.chain_id == chain)
-            .map(|p| p.seq_times.clone())
-            .unwrap_or_default();
-    }
+    // The run's earlier generations' too (helper-44: a fork below the
+    // newest batch passed for pushed), those before the batch's seqs.
+    let first = ours.first().map_or(u64::MAX, |&(q, _)| q);
+    let mut t: Vec<(u64, u64)> = parent
+        .filter(|p| p.chain_id == chain)
+        .map(|p| {
+            p.seq_times
+                .iter()
+                .copied()
+                .filter(|&(q, _)| q < first)
+                .collect()
+        })
+        .unwrap_or_default();
+    t.extend(ours);
     let keep = t.len().saturating_sub(MAX_SEQ_TIMES);
     t.drain(..keep);
     t
