@@ -1886,6 +1886,45 @@ fn a_fork_is_not_taken_for_pushed_whatever_the_clock_did() {
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
 }
 
+/// A fork from below the newest generation (helper-44): generations of
+/// seq 0, 1-2 and 3-4, then a restart from seq 0 elsewhere writes its own
+/// seq 1 and 2 here, at times no later than the newest generation's. The
+/// newest manifest's `seq_times` hold the earlier generations' entries too,
+/// so these are not taken for pushed (which deleted them): refused as a
+/// fork, kept, L2's state intact.
+#[test]
+fn a_fork_from_below_the_newest_generation_is_not_taken_for_pushed() {
+    let d = tempfile::tempdir().unwrap();
+    let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
+    let mut h = Hand::new(&l1);
+    h.ic(0, true, &[1, 2, 3], 100, Some(0xA));
+    rex_ok(&push_args(&l1, &l2));
+    h.ic(1, false, &[2], 200, Some(0xA));
+    h.ic(2, false, &[3], 300, Some(0xA));
+    rex_ok(&push_args(&l1, &l2));
+    h.ic(3, false, &[1], 400, Some(0xA));
+    h.ic(4, false, &[2], 500, Some(0xA));
+    rex_ok(&push_args(&l1, &l2));
+    let want = h.truth(&d.path().join("truth.rexic"));
+    let m = std::fs::read_to_string(l2.join(manifest_name(3))).unwrap();
+    assert!(m.contains("\"seq_times\""), "{m}");
+    let mut f = Hand::new(&l1);
+    f.ic(1, false, &[3], 250, Some(0xA));
+    f.ic(2, false, &[1], 350, Some(0xA));
+    let before = ic_names(&l1);
+    let err = refused_and_kept(&push_args(&l1, &l2), &l1);
+    assert!(err.contains("a fork of the run"), "{err}");
+    assert_eq!(ic_names(&l1), before);
+    restores(
+        &l2,
+        None,
+        &[],
+        &d.path().join("r"),
+        &want,
+        "L2 after the refused fork",
+    );
+}
+
 /// Another rank-less job's chains (two full generations) pruned this L1
 /// directory's chain from L2; its push is refused, and must not prune or
 /// overwrite L1's copy of its own chain: `--fallback` still restores it.

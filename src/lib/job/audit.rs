@@ -647,6 +647,59 @@ mod tests {
         unsafe { unmap_anonymous(base, n * ps) };
     }
 
+    /// Under userfaultfd, a page discarded then written comes back without
+    /// the tracker's protection and took no fault. Both ways of reading the
+    /// page table, `PAGEMAP_SCAN` and the page map that kernels before 6.7
+    /// fall back to, report it and the page written with a fault, and no
+    /// other (helper-44: the page map path missed it, and the restart had
+    /// the page's old bytes).
+    #[test]
+    fn pages_written_without_the_userfaultfd_protection_are_reported_both_ways() {
+        use crate::job::tracker::{Tracker, tests::Map};
+        let t = match crate::job::uffd::UffdTracker::new() {
+            Ok(t) => t,
+            Err(e) if std::env::var_os("REX_REQUIRE_UFFD").is_none() => {
+                eprintln!("SKIPPED: userfaultfd write-protect unavailable here: {e}");
+                return;
+            }
+            Err(e) => panic!("{e}"),
+        };
+        let (ps, n) = (page_size(), 8);
+        let m = Map::new(n);
+        for p in 0..n {
+            m.write(p, 1);
+        }
+        let r = t.track(Range::new(m.0, n)).unwrap();
+        let mut dirty = Vec::new();
+        t.collect(r, &mut dirty).unwrap();
+        // SAFETY: one page of our own mapping; its bytes are ours to drop.
+        let rc =
+            unsafe { libc::madvise((m.0 + 2 * ps) as *mut libc::c_void, ps, libc::MADV_DONTNEED) };
+        assert_eq!(rc, 0);
+        let before = t.faults();
+        m.write(2, 7);
+        assert_eq!(
+            t.faults(),
+            before,
+            "a discarded page is written without a fault"
+        );
+        m.write(5, 7);
+        let unseen = |scan| {
+            let mut out = Vec::new();
+            let mut mem = Memory::read(ps).unwrap();
+            mem.scan = scan;
+            mem.unseen(r, false, |_| false, &mut out).unwrap();
+            out
+        };
+        assert_eq!(unseen(false), vec![2, 5], "by the page map");
+        assert_eq!(
+            unseen(true),
+            vec![2, 5],
+            "by PAGEMAP_SCAN (or the page map)"
+        );
+        t.untrack(r).unwrap();
+    }
+
     /// Every page of a shared mapping is reported.
     #[test]
     fn shared_pages_are_always_reported() {
