@@ -385,7 +385,6 @@ impl Rex {
         std::fs::create_dir_all(&cfg.l1)
             .map_err(|e| Error::io(&cfg.l1, "create L1 directory", e))?;
         let producer = JobLock::acquire_producer(&cfg.l1, "librex job")?;
-        producer.not_in_forked_children();
         // A dead predecessor's half-written checkpoint, and the image its
         // restart had staged.
         crate::durable::remove_stale_temps(&cfg.l1)?;

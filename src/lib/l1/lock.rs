@@ -150,7 +150,9 @@ impl JobLock {
         file.seek(SeekFrom::Start(0)).ctx(&path, "seek lock file")?;
         file.write_all(info.as_bytes())
             .ctx(&path, "write lock file")?;
-        Ok(JobLock { file, path })
+        let lock = JobLock { file, path };
+        lock.not_in_forked_children();
+        Ok(lock)
     }
 
     /// The lock file.
@@ -182,19 +184,20 @@ fn recorded_holder_is_dead(holder: &str) -> bool {
     rc == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
 }
 
-/// The descriptors of the producer locks this process holds (-1: a free
-/// slot; one in a job, a few in a test process): what a forked child lets
-/// go of ([`JobLock::not_in_forked_children`]).
-static PRODUCER_FDS: [std::sync::atomic::AtomicI32; 16] =
+/// The descriptors of the locks this process holds (-1: a free slot; a
+/// few in a job: its producer lock, and a background push's L1 and L2
+/// locks): what a forked child lets go of
+/// ([`JobLock::not_in_forked_children`]).
+static HELD_FDS: [std::sync::atomic::AtomicI32; 16] =
     [const { std::sync::atomic::AtomicI32::new(-1) }; 16];
 
-/// `pthread_atfork` child handler: points the producer lock's descriptor
-/// at `/dev/null`, which drops the child's reference to the locked file
-/// (a `flock` lasts while any descriptor of its open file is open). The
+/// `pthread_atfork` child handler: points each lock's descriptor at
+/// `/dev/null`, which drops the child's reference to the locked file (a
+/// `flock` lasts while any descriptor of its open file is open). The
 /// number stays valid, so the child's copy of the lock closes only that.
 /// Async-signal-safe: an atomic load, `open`, `dup3` and `close`.
-extern "C" fn release_producer_in_child() {
-    for slot in &PRODUCER_FDS {
+extern "C" fn release_locks_in_child() {
+    for slot in &HELD_FDS {
         let fd = slot.load(std::sync::atomic::Ordering::Relaxed);
         if fd < 0 {
             continue;
@@ -215,14 +218,16 @@ impl JobLock {
     /// Makes a process forked from this one (without `exec`) let go of
     /// this lock at once, so that it never outlives its holder in a child
     /// (helper-42: a librex job's child kept the producer lock after the
-    /// job died, and its restart found it busy). For the producer lock a
-    /// librex job holds for its whole life.
-    pub fn not_in_forked_children(&self) {
+    /// job died, and its restart found it busy; helper-44: a child forked
+    /// while the job's background push ran kept that push's L1 and L2
+    /// locks). A forked child never carries on its parent's push, so every
+    /// lock is let go of, from the moment it is taken.
+    fn not_in_forked_children(&self) {
         static ONCE: std::sync::Once = std::sync::Once::new();
         let fd = self.file.as_raw_fd();
-        // A process holds a lock or two: past 16 at once, the others stay
+        // A job holds three at most: past 16 at once, the others stay
         // in children, as before.
-        let _ = PRODUCER_FDS.iter().find(|s| {
+        let _ = HELD_FDS.iter().find(|s| {
             s.compare_exchange(
                 -1,
                 fd,
@@ -233,8 +238,8 @@ impl JobLock {
         });
         ONCE.call_once(|| {
             // SAFETY: registers a child handler that is async-signal-safe
-            // (see `release_producer_in_child`); no memory is involved.
-            unsafe { libc::pthread_atfork(None, None, Some(release_producer_in_child)) };
+            // (see `release_locks_in_child`); no memory is involved.
+            unsafe { libc::pthread_atfork(None, None, Some(release_locks_in_child)) };
         });
     }
 }
@@ -242,7 +247,7 @@ impl JobLock {
 impl Drop for JobLock {
     fn drop(&mut self) {
         let fd = self.file.as_raw_fd();
-        for slot in &PRODUCER_FDS {
+        for slot in &HELD_FDS {
             let _ = slot.compare_exchange(
                 fd,
                 -1,
@@ -259,6 +264,63 @@ impl Drop for JobLock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A child forked (without exec) while a lock is held, such as a
+    /// librex job's child forked during its background push, does not
+    /// keep the lock once its parent dies (helper-44: the job's restart
+    /// found L1 busy for as long as the child lived).
+    #[test]
+    fn a_forked_child_does_not_keep_a_lock_its_parent_held() {
+        let d = tempfile::tempdir().unwrap();
+        let lock = JobLock::acquire(d.path(), "push-l2").unwrap();
+        let mut ready = [0i32; 2];
+        // SAFETY: a pipe into our own array.
+        assert_eq!(unsafe { libc::pipe(ready.as_mut_ptr()) }, 0);
+        // SAFETY: the child only writes a byte, sleeps and exits
+        // (async-signal-safe calls).
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0);
+        if child == 0 {
+            // SAFETY: as above. The byte says the fork handlers have run.
+            unsafe {
+                libc::write(ready[1], b"x".as_ptr() as *const libc::c_void, 1);
+                libc::sleep(30);
+                libc::_exit(0);
+            }
+        }
+        let mut b = [0u8; 1];
+        // SAFETY: reading one byte into our buffer, then closing our pipe.
+        unsafe {
+            assert_eq!(
+                libc::read(ready[0], b.as_mut_ptr() as *mut libc::c_void, 1),
+                1
+            );
+            libc::close(ready[0]);
+            libc::close(ready[1]);
+        }
+        // The parent dies holding it: its descriptor closes, nothing
+        // unlocks (dropping would unlock the child's copy too).
+        let fd = lock.file.as_raw_fd();
+        std::mem::forget(lock);
+        // SAFETY: the leaked lock's descriptor, closed once; nothing uses it
+        // again.
+        unsafe { libc::close(fd) };
+        for slot in &HELD_FDS {
+            let _ = slot.compare_exchange(
+                fd,
+                -1,
+                std::sync::atomic::Ordering::Relaxed,
+                std::sync::atomic::Ordering::Relaxed,
+            );
+        }
+        let taken = JobLock::acquire(d.path(), "restart");
+        // SAFETY: our own child; reaped here.
+        unsafe {
+            libc::kill(child, libc::SIGKILL);
+            libc::waitpid(child, std::ptr::null_mut(), 0);
+        }
+        assert!(taken.is_ok(), "the forked child keeps the lock: {taken:?}");
+    }
 
     #[test]
     fn second_taker_is_told_who_holds_it() {
