@@ -319,7 +319,7 @@ pub enum TrackerChoice {
     /// `mprotect` + SIGSEGV, as the REX paper's AIC.
     #[default]
     Mprotect,
-    /// userfaultfd write-protect (Linux 5.7 and later, anonymous memory).
+    /// userfaultfd write-protect (Linux 5.13 and later, anonymous memory).
     Userfaultfd,
 }
 

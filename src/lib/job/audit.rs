@@ -84,14 +84,14 @@ pub(crate) struct Memory {
 }
 
 const MAPS: &str = "/proc/self/maps";
-const PAGEMAP: &str = "/proc/self/pagemap";
+pub(crate) const PAGEMAP: &str = "/proc/self/pagemap";
 /// Page map entry bits (Documentation/admin-guide/mm/pagemap.rst).
 const PRESENT: u64 = 1 << 63;
 const SWAPPED: u64 = 1 << 62;
 const FILE_PAGE: u64 = 1 << 61;
 const EXCLUSIVE: u64 = 1 << 56;
 /// The entry carries userfaultfd's write-protect bit (Linux 5.13).
-const UFFD_WP: u64 = 1 << 57;
+pub(crate) const UFFD_WP: u64 = 1 << 57;
 
 fn unreadable(what: &str, e: impl std::fmt::Display) -> Error {
     Error::Invalid(format!(

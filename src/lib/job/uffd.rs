@@ -1,4 +1,4 @@
-//! The second dirty-page tracker: userfaultfd write-protect (Linux 5.7 and
+//! The second dirty-page tracker: userfaultfd write-protect (Linux 5.13 and
 //! later, anonymous private memory; `tracker = "userfaultfd"` in rex.toml).
 //!
 //! The regions are registered with a userfaultfd in write-protect mode. A
@@ -120,12 +120,69 @@ fn open_uffd() -> Result<(OwnedFd, bool)> {
     Err(last.expect("tried"))
 }
 
+/// Whether this kernel's page map shows userfaultfd's write-protect bit
+/// (Linux 5.13), by protecting a page of its own and reading its entry.
+/// Without it each checkpoint's audit (`audit.rs`) cannot tell a page
+/// written unseen from a protected one and must take every present page:
+/// as large as a full checkpoint each time (helper-44). A page map that
+/// cannot be read is left for the checkpoints to report (`REX_EIO`).
+fn page_map_shows_protection(fd: &OwnedFd, ps: usize) -> Result<bool> {
+    use std::os::unix::fs::FileExt;
+    let Ok(pagemap) = std::fs::File::open(super::audit::PAGEMAP) else {
+        return Ok(true);
+    };
+    let page = super::tracker::map_anonymous(ps)?;
+    let probe = || -> Result<bool> {
+        // SAFETY: our own fresh, writable page.
+        unsafe { std::ptr::write_volatile(page as *mut u8, 1) };
+        let mut reg = k::uffdio_register {
+            range: k::uffdio_range {
+                start: page as u64,
+                len: ps as u64,
+            },
+            mode: u64::from(k::UFFDIO_REGISTER_MODE_WP),
+            ioctls: 0,
+        };
+        // SAFETY: UFFDIO_REGISTER reads and writes one uffdio_register.
+        if unsafe { libc::ioctl(fd.as_raw_fd(), kio::UFFDIO_REGISTER as _, &mut reg) } != 0 {
+            return Err(os_err("UFFDIO_REGISTER (probe)"));
+        }
+        let mut w = k::uffdio_writeprotect {
+            range: reg.range,
+            mode: WRITEPROTECT_MODE_WP,
+        };
+        // SAFETY: UFFDIO_WRITEPROTECT reads one uffdio_writeprotect.
+        if unsafe { libc::ioctl(fd.as_raw_fd(), kio::UFFDIO_WRITEPROTECT as _, &mut w) } != 0 {
+            return Err(os_err("UFFDIO_WRITEPROTECT (probe)"));
+        }
+        let mut e = [0u8; 8];
+        if pagemap
+            .read_exact_at(&mut e, (page / ps * 8) as u64)
+            .is_err()
+        {
+            return Ok(true);
+        }
+        Ok(u64::from_ne_bytes(e) & super::audit::UFFD_WP != 0)
+    };
+    let shows = probe();
+    // SAFETY: the probe's own page, unmapped once (which also ends its
+    // registration); nothing else refers to it.
+    unsafe { super::tracker::unmap_anonymous(page, ps) };
+    shows
+}
+
 impl UffdTracker {
     /// Opens a userfaultfd with write-protect support and starts the
     /// thread that resolves its faults; fails where the kernel does not
-    /// offer it (or forbids it: `vm.unprivileged_userfaultfd`).
+    /// offer it (or forbids it: `vm.unprivileged_userfaultfd`), or where
+    /// its page map does not show the protection (before Linux 5.13).
     pub fn new() -> Result<UffdTracker> {
         let (fd, wp_unpopulated) = open_uffd()?;
+        if !page_map_shows_protection(&fd, page_size())? {
+            return Err(Error::Invalid(
+                "userfaultfd: this kernel's /proc/self/pagemap does not show the write-protect bit (Linux 5.13 and later do), without which every checkpoint would copy every page: use tracker = \"mprotect\"".into(),
+            ));
+        }
         let mut pipe = [0; 2];
         // SAFETY: pipe2 writes two descriptors into the array.
         if unsafe { libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -389,6 +446,19 @@ mod tests {
     fn userfaultfd_records_first_writes_and_forgets_them_at_collect() {
         match UffdTracker::new() {
             Ok(t) => crate::job::tracker::tests::exercise(&t),
+            Err(e) if std::env::var_os("REX_REQUIRE_UFFD").is_none() => {
+                eprintln!("SKIPPED: userfaultfd write-protect unavailable here: {e}");
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// The probe sees the protection on this kernel (6.x): if it did not,
+    /// every kernel would be refused.
+    #[test]
+    fn the_page_map_shows_the_protection_here() {
+        match open_uffd() {
+            Ok((fd, _)) => assert!(page_map_shows_protection(&fd, page_size()).unwrap()),
             Err(e) if std::env::var_os("REX_REQUIRE_UFFD").is_none() => {
                 eprintln!("SKIPPED: userfaultfd write-protect unavailable here: {e}");
             }
