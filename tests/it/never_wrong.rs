@@ -1925,6 +1925,65 @@ fn a_fork_from_below_the_newest_generation_is_not_taken_for_pushed() {
     );
 }
 
+/// A restore from L1 plus L2 reads the chain, then L1's pending
+/// checkpoints; a push commits a generation, then deletes the checkpoints
+/// it coalesced. In between, the restore had neither and gave an older
+/// state with success (helper-45: seq 3 of 12, exit 0). It now waits while
+/// a push holds L1's lock, and a push waits for it: refused busy (exit 4),
+/// nothing deleted, while a restore reads L1.
+#[test]
+fn a_restore_and_a_push_never_interleave_on_l1() {
+    let d = tempfile::tempdir().unwrap();
+    let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
+    let mut h = Hand::new(&l1);
+    h.ic(0, true, &[1, 2, 3], 100, Some(0xA));
+    rex_ok(&push_args(&l1, &l2));
+    h.ic(1, false, &[2], 200, Some(0xA));
+    h.ic(2, false, &[3], 300, Some(0xA));
+    let want = h.truth(&d.path().join("truth.rexic"));
+    // A push holds the lock (this process, as `push-l2` would).
+    let push = rexctl::l1::lock::JobLock::acquire(&l1, "push-l2 (test)").unwrap();
+    let out = d.path().join("image.rexic");
+    let mut child = rexctl()
+        .args(["restore", "--l2", s(&l2), "--l1", s(&l1), "-o", s(&out)])
+        .env_remove("REX_FAILPOINT")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    let early = child.try_wait().unwrap();
+    drop(push);
+    let o = child.wait_with_output().unwrap();
+    let ctx = show(&["restore"], &o);
+    assert!(
+        early.is_none(),
+        "the restore ran while a push held L1: {ctx}"
+    );
+    assert!(o.status.success(), "{ctx}");
+    assert!(stderr(&o).contains("waiting for"), "{ctx}");
+    assert_image(&out, &want, "after the push let go");
+    // A restore reads L1 (this process): a push is refused, keeps all.
+    let reading = rexctl::l1::lock::JobLock::shared(&l1, |_| {})
+        .unwrap()
+        .expect("L1's lock file");
+    let before = ic_names(&l1);
+    let o = rex(&push_args(&l1, &l2));
+    assert_eq!(o.status.code(), Some(4), "{}", show(&["push-l2"], &o));
+    assert!(stderr(&o).contains("held by a restore"), "{}", stderr(&o));
+    assert_eq!(ic_names(&l1), before);
+    drop(reading);
+    rex_ok(&push_args(&l1, &l2));
+    restores(
+        &l2,
+        None,
+        &[],
+        &d.path().join("r"),
+        &want,
+        "pushed after the restore",
+    );
+}
+
 /// Another rank-less job's chains (two full generations) pruned this L1
 /// directory's chain from L2; its push is refused, and must not prune or
 /// overwrite L1's copy of its own chain: `--fallback` still restores it.

@@ -227,6 +227,11 @@ fn reading_commands_create_nothing() {
     let out = base(&["restore", "-o", "x.rexic"]);
     assert!(out.status.success(), "L1 alone restores");
     std::fs::remove_file(dir.path().join("x.rexic")).unwrap();
+    // But for the job lock (empty) it holds shared while it reads L1, so
+    // that a first push cannot delete what it is reading.
+    let lock = l1.join(rexctl::l1::lock::LOCK_NAME);
+    assert_eq!(std::fs::read(&lock).unwrap(), b"", "the lock file");
+    std::fs::remove_file(&lock).unwrap();
     assert_eq!(tree(dir.path()), before, "nothing created");
     // From L2 alone, the error names the place searched.
     let out = base(&["restore", "--l2-only", "-o", "x.rexic"]);
@@ -1055,4 +1060,132 @@ fn an_interrupted_restore_or_push_leaves_no_temporary_file() {
         demos_interrupted, 1,
         "no demo was interrupted while writing"
     );
+}
+
+/// A symbolic link (or a FIFO, a directory) where a lock file belongs is
+/// refused, and the file it points to is left alone: a holder truncates
+/// and writes its lock file, and through a link planted in a shared L2
+/// directory the owner's cron `flush` emptied any file the owner may write
+/// (helper-46: /etc/passwd).
+#[test]
+fn a_link_where_a_lock_file_belongs_is_refused_and_its_target_untouched() {
+    for (dir, name, cmd) in [
+        ("l1", ".rex.lock", "push-l2"),
+        ("l2", ".rex.lock", "push-l2"),
+        ("l1", ".rex.lock", "flush"),
+        ("l2", ".rex.lock", "gc"),
+        ("l1", ".rex.lock", "restore"),
+        ("l1", ".capture.lock", "capture"),
+    ] {
+        let ctx = format!("{dir}/{name} for {cmd}");
+        let j = Job::new();
+        let victim = j.dir.path().join("victim");
+        std::fs::write(&victim, "keep me\n").unwrap();
+        let lock = j.dir.path().join(dir).join(name);
+        let _ = std::fs::remove_file(&lock);
+        std::os::unix::fs::symlink(&victim, &lock).unwrap();
+        let out = match cmd {
+            "flush" => j.run(&["flush", "--max-age", "0.001"]),
+            "gc" => j.run(&["gc"]),
+            "restore" => j.run(&["restore", "-o", "img.rexic"]),
+            "capture" => j.run(&[
+                "capture",
+                "--interval",
+                "0.1",
+                "--count",
+                "1",
+                "--",
+                "sleep",
+                "5",
+            ]),
+            _ => j.run(&[cmd]),
+        };
+        let err = assert_clean_failure(&out, 1, &["symbolic link"]);
+        assert!(err.contains(name), "{ctx}: {err}");
+        assert_eq!(
+            std::fs::read_to_string(&victim).unwrap(),
+            "keep me\n",
+            "{ctx}"
+        );
+    }
+    // A FIFO there: refused, no hang.
+    let j = Job::new();
+    let fifo = j.l1().join(".rex.lock");
+    let _ = std::fs::remove_file(&fifo);
+    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path of our own temporary directory.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let out = j.run(&["push-l2"]);
+    assert_clean_failure(&out, 1, &["a FIFO is there"]);
+}
+
+/// An output inside the directories it is made from is refused before
+/// anything is written (helper-46): `restore -o` onto an L2 data file or
+/// L1's copy of the chain lost the generation (with `-f`), and an image
+/// written into L1 joined its pending checkpoints and blocked every push;
+/// `--svg` replaced checkpoints and devices.
+#[test]
+fn an_output_among_the_files_it_is_made_from_is_refused() {
+    let j = Job::new();
+    let (l1, l2) = (j.l1(), j.l2());
+    let ckpt = crate::util::names_in(&l1)
+        .into_iter()
+        .find(|n| n.ends_with(".rexic"))
+        .expect("a pending checkpoint");
+    let keep = |p: &Path| (p.to_path_buf(), std::fs::read(p).unwrap());
+    let kept = [
+        keep(&l2.join("g00000001.rps")),
+        keep(&l1.join("rex").join("g00000001.pf")),
+        keep(&l1.join(&ckpt)),
+    ];
+    for (args, needle) in [
+        (
+            vec!["restore", "-f", "-o", "l2/g00000001.rps"],
+            "the L2 directory",
+        ),
+        (
+            vec!["restore", "-f", "-o", "l1/rex/g00000001.pf"],
+            "the L1 directory",
+        ),
+        (vec!["restore", "-o", "l1/image.rexic"], "the L1 directory"),
+        (
+            vec!["restore", "--l2-only", "-o", "l1/sub/../image.rexic"],
+            "the L1 directory",
+        ),
+        (
+            vec!["coalesce", "l1", "-f", "-o", "l1/rex/g00000001.pf"],
+            "the L1 directory",
+        ),
+        (
+            vec![
+                "analyze",
+                "l1",
+                "--no-pipeline",
+                "--svg",
+                &format!("l1/{ckpt}"),
+            ],
+            "the L1 directory",
+        ),
+        (vec!["compare", "l1", "--svg", "l1/x.svg"], "L1DIR"),
+        (vec!["analyze", "l1", "--no-pipeline", "--svg", "-"], "-"),
+        (
+            vec!["analyze", "l1", "--no-pipeline", "--svg", "l2"],
+            "not a regular file",
+        ),
+    ] {
+        let out = j.run(&args);
+        assert_clean_failure(&out, 5, &[needle]);
+        for (p, b) in &kept {
+            assert_eq!(
+                &std::fs::read(p).unwrap(),
+                b,
+                "{args:?} changed {}",
+                p.display()
+            );
+        }
+        assert!(!l1.join("image.rexic").exists(), "{args:?}");
+        assert!(!j.dir.path().join("-").exists(), "{args:?}");
+    }
+    let out = j.run(&["push-l2"]);
+    assert_ok(&out);
 }

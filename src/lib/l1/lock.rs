@@ -98,13 +98,7 @@ impl JobLock {
 
     fn acquire_named(l1: &Path, name: &str, what: &str) -> Result<JobLock> {
         let path = l1.join(name);
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .ctx(&path, "open lock file")?;
+        let mut file = open_lock_file(&path, true)?;
         // A holder writes its name just after taking the lock and clears it
         // just before releasing it; in those instants the name is empty.
         // Rather than report an anonymous holder, look again (and try the
@@ -129,12 +123,14 @@ impl JobLock {
             tries += 1;
             if !holder.is_empty() || tries >= 40 {
                 return Err(Error::Busy {
-                    path,
-                    holder: if holder.is_empty() {
-                        "held by another process".into()
-                    } else {
+                    holder: if !holder.is_empty() {
                         format!("held by {holder}")
+                    } else if held_shared(&file) {
+                        "held by a restore reading this directory".into()
+                    } else {
+                        "held by another process".into()
                     },
+                    path,
                 });
             }
             std::thread::sleep(std::time::Duration::from_millis(5));
@@ -159,6 +155,118 @@ impl JobLock {
     pub fn path(&self) -> &Path {
         &self.path
     }
+
+    /// Takes the lock of the L1 directory `l1` shared, for a restore that
+    /// reads its pending checkpoints: waits while a push (`push-l2`,
+    /// `flush`, `gc`, a librex job's background push) holds it, and keeps
+    /// them out until dropped. A push commits a generation, then deletes
+    /// the checkpoints it coalesced: a restore that read the chain before
+    /// the commit and listed L1 after the deletion had neither, and gave
+    /// an older state with success (helper-45). Restores share it. `None`
+    /// when there is no lock file and none can be made (a read-only L1,
+    /// where nothing pushes either, or no L1 directory: the restore says
+    /// so), or the file system has no `flock` (nor can a push take it).
+    /// `on_wait` is called once, with the holder, if it has to wait.
+    pub fn shared(l1: &Path, on_wait: impl FnOnce(&str)) -> Result<Option<SharedLock>> {
+        let path = l1.join(LOCK_NAME);
+        let file = match open_lock_file(&path, true) {
+            Ok(f) => f,
+            Err(_) => match open_lock_file(&path, false) {
+                Ok(f) => f,
+                Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                    return Ok(None);
+                }
+                Err(e) => return Err(e),
+            },
+        };
+        let mut on_wait = Some(on_wait);
+        loop {
+            // SAFETY: `flock` on a descriptor owned by `file`, which
+            // outlives the call; no memory-safety preconditions.
+            let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) };
+            if rc == 0 {
+                return Ok(Some(SharedLock { _file: file }));
+            }
+            let err = std::io::Error::last_os_error();
+            match err.raw_os_error() {
+                Some(libc::EWOULDBLOCK | libc::EINTR) => {}
+                // No `flock` here: no push can hold it either.
+                Some(libc::ENOLCK | libc::ENOSYS | libc::EOPNOTSUPP) => return Ok(None),
+                _ => return Err(Error::io(&path, "flock", err)),
+            }
+            if let Some(f) = on_wait.take() {
+                let mut holder = String::new();
+                let _ = (&file).read_to_string(&mut holder);
+                let holder = holder.trim();
+                f(if holder.is_empty() {
+                    "another process"
+                } else {
+                    holder
+                });
+            }
+            // Polled, not blocking: a signal (Ctrl-C) ends the wait.
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+}
+
+/// Opens the lock file `path` (`write`: for writing, made if missing),
+/// never through a symbolic link, and only a regular file: a holder
+/// truncates and writes it, which through a link planted in a shared
+/// directory would empty any file its user may write (helper-46: a
+/// link to /etc/passwd emptied it).
+pub fn open_lock_file(path: &Path, write: bool) -> Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = OpenOptions::new()
+        .read(true)
+        .write(write)
+        .create(write)
+        .truncate(false)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| {
+            if e.raw_os_error() == Some(libc::ELOOP) {
+                Error::io(
+                    path,
+                    "open lock file: a symbolic link is there, remove it",
+                    e,
+                )
+            } else {
+                Error::io(path, "open lock file", e)
+            }
+        })?;
+    let meta = file.metadata().ctx(path, "stat lock file")?;
+    if !meta.is_file() {
+        return Err(Error::io(
+            path,
+            "open lock file",
+            std::io::Error::other(format!(
+                "{} is there, not a regular file: remove it",
+                crate::store::file_kind(&meta.file_type())
+            )),
+        ));
+    }
+    Ok(file)
+}
+
+/// A shared hold of an L1 directory's job lock ([`JobLock::shared`]);
+/// released on drop.
+#[derive(Debug)]
+pub struct SharedLock {
+    _file: File,
+}
+
+/// Whether the lock `file` is held only shared (by restores): a shared
+/// hold of our own is granted then, and given back at once.
+fn held_shared(file: &File) -> bool {
+    // SAFETY: `flock` on a descriptor owned by `file`; no memory-safety
+    // preconditions.
+    let got = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } == 0;
+    if got {
+        // SAFETY: as above, giving back the hold just taken.
+        unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_UN) };
+    }
+    got
 }
 
 /// Whether a lock file's text (`held by pid N on HOST since ...`) names a

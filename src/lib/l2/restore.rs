@@ -211,7 +211,11 @@ pub fn restore_l2(l2: &dyn Store, opts: &RestoreOptions, out: &Path) -> Result<R
 /// plus the pending IC files after it. With `--fallback`, the newest valid
 /// state: the same generation with the pending files up to the first damaged
 /// one, before any older generation.
+///
+/// Waits while a push holds L1's job lock, and keeps pushes out until the
+/// image is written ([`JobLock::shared`](crate::l1::lock::JobLock::shared)).
 pub fn restore_l1_l2(job: &Job, opts: &RestoreOptions, out: &Path) -> Result<RestoreReport> {
+    let _reading = crate::l1::lock::JobLock::shared(&job.l1, |_| {})?;
     // L1's copy of the chain is a shortcut: when its directory cannot be
     // listed (a file under its name, no permission), every generation is
     // read from L2, as for a copy that is not there (for the newest state,

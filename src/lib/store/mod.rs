@@ -646,7 +646,7 @@ impl Store for DirStore {
 }
 
 /// What a file type is, in words, for errors about an object's name.
-fn file_kind(t: &fs::FileType) -> &'static str {
+pub(crate) fn file_kind(t: &fs::FileType) -> &'static str {
     #[cfg(unix)]
     {
         use std::os::unix::fs::FileTypeExt;

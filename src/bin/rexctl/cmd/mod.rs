@@ -60,6 +60,37 @@ pub fn lies_in(file: &Path, dir: &Path) -> bool {
     }
 }
 
+/// Refuses an output `out` (`flag` names it) anywhere inside the
+/// directory `dir` (`what` names it), at any depth: a checkpoint directory
+/// whose files the output would replace or join (helper-46: `restore -o`
+/// onto an L2 data file or L1's copy of the chain lost the generation;
+/// into L1, its image joined the pending checkpoints and blocked every
+/// push).
+pub fn not_inside(out: &Path, flag: &str, dir: &Path, what: &str) -> rexctl::Result<()> {
+    let parent = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let inside = match (parent.canonicalize(), dir.canonicalize()) {
+        (Ok(a), Ok(b)) => a.starts_with(b),
+        _ => match (std::path::absolute(parent), std::path::absolute(dir)) {
+            (Ok(a), Ok(b)) => a
+                .components()
+                .collect::<Vec<_>>()
+                .starts_with(&b.components().collect::<Vec<_>>()),
+            _ => false,
+        },
+    };
+    if inside {
+        return Err(rexctl::Error::Invalid(format!(
+            "{flag} {}: lies in {what} {}, whose files it would replace or join; write it elsewhere",
+            out.display(),
+            dir.display()
+        )));
+    }
+    Ok(())
+}
+
 /// clap value parser of a count that must be at least 1 (clap's own
 /// `range(1..)` prints the whole `u64` range in its message).
 pub fn at_least_one(s: &str) -> Result<u64, String> {

@@ -285,13 +285,7 @@ fn lock_dir(l1: &Path) -> Result<File> {
     use std::io::{Read, Seek, SeekFrom, Write};
     use std::os::fd::AsRawFd;
     let path = l1.join(CAPTURE_LOCK);
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .ctx(&path, "open lock file")?;
+    let mut file = crate::l1::lock::open_lock_file(&path, true)?;
     // SAFETY: flock on a descriptor owned by `file`, which outlives the
     // call; it has no memory-safety preconditions.
     if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {

@@ -78,6 +78,12 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         Some(d) => d.clone(),
         None => s.l1()?,
     };
+    if let Some(svg) = &a.svg {
+        // A report: an existing file is replaced, never a device, nor a
+        // file of the directory analysed.
+        crate::cmd::check_out(svg, true)?;
+        crate::cmd::not_inside(svg, "--svg", &l1dir, "the L1 directory")?;
+    }
     let opts = AnalyzeOptions {
         batch: a.batch,
         pattern_size: s.layer.pattern_size.unwrap_or(32),

@@ -118,6 +118,12 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     if let Some(stage) = a.stage {
         return child_stage(&a, stage, &l1dir);
     }
+    if let Some(svg) = &a.svg {
+        // A report: an existing file is replaced, never a device, nor a
+        // file of the directory compared (L1DIR is only read).
+        crate::cmd::check_out(svg, true)?;
+        crate::cmd::not_inside(svg, "--svg", &l1dir, "L1DIR")?;
+    }
     let input = Input::scan(&l1dir)?;
     let (root, temp) = match &a.work_dir {
         Some(d) => {

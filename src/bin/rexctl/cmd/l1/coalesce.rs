@@ -77,14 +77,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         None => Settings::load(&a.settings)?.l1()?,
     };
     if let Some(out) = &a.out {
-        if crate::cmd::lies_in(out, &l1dir) {
-            return Err(rexctl::Error::Invalid(format!(
-                "--out {}: lies in the L1 directory {}, where it would join the checkpoints it coalesces; write it elsewhere",
-                out.display(),
-                l1dir.display()
-            ))
-            .into());
-        }
+        crate::cmd::not_inside(out, "--out", &l1dir, "the L1 directory")?;
         crate::cmd::check_out(out, a.force)?;
     }
     // After a push, L1 holds the checkpoints that continue the pushed

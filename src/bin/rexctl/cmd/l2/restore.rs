@@ -22,7 +22,9 @@ use crate::ui;
 /// of the chain, each generation falling back to L2 when its L1 copy is
 /// missing or damaged. The output is a FULL REX-IC
 /// file, or a flat image with `--raw`; it is written under a temporary name
-/// and appears only when complete and verified.
+/// and appears only when complete and verified. With an L1 directory, the
+/// restore waits while a push holds L1's lock (`push-l2`, `flush`, `gc`, a
+/// librex job's push), and says so; pushes meanwhile are busy (exit 4).
 ///
 /// From a bucket (s3://BUCKET/PREFIX), objects are fetched into a cache
 /// directory (removed afterwards) with several ranged GETs in flight; with
@@ -214,11 +216,28 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         (Some(_), None) => None,
     };
     crate::cmd::check_out(&a.out, a.force)?;
+    if let Some(l1) = &s.layer.l1 {
+        crate::cmd::not_inside(&a.out, "--out", l1, "the L1 directory")?;
+    }
+    if let Ok(rexctl::store::L2Location::Dir(d)) = rexctl::store::L2Location::parse(&s.l2()?) {
+        crate::cmd::not_inside(&a.out, "--out", &d, "the L2 directory")?;
+    }
     // An L2 directory no push has made yet reads as empty: with L1, its
     // checkpoints alone restore; without, "no valid generation under ...".
     let l2 = rexctl::store::open_l2_read(&s.l2()?, &s.store()?)?;
     // A few pages need a few chunks: a bucket is read on demand.
     l2.read_on_demand(opts.pages.is_some() || opts.region.is_some());
+    // The restore keeps pushes out of L1 while it reads it, and waits for
+    // one that runs (the library takes the same shared lock again): say so.
+    let _reading = match &l1 {
+        Some(l1) if l1.is_dir() => rexctl::l1::lock::JobLock::shared(l1, |holder| {
+            ui::warn(format_args!(
+                "waiting for {holder} to let go of {} (a restore reads L1 between pushes)",
+                l1.join(rexctl::l1::lock::LOCK_NAME).display()
+            ))
+        })?,
+        _ => None,
+    };
     let pb = ui::spinner("restoring");
     let (report, stats) = match (&l1, job_rank) {
         (Some(l1), Some((root, rank))) => {
