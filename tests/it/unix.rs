@@ -1189,3 +1189,45 @@ fn an_output_among_the_files_it_is_made_from_is_refused() {
     let out = j.run(&["push-l2"]);
     assert_ok(&out);
 }
+
+/// Numbers past what a setting can mean are refused with the setting's
+/// name, never a panic or an abort (helper-46: `--threads 100000` aborted
+/// the push, `gc --grace 2e19` and `--s3-retry-timeout 1e300` panicked).
+#[test]
+fn settings_past_their_range_are_refused_by_name() {
+    let j = Job::new();
+    for (args, code, needle) in [
+        (vec!["push-l2", "--threads", "100000"], 5, "threads 100000"),
+        (
+            vec!["restore", "-o", "x", "--threads", "100000"],
+            5,
+            "threads 100000",
+        ),
+        (vec!["gc", "--grace", "2e19"], 2, "--grace"),
+        (
+            vec!["status", "--s3-retry-timeout", "1e300"],
+            5,
+            "s3_retry_timeout",
+        ),
+        (vec!["status", "--s3-timeout", "1e300"], 5, "s3_timeout"),
+        (
+            vec!["status", "--s3-connect-timeout", "1e300"],
+            5,
+            "s3_connect_timeout",
+        ),
+        (
+            vec!["capture", "--interval", "2e19", "--", "true"],
+            5,
+            "--interval",
+        ),
+    ] {
+        let out = j.run(&args);
+        assert_clean_failure(&out, code, &[needle]);
+    }
+    let out = j
+        .cmd(&["flush"])
+        .env("REX_THREADS", "100000")
+        .output()
+        .unwrap();
+    assert_clean_failure(&out, 5, &["threads 100000"]);
+}

@@ -509,6 +509,24 @@ pub struct Config {
 
 pub use crate::durable::default_threads;
 
+/// Most threads a setting may ask for: more only fail to start (helper-46:
+/// 100000 aborted the push).
+pub const MAX_THREADS: usize = 1024;
+
+/// Largest number of seconds a duration setting takes (about 31 years).
+pub const MAX_SECONDS: f64 = 1e9;
+
+/// `threads` checked: 1 ..= [`MAX_THREADS`].
+pub fn check_threads(n: usize) -> Result<usize> {
+    if (1..=MAX_THREADS).contains(&n) {
+        Ok(n)
+    } else {
+        Err(Error::Invalid(format!(
+            "threads {n} must be between 1 and {MAX_THREADS}"
+        )))
+    }
+}
+
 /// A count that must be at least 1 (a chain kept, ...): 0 is refused
 /// (exit 5) rather than silently raised.
 fn at_least_one(key: &str, n: usize) -> Result<usize> {
@@ -599,9 +617,11 @@ impl StoreSettings {
         let seconds = |name: &str, v: Option<f64>, default: f64| -> Result<f64> {
             match v {
                 None => Ok(default),
-                Some(v) if v.is_finite() && v > 0.0 => Ok(v),
+                // At most about 31 years: a larger one overflowed the
+                // timers (helper-46: a panic).
+                Some(v) if v.is_finite() && v > 0.0 && v <= MAX_SECONDS => Ok(v),
                 Some(v) => Err(Error::Invalid(format!(
-                    "{name} {v} must be a positive number of seconds"
+                    "{name} {v} must be a positive number of seconds, at most {MAX_SECONDS:e}"
                 ))),
             }
         };
@@ -904,8 +924,7 @@ impl Config {
             )));
         }
         let threads = match l.threads {
-            Some(0) => return Err(Error::Invalid("threads must be at least 1".into())),
-            Some(n) => n,
+            Some(n) => check_threads(n)?,
             None => default_threads(),
         };
         let level = l

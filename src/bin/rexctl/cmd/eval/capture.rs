@@ -137,9 +137,10 @@ struct Output<'a> {
 }
 
 fn secs(name: &str, v: f64) -> anyhow::Result<Duration> {
-    if !v.is_finite() || v <= 0.0 || v > 1e9 {
+    if !v.is_finite() || v <= 0.0 || v > rexctl::control::config::MAX_SECONDS {
         return Err(rexctl::Error::Invalid(format!(
-            "--{name} {v}: must be a positive number of seconds"
+            "--{name} {v}: must be a positive number of seconds, at most {:e}",
+            rexctl::control::config::MAX_SECONDS
         ))
         .into());
     }
@@ -225,7 +226,10 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         // The `threads` setting: threads that read and hash pages while the
         // process is stopped (unset: up to 4, as the machine allows; one
         // for small processes).
-        threads: a.settings.threads.unwrap_or(0),
+        threads: match a.settings.threads {
+            Some(n) => rexctl::control::config::check_threads(n)?,
+            None => 0,
+        },
     };
     let ropts = RunOptions {
         interval,

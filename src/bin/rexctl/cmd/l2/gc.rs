@@ -43,10 +43,14 @@ pub struct Args {
 }
 
 /// A number of seconds, at least 0 (checked while parsing).
+use rexctl::control::config::MAX_SECONDS;
+
 fn seconds_arg(text: &str) -> Result<f64, String> {
     match text.trim().parse::<f64>() {
-        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
-        _ => Err(format!("{text:?} is not a number of seconds, at least 0")),
+        Ok(v) if v.is_finite() && (0.0..=MAX_SECONDS).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "{text:?} is not a number of seconds from 0 to {MAX_SECONDS:e}"
+        )),
     }
 }
 

@@ -177,10 +177,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         raw: a.raw,
         region: a.region,
         threads: match s.layer.threads {
-            Some(0) => {
-                return Err(rexctl::Error::Invalid("threads must be at least 1".into()).into());
-            }
-            Some(n) => n,
+            Some(n) => rexctl::control::config::check_threads(n)?,
             None => 0,
         },
         xref_source: None,
