@@ -1280,3 +1280,66 @@ fn s3_interrupted_restore_leaves_no_cache() {
     assert!(interrupted, "no restore was interrupted while it fetched");
     job.restore_exact(false, &[], &seq0, "restore after the interrupted one");
 }
+
+/// Two copies of one job push to one bucket (a restart on another node
+/// while the first still runs); a bucket has no writer lock. The copy
+/// slowed past the other's commit of the same generation number used to
+/// upload its data files over the committed ones (only its manifest was
+/// refused): L2's newest generation no longer restored (helper-45). Its
+/// uploads now fail before the objects appear, single PUT and multipart
+/// alike, and the committed files stay; after a push's own manifest, its
+/// files may be uploaded again (recovery of one gone missing).
+#[test]
+fn s3_a_generation_another_copy_committed_keeps_its_files() {
+    use rexctl::durable::Piece;
+    use rexctl::store::NoProgress;
+    let Some(server) = S3Server::start("rex-fresh") else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let job = s3_job(d.path(), &server, "fresh");
+    let (a, b) = (job.store_with_parts(5 << 20), job.store_with_parts(5 << 20));
+    let head = vec![7u8; 64];
+    let put = |s: &dyn Store, name: &str, body: &[u8]| {
+        let mut v = vec![Piece::Data(vec![0; 64])];
+        v.extend(body.chunks(1 << 20).map(|c| Piece::Data(c.to_vec())));
+        v.push(Piece::End(head.clone()));
+        s.put_stream(name, 64, &mut v.into_iter(), &NoProgress)
+    };
+    let small: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+    let big: Vec<u8> = (0..(12u32 << 20)).map(|i| (i % 253) as u8).collect();
+    // B starts writing generation 2; A writes and commits it first.
+    b.writing_generation(Some(2));
+    a.writing_generation(Some(2));
+    put(a.as_ref(), "g00000002.rps", &small).unwrap();
+    put(a.as_ref(), "g00000002.pf", &big).unwrap();
+    a.put_bytes("g00000002.manifest", b"A's manifest").unwrap();
+    a.writing_generation(None);
+    let kept = [
+        std::fs::read(job.object_file("g00000002.rps")).unwrap(),
+        std::fs::read(job.object_file("g00000002.pf")).unwrap(),
+    ];
+    for (name, body) in [("g00000002.rps", &big), ("g00000002.pf", &small)] {
+        let e = put(b.as_ref(), name, body).unwrap_err().to_string();
+        assert!(e.contains("another copy of the job"), "{name}: {e}");
+    }
+    assert_eq!(
+        std::fs::read(job.object_file("g00000002.rps")).unwrap(),
+        kept[0]
+    );
+    assert_eq!(
+        std::fs::read(job.object_file("g00000002.pf")).unwrap(),
+        kept[1]
+    );
+    b.writing_generation(None);
+    // A generation nobody committed goes up; after our own manifest its
+    // files may go up again.
+    b.writing_generation(Some(3));
+    put(b.as_ref(), "g00000003.rps", &small).unwrap();
+    b.put_bytes("g00000003.manifest", b"B's manifest").unwrap();
+    put(b.as_ref(), "g00000003.rps", &small).unwrap();
+    b.writing_generation(None);
+    // Other generations' files are not concerned (healing an older one).
+    b.writing_generation(Some(4));
+    put(b.as_ref(), "g00000002.rps", &small).unwrap();
+}

@@ -613,6 +613,9 @@ pub fn push_with(
         }
     };
     let generation = generation?;
+    // A bucket has no writer lock: another copy of the job may commit this
+    // generation first, and its files are never replaced.
+    let _fresh = FreshGeneration::new(job.l2.as_ref(), generation);
     let sealed = seal(
         job,
         &rec,
@@ -666,6 +669,23 @@ pub fn push_with(
         prune(job, opts, &mut report)?;
     }
     Ok(report)
+}
+
+/// [`Store::writing_generation`] for the life of a push's upload of a new
+/// generation.
+struct FreshGeneration<'a>(&'a dyn Store);
+
+impl<'a> FreshGeneration<'a> {
+    fn new(store: &'a dyn Store, generation: u64) -> Self {
+        store.writing_generation(Some(generation));
+        FreshGeneration(store)
+    }
+}
+
+impl Drop for FreshGeneration<'_> {
+    fn drop(&mut self) {
+        self.0.writing_generation(None);
+    }
 }
 
 /// Deduplicates with `run` (retrying on a healed L1 copy, or as a complete

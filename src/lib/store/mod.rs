@@ -264,6 +264,16 @@ pub trait Store: Send + Sync {
     fn read_on_demand(&self, on: bool) {
         let _ = on;
     }
+    /// The generation a push is about to write afresh (`None`: none). On a
+    /// store without a writer lock (a bucket), an upload of one of its data
+    /// files then makes sure, just before the object appears, that no
+    /// manifest of that generation exists: another copy of the job that
+    /// committed it meanwhile keeps its files (helper-45: a push slowed
+    /// past another writer's commit replaced the committed data, and the
+    /// newest generation failed to restore). Our own manifest ends it.
+    fn writing_generation(&self, generation: Option<u64>) {
+        let _ = generation;
+    }
     /// What the store moved, for a remote store.
     fn stats(&self) -> Option<StoreStats> {
         None

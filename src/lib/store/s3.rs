@@ -137,6 +137,8 @@ pub struct S3Store {
     requests: Arc<AtomicU64>,
     /// Fetch RPS and Pointer Files on demand ([`Store::read_on_demand`]).
     on_demand: AtomicBool,
+    /// [`Store::writing_generation`] (`u64::MAX`: none).
+    fresh: AtomicU64,
     /// Cache files for readers; removed on drop (after the runtime).
     cache: crate::durable::ScratchDir,
     /// Declared last but one: dropped after every in-flight request.
@@ -317,6 +319,7 @@ impl S3Store {
             uploaded: AtomicU64::new(0),
             requests: Arc::new(AtomicU64::new(0)),
             on_demand: AtomicBool::new(false),
+            fresh: AtomicU64::new(u64::MAX),
             cache,
             rt,
         };
@@ -426,6 +429,82 @@ impl S3Store {
         Ok(b.to_vec())
     }
 
+    /// [`Store::put_bytes`]: a create-only put.
+    fn put_bytes_once(&self, name: &str, bytes: &[u8]) -> Result<()> {
+        use object_store::Error as E;
+        let key = self.key(name)?;
+        self.forget(name);
+        self.count();
+        let opts = PutOptions::from(PutMode::Create);
+        let r = self.rt.block_on(
+            self.s3
+                .put_opts(&key, PutPayload::from(bytes.to_vec()), opts),
+        );
+        match r {
+            Ok(_) => {
+                self.uploaded
+                    .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                Ok(())
+            }
+            // Exists already (a retried request, or recovery re-publishing):
+            // fine if identical, never overwritten otherwise.
+            Err(E::AlreadyExists { .. }) => self.same_or_conflict(name, &key, bytes),
+            // Conditional puts disabled (`AWS_CONDITIONAL_PUT=disabled`, for
+            // stores without `If-None-Match`): look first.
+            Err(E::NotImplemented { .. }) => match self.head_size(&key) {
+                Ok(_) => self.same_or_conflict(name, &key, bytes),
+                Err(Error::Remote {
+                    kind: RemoteKind::NotFound,
+                    ..
+                }) => {
+                    self.count();
+                    self.rt
+                        .block_on(self.s3.put(&key, PutPayload::from(bytes.to_vec())))
+                        .map_err(|e| self.remote(&key, "put", &e))?;
+                    self.uploaded
+                        .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            },
+            Err(e) => Err(self.remote(&key, "put", &e)),
+        }
+    }
+
+    /// The manifest whose existence forbids publishing the object `name`
+    /// now: `name` is a data file of the generation written afresh
+    /// ([`Store::writing_generation`]).
+    fn guarding_manifest(&self, name: &str) -> Result<Option<Key>> {
+        let g = self.fresh.load(Ordering::Relaxed);
+        match crate::format::manifest::generation_of(name) {
+            Some(n) if n == g && parse_manifest_name(name).is_none() => {
+                Ok(Some(self.key(&crate::format::manifest::manifest_name(g))?))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Fails with a conflict when the manifest `guard` exists: another
+    /// writer committed the generation whose file `key` would replace.
+    async fn not_committed(&self, guard: Option<&Key>, key: &Key) -> Result<()> {
+        let Some(m) = guard else { return Ok(()) };
+        self.count();
+        match self.s3.head(m).await {
+            Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(self.remote(m, "head", &e)),
+            Ok(_) => Err(Error::Remote {
+                endpoint: self.endpoint.clone(),
+                bucket: self.bucket.clone(),
+                key: key.to_string(),
+                op: "put",
+                kind: RemoteKind::Conflict,
+                reason: format!(
+                    "{m} appeared while this push wrote the same generation: another copy of the job (another node) committed it; its files are not replaced"
+                ),
+            }),
+        }
+    }
+
     fn head_size(&self, key: &Key) -> Result<u64> {
         self.count();
         let m = self
@@ -473,6 +552,7 @@ impl S3Store {
         progress: &dyn Progress,
     ) -> Result<u32> {
         let what = Path::new(name);
+        let guard = self.guarding_manifest(name)?;
         let intent = self.intent_key(name);
         // An intent left for this name: abort that upload first.
         self.abort_intent(name, &intent)?;
@@ -562,6 +642,7 @@ impl S3Store {
                 .into_iter()
                 .map(|p| p.expect("every part uploaded"))
                 .collect();
+            self.not_committed(guard.as_ref(), key).await?;
             self.count();
             self.s3
                 .complete_multipart(key, &id, done)
@@ -1201,44 +1282,18 @@ impl Store for S3Store {
     }
 
     fn put_bytes(&self, name: &str, bytes: &[u8]) -> Result<()> {
-        use object_store::Error as E;
-        let key = self.key(name)?;
-        self.forget(name);
-        self.count();
-        let opts = PutOptions::from(PutMode::Create);
-        let r = self.rt.block_on(
-            self.s3
-                .put_opts(&key, PutPayload::from(bytes.to_vec()), opts),
-        );
-        match r {
-            Ok(_) => {
-                self.uploaded
-                    .fetch_add(bytes.len() as u64, Ordering::Relaxed);
-                Ok(())
-            }
-            // Exists already (a retried request, or recovery re-publishing):
-            // fine if identical, never overwritten otherwise.
-            Err(E::AlreadyExists { .. }) => self.same_or_conflict(name, &key, bytes),
-            // Conditional puts disabled (`AWS_CONDITIONAL_PUT=disabled`, for
-            // stores without `If-None-Match`): look first.
-            Err(E::NotImplemented { .. }) => match self.head_size(&key) {
-                Ok(_) => self.same_or_conflict(name, &key, bytes),
-                Err(Error::Remote {
-                    kind: RemoteKind::NotFound,
-                    ..
-                }) => {
-                    self.count();
-                    self.rt
-                        .block_on(self.s3.put(&key, PutPayload::from(bytes.to_vec())))
-                        .map_err(|e| self.remote(&key, "put", &e))?;
-                    self.uploaded
-                        .fetch_add(bytes.len() as u64, Ordering::Relaxed);
-                    Ok(())
-                }
-                Err(e) => Err(e),
-            },
-            Err(e) => Err(self.remote(&key, "put", &e)),
+        let r = self.put_bytes_once(name, bytes);
+        // Our own manifest of the generation written afresh: its files may
+        // be uploaded again now (recovery of one gone missing).
+        if r.is_ok() && parse_manifest_name(name) == Some(self.fresh.load(Ordering::Relaxed)) {
+            self.fresh.store(u64::MAX, Ordering::Relaxed);
         }
+        r
+    }
+
+    fn writing_generation(&self, generation: Option<u64>) {
+        self.fresh
+            .store(generation.unwrap_or(u64::MAX), Ordering::Relaxed);
     }
 
     fn put_stream(
@@ -1272,6 +1327,8 @@ impl Store for S3Store {
                 let crc = got.end(Path::new(name), &head)?;
                 first[..head.len()].copy_from_slice(&head);
                 let n = first.len() as u64;
+                let guard = self.guarding_manifest(name)?;
+                self.rt.block_on(self.not_committed(guard.as_ref(), &key))?;
                 self.count();
                 self.rt
                     .block_on(self.s3.put(&key, PutPayload::from(first)))
