@@ -12,7 +12,7 @@
 //! once it has the whole file.
 //!
 //! A temporary file is also removed when the CLI is interrupted (SIGINT,
-//! SIGTERM, SIGHUP) while writing it: [`remove_temps_on_signal`] starts a
+//! SIGTERM, SIGHUP, SIGPIPE) while writing it: [`remove_temps_on_signal`] starts a
 //! thread that, on such a signal, removes every live temporary file (and
 //! every [`ScratchDir`] and [`RemovedOnSignal`] path: an S3 cache, a work
 //! directory, an MPI rank's staged image) and then lets the signal end the
@@ -89,7 +89,8 @@ fn forget_temp(temp: &Path) {
     }
 }
 
-/// From now on, SIGINT, SIGTERM and SIGHUP (those not ignored already)
+/// From now on, SIGINT, SIGTERM, SIGHUP and SIGPIPE (those not ignored
+/// already)
 /// remove the temporary file of every [`AtomicFile`] not yet committed,
 /// every [`ScratchDir`] and every [`RemovedOnSignal`] path, then end the
 /// process as the signal's default action does (the parent sees the
@@ -99,7 +100,7 @@ fn forget_temp(temp: &Path) {
 /// A file being renamed into place at that moment is either published
 /// whole or not at all: its rename fails once its temporary is gone.
 pub fn remove_temps_on_signal() -> std::io::Result<()> {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGPIPE, SIGTERM};
     // A signal the process was started ignoring stays ignored: `nohup`,
     // a shell's `cmd &` (SIGINT), `trap '' TERM` (helper-39: the first
     // version made `nohup rexctl push-l2` die on SIGHUP).
@@ -112,7 +113,9 @@ pub fn remove_temps_on_signal() -> std::io::Result<()> {
                 && old.sa_sigaction == libc::SIG_IGN
         }
     };
-    let watched: Vec<libc::c_int> = [SIGINT, SIGTERM, SIGHUP]
+    // SIGPIPE too: `rexctl demo | head -1` left its work directory
+    // (helper-46).
+    let watched: Vec<libc::c_int> = [SIGINT, SIGTERM, SIGHUP, SIGPIPE]
         .into_iter()
         .filter(|&sig| !ignored(sig))
         .collect();

@@ -1231,3 +1231,57 @@ fn settings_past_their_range_are_refused_by_name() {
         .unwrap();
     assert_clean_failure(&out, 5, &["threads 100000"]);
 }
+
+/// `rexctl demo | head -1` ends quietly, as a closed pipe ends any Unix
+/// tool, and leaves no work directory behind (helper-46: SIGPIPE's
+/// default action skipped the sweep); a batch larger than the demo's
+/// checkpoints, which would never push, is refused.
+#[test]
+fn demo_into_a_closed_pipe_leaves_nothing_and_a_batch_too_large_is_refused() {
+    use std::io::BufRead;
+    let tmp = tempfile::tempdir().unwrap();
+    let mut child = clean(rexctl())
+        .args(["demo", "--profile", "small-inc"])
+        .env("TMPDIR", tmp.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.starts_with("rexctl demo"), "{first}");
+    // The reader is gone (dropped above); the next line ends the demo.
+    let out = child.wait_with_output().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert!(
+        out.status.signal() == Some(libc::SIGPIPE) || out.status.code() == Some(141),
+        "{:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(names_in(tmp.path()), Vec::<String>::new(), "left behind");
+    let out = clean(rexctl())
+        .args(["demo", "--batch", "13"])
+        .env("TMPDIR", tmp.path())
+        .output()
+        .unwrap();
+    assert_clean_failure(&out, 5, &["--batch 13", "at most 12"]);
+    assert_eq!(names_in(tmp.path()), Vec::<String>::new(), "left behind");
+}
+
+/// `gen --truth` into a directory that does not exist is refused before
+/// any checkpoint is written (helper-46: the checkpoints were left, and
+/// the corrected command refused the full directory).
+#[test]
+fn gen_with_a_truth_it_cannot_write_writes_nothing() {
+    let d = tempfile::tempdir().unwrap();
+    let out = clean(rexctl())
+        .current_dir(d.path())
+        .args(["gen", "l1", "--truth", "missing/t.rexic"])
+        .output()
+        .unwrap();
+    assert_clean_failure(&out, 5, &["--truth", "missing"]);
+    assert_eq!(names_in(d.path()), Vec::<String>::new());
+}

@@ -152,6 +152,15 @@ fn demo(a: &Args, dir: &Path, rep: &mut Report) -> anyhow::Result<i32> {
     std::fs::create_dir_all(&l1).with_context(|| format!("{}: create directory", l1.display()))?;
     let profile = workload::profile(&a.profile)?;
     let (n, batch) = (profile.checkpoints, a.batch);
+    if batch > n {
+        // The last checkpoint stays pending: no batch would ever be pushed,
+        // and the restore from L2 alone would have nothing (helper-46).
+        return Err(rexctl::Error::Invalid(format!(
+            "--batch {batch}: profile {} takes 1 FULL + {n} incremental checkpoints, of which the last stays in L1: give at most {n}",
+            profile.name
+        ))
+        .into());
+    }
     say!(
         "rexctl demo: profile {} (seed {}), {} pages of {} bytes, 1 FULL + {n} incremental checkpoints, L2 push every {batch}",
         profile.name,

@@ -99,6 +99,21 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         }
         if a.ranks.is_none() {
             crate::cmd::check_out(t, a.force)?;
+            // Checked before any checkpoint is written: a truth that cannot
+            // be written left a full directory behind, which the corrected
+            // command then refused (helper-46).
+            let parent = match t.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p,
+                _ => std::path::Path::new("."),
+            };
+            if !parent.is_dir() {
+                return Err(rexctl::Error::Invalid(format!(
+                    "--truth {}: {} is not a directory",
+                    t.display(),
+                    parent.display()
+                ))
+                .into());
+            }
         } else if t.is_dir() {
             for r in 0..a.ranks.unwrap_or(0) {
                 crate::cmd::check_out(&t.join(format!("{r}.rexic")), a.force)?;
