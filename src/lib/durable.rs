@@ -249,6 +249,14 @@ impl AtomicFile {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "out".into());
+        // The name shortened so that the temporary's stays within
+        // NAME_MAX (255 bytes) beside the suffix: a legal name of 250
+        // bytes failed as "File name too long" (helper-46).
+        let mut cut = name.len().min(200);
+        while !name.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let name = &name[..cut];
         let temp = dir.join(format!(
             ".{name}.tmp-{}-{}",
             std::process::id(),
@@ -648,6 +656,23 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names, vec![std::ffi::OsString::from("out")]);
+    }
+
+    /// A file of the longest legal name (255 bytes, multi-byte
+    /// characters at the cut) is written: its temporary's name is shortened.
+    #[test]
+    fn the_longest_names_are_written() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["x".repeat(255), format!("{}{}", "a", "é".repeat(127))] {
+            let target = dir.path().join(&name);
+            let mut f = AtomicFile::create(&target).unwrap();
+            assert!(is_temp_name(
+                &f.temp_path().file_name().unwrap().to_string_lossy()
+            ));
+            f.write_all(b"ok").unwrap();
+            f.commit().unwrap();
+            assert_eq!(fs::read(&target).unwrap(), b"ok");
+        }
     }
 
     #[test]
