@@ -1951,9 +1951,21 @@ fn a_restore_and_a_push_never_interleave_on_l1() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    // `verify --l1` compares L1 with L2: it waits too.
+    let mut check = rexctl()
+        .args(["verify", "--l2", s(&l2), "--l1", s(&l1)])
+        .env_remove("REX_FAILPOINT")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     std::thread::sleep(Duration::from_millis(800));
     let early = child.try_wait().unwrap();
+    let verified_early = check.try_wait().unwrap();
     drop(push);
+    let v = check.wait_with_output().unwrap();
+    assert!(verified_early.is_none(), "verify ran while a push held L1");
+    assert!(v.status.success(), "{}", show(&["verify"], &v));
     let o = child.wait_with_output().unwrap();
     let ctx = show(&["restore"], &o);
     assert!(

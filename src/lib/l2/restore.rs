@@ -1352,6 +1352,10 @@ pub fn verify(l2: &dyn Store, job: Option<&Job>) -> Result<VerifyReport> {
     let mut report = VerifyReport::default();
     verify_store(l2, "L2", &mut report)?;
     if let Some(job) = job {
+        // L1 against L2 between a push's two manifests, or after its commit
+        // and before it deleted its batch, is a false alarm: no push
+        // meanwhile (as a restore, `restore_l1_l2`).
+        let _reading = crate::l1::lock::JobLock::shared(&job.l1, |_| {})?;
         // L1's copy that cannot be listed (a file under its name, no
         // permission) is a problem of L1's, reported beside the others.
         let l1_index = match ChainIndex::load(&job.l1_chain) {

@@ -10,7 +10,8 @@ use crate::ui;
 /// Check every generation end to end: manifests, file sizes and CRCs, every
 /// chunk, and every live page rebuilt against its recorded CRC. With an L1
 /// directory (`--l1`, REX_L1 or rex.toml), also L1's copy of the chain and
-/// its pending checkpoints. Exits 3 when anything is wrong, and when there
+/// its pending checkpoints, which it checks while no push runs (it waits
+/// for one that holds L1's lock). Exits 3 when anything is wrong, and when there
 /// is no generation to verify. An object of a bucket (s3://BUCKET/PREFIX) is fetched
 /// whole and checked against the size and CRC its manifest records; errors
 /// name it by its s3:// URL.
