@@ -283,11 +283,16 @@ fn bad_compare_command_lines() {
     std::fs::create_dir_all(&work).unwrap();
     std::fs::write(work.join("x"), b"x").unwrap();
     let out = run(&["compare", s(&l1), "--work-dir", s(&work)]);
-    crate::util::assert_clean_failure(&out, 1, &["not empty"]);
+    crate::util::assert_clean_failure(&out, 5, &["--work-dir", "not empty"]);
     let empty = d.path().join("empty");
     std::fs::create_dir_all(&empty).unwrap();
     let out = run(&["compare", s(&empty)]);
     crate::util::assert_clean_failure(&out, 3, &["no REX-IC checkpoint"]);
+    // `analyze` says the same with the same status (helper-46: 5).
+    let out = run(&["analyze", s(&empty)]);
+    crate::util::assert_clean_failure(&out, 3, &["no checkpoint to analyze"]);
+    let out = run(&["compare", s(&l1), "--work-dir", s(&work.join("x"))]);
+    crate::util::assert_clean_failure(&out, 5, &["--work-dir", "not a directory"]);
 }
 
 #[test]

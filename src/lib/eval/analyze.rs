@@ -271,10 +271,11 @@ pub fn analyze_with_progress(
     let dir = L1Dir::scan(l1)?;
     let files = dir.files;
     if files.is_empty() {
-        return Err(Error::Invalid(format!(
-            "{}: no checkpoint to analyze (a chain starts with a FULL checkpoint; push-l2 removes the files it pushed)",
-            l1.display()
-        )));
+        // Exit 3 as `compare`'s (and the man pages') "no checkpoint".
+        return Err(Error::chain(
+            l1,
+            "no checkpoint to analyze (a chain starts with a FULL checkpoint; push-l2 removes the files it pushed)",
+        ));
     }
     let ps = files[0].header.page_size;
     if opts.pattern_size < 16 || !opts.pattern_size.is_power_of_two() || opts.pattern_size > ps {

@@ -127,8 +127,25 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let input = Input::scan(&l1dir)?;
     let (root, temp) = match &a.work_dir {
         Some(d) => {
-            if d.exists() && std::fs::read_dir(d)?.next().is_some() {
-                bail!("{}: work directory is not empty", d.display());
+            // Usage errors (exit 5), as `demo --dir`'s.
+            if d.exists() && !d.is_dir() {
+                return Err(rexctl::Error::Invalid(format!(
+                    "--work-dir {}: not a directory",
+                    d.display()
+                ))
+                .into());
+            }
+            if d.exists()
+                && std::fs::read_dir(d)
+                    .with_context(|| format!("{}: list work directory", d.display()))?
+                    .next()
+                    .is_some()
+            {
+                return Err(rexctl::Error::Invalid(format!(
+                    "--work-dir {}: not empty",
+                    d.display()
+                ))
+                .into());
             }
             (d.clone(), None)
         }
