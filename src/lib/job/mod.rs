@@ -927,16 +927,30 @@ impl Rex {
             return self.restart_test_collective();
         }
         let job = open_job(&self.cfg, None)?;
-        self.restore_local(&job, None)
+        self.restore_local(&job, None, false)
     }
 
     /// Restores this process's newest valid state into a private image,
     /// kept for [`Rex::restart`]; `None` when there is nothing at all.
+    /// `l1_locked`: the caller holds L1's job lock (see
+    /// [`RestoreOptions::l1_locked`]); otherwise the restore waits while a
+    /// push (a cron `flush`) holds it, and says so on standard error.
     fn restore_local(
         &mut self,
         job: &Job,
         xref_source: Option<Arc<dyn XrefSource>>,
+        l1_locked: bool,
     ) -> Result<Option<u64>> {
+        let _reading = if l1_locked {
+            None
+        } else {
+            JobLock::shared(&job.l1, |holder| {
+                eprintln!(
+                    "librex: restart waits for {holder} to let go of {} (a restart reads L1 between pushes)",
+                    job.l1.join(crate::l1::lock::LOCK_NAME).display()
+                )
+            })?
+        };
         let l2_index = ChainIndex::load(job.l2.as_ref())?;
         let l1_index = ChainIndex::load(&job.l1_chain)?;
         let l1_files = crate::l1::list_ic_files(&job.l1)?;
@@ -954,6 +968,7 @@ impl Rex {
         let opts = RestoreOptions {
             fallback: true,
             xref_source,
+            l1_locked,
             ..Default::default()
         };
         let report = restore_l1_l2(job, &opts, &dir.path().join("image.rexic"))?;
@@ -992,7 +1007,7 @@ impl Rex {
             let _w = begin_writing(&job, "librex restart")?;
             let jobs = JobIndex::load(root.job_store(true)?.as_ref())?;
             rollback(&job, jobs.newest().map(|m| m.job_generation))?;
-            let seq = self.restore_local(&job, Some(xrefs.clone()))?;
+            let seq = self.restore_local(&job, Some(xrefs.clone()), true)?;
             Ok((job, seq))
         });
         let comm = self.comm.take().expect("an MPI job");
@@ -1057,7 +1072,7 @@ impl Rex {
                     }
                 }
                 self.restored = None;
-                let again = self.restore_local(&job, Some(xrefs.clone()));
+                let again = self.restore_local(&job, Some(xrefs.clone()), false);
                 Some((removed, again))
             }
             _ => None,

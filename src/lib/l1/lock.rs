@@ -116,6 +116,14 @@ impl JobLock {
             if err.raw_os_error() != Some(libc::EWOULDBLOCK) {
                 return Err(Error::io(&path, "flock", err));
             }
+            // Held shared: by restores, whatever name a dead push left in
+            // the file (helper-47: the busy message named it).
+            if held_shared(&file) {
+                return Err(Error::Busy {
+                    holder: "held by a restore reading this directory".into(),
+                    path,
+                });
+            }
             let mut holder = String::new();
             let _ = file.seek(SeekFrom::Start(0));
             let _ = file.read_to_string(&mut holder);
@@ -123,12 +131,10 @@ impl JobLock {
             tries += 1;
             if !holder.is_empty() || tries >= 40 {
                 return Err(Error::Busy {
-                    holder: if !holder.is_empty() {
-                        format!("held by {holder}")
-                    } else if held_shared(&file) {
-                        "held by a restore reading this directory".into()
-                    } else {
+                    holder: if holder.is_empty() {
                         "held by another process".into()
+                    } else {
+                        format!("held by {holder}")
                     },
                     path,
                 });
@@ -176,14 +182,24 @@ impl JobLock {
                 Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
                     return Ok(None);
                 }
+                Err(Error::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::PermissionDenied =>
+                {
+                    return Err(Error::io(
+                        &path,
+                        "open lock file, which a restore from L1 holds while it reads so that no push deletes what it reads (give read access to it, or restore with --l2-only)",
+                        source,
+                    ));
+                }
                 Err(e) => return Err(e),
             },
         };
         let mut on_wait = Some(on_wait);
+        let mut how = libc::LOCK_SH | libc::LOCK_NB;
         loop {
             // SAFETY: `flock` on a descriptor owned by `file`, which
             // outlives the call; no memory-safety preconditions.
-            let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) };
+            let rc = unsafe { libc::flock(file.as_raw_fd(), how) };
             if rc == 0 {
                 return Ok(Some(SharedLock { _file: file }));
             }
@@ -204,8 +220,12 @@ impl JobLock {
                     holder
                 });
             }
-            // Polled, not blocking: a signal (Ctrl-C) ends the wait.
-            std::thread::sleep(std::time::Duration::from_millis(20));
+            // Then a blocking wait: the kernel hands the lock over when the
+            // push lets go, where polling lost every time to a job whose
+            // background flush takes it again at once (helper-47: a
+            // restore waited for the job's whole life). The CLI's signal
+            // thread still ends the process on Ctrl-C.
+            how = libc::LOCK_SH;
         }
     }
 }
@@ -428,6 +448,28 @@ mod tests {
             libc::waitpid(child, std::ptr::null_mut(), 0);
         }
         assert!(taken.is_ok(), "the forked child keeps the lock: {taken:?}");
+    }
+
+    /// Held shared by a restore, the lock is busy for a push, which is
+    /// told so, not the name a dead push left in the file (helper-47).
+    #[test]
+    fn a_push_is_told_a_restore_holds_the_lock() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(
+            d.path().join(LOCK_NAME),
+            "pid 999999999 on x since y (push-l2)\n",
+        )
+        .unwrap();
+        let reading = JobLock::shared(d.path(), |_| panic!("nothing holds it"))
+            .unwrap()
+            .unwrap();
+        let again = JobLock::shared(d.path(), |_| panic!("shared with restores")).unwrap();
+        match JobLock::acquire(d.path(), "push-l2") {
+            Err(Error::Busy { holder, .. }) => assert!(holder.contains("a restore"), "{holder}"),
+            other => panic!("{other:?}"),
+        }
+        drop((reading, again));
+        JobLock::acquire(d.path(), "push-l2").unwrap();
     }
 
     #[test]

@@ -116,6 +116,10 @@ pub struct RestoreOptions {
     /// anything is written (the seq is inside a generation that coalesced
     /// it, or its checkpoint is gone).
     pub seq: Option<u64>,
+    /// The caller holds L1's job lock already (a collective restart, under
+    /// its writer lock): the restore takes no shared hold of its own, which
+    /// would wait for the caller forever (helper-47).
+    pub l1_locked: bool,
     /// Decoded Pointer File bytes a restore may hold (`None`:
     /// [`POINTER_FILE_BUDGET`]). Past it, it gives each Pointer File chunk
     /// back after its last page, at the price of decoding it twice
@@ -215,7 +219,11 @@ pub fn restore_l2(l2: &dyn Store, opts: &RestoreOptions, out: &Path) -> Result<R
 /// Waits while a push holds L1's job lock, and keeps pushes out until the
 /// image is written ([`JobLock::shared`](crate::l1::lock::JobLock::shared)).
 pub fn restore_l1_l2(job: &Job, opts: &RestoreOptions, out: &Path) -> Result<RestoreReport> {
-    let _reading = crate::l1::lock::JobLock::shared(&job.l1, |_| {})?;
+    let _reading = if opts.l1_locked {
+        None
+    } else {
+        crate::l1::lock::JobLock::shared(&job.l1, |_| {})?
+    };
     // L1's copy of the chain is a shortcut: when its directory cannot be
     // listed (a file under its name, no permission), every generation is
     // read from L2, as for a copy that is not there (for the newest state,

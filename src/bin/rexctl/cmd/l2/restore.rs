@@ -184,6 +184,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         job_committed: None,
         seq: a.seq,
         pointer_file_budget: None,
+        l1_locked: false,
     };
     if a.collective {
         return collective(&a, &s, &opts);
