@@ -103,7 +103,7 @@ impl JobLock {
         // just before releasing it; in those instants the name is empty.
         // Rather than report an anonymous holder, look again (and try the
         // lock again) for up to 200 ms.
-        let mut tries = 0;
+        let (mut tries, mut shared_seen) = (0, 0);
         loop {
             // SAFETY: `flock` is called on a file descriptor owned by
             // `file`, which outlives the call; it has no memory-safety
@@ -117,12 +117,20 @@ impl JobLock {
                 return Err(Error::io(&path, "flock", err));
             }
             // Held shared: by restores, whatever name a dead push left in
-            // the file (helper-47: the busy message named it).
-            if held_shared(&file) {
-                return Err(Error::Busy {
-                    holder: "held by a restore reading this directory".into(),
-                    path,
-                });
+            // the file (helper-47: the busy message named it). Only the job
+            // lock: the producer lock's shared holds are a probe's instant
+            // (`producer_holder`), after which it is taken. Seen three
+            // times, 5 ms apart, so that a lock just let go of is taken.
+            if name == LOCK_NAME && held_shared(&file) {
+                shared_seen += 1;
+                if shared_seen >= 3 {
+                    return Err(Error::Busy {
+                        holder: "held by a restore reading this directory".into(),
+                        path,
+                    });
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+                continue;
             }
             let mut holder = String::new();
             let _ = file.seek(SeekFrom::Start(0));
