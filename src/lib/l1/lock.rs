@@ -380,17 +380,21 @@ impl JobLock {
     }
 }
 
+/// Takes the descriptor `fd` off [`HELD_FDS`].
+fn forget_held(fd: i32) {
+    for slot in &HELD_FDS {
+        let _ = slot.compare_exchange(
+            fd,
+            -1,
+            std::sync::atomic::Ordering::Relaxed,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+}
+
 impl Drop for JobLock {
     fn drop(&mut self) {
-        let fd = self.file.as_raw_fd();
-        for slot in &HELD_FDS {
-            let _ = slot.compare_exchange(
-                fd,
-                -1,
-                std::sync::atomic::Ordering::Relaxed,
-                std::sync::atomic::Ordering::Relaxed,
-            );
-        }
+        forget_held(self.file.as_raw_fd());
         let _ = self.file.set_len(0);
         // SAFETY: as in `acquire`; unlocking a descriptor we own.
         unsafe { libc::flock(self.file.as_raw_fd(), libc::LOCK_UN) };
@@ -441,14 +445,7 @@ mod tests {
         // SAFETY: the leaked lock's descriptor, closed once; nothing uses it
         // again.
         unsafe { libc::close(fd) };
-        for slot in &HELD_FDS {
-            let _ = slot.compare_exchange(
-                fd,
-                -1,
-                std::sync::atomic::Ordering::Relaxed,
-                std::sync::atomic::Ordering::Relaxed,
-            );
-        }
+        forget_held(fd);
         let taken = JobLock::acquire(d.path(), "restart");
         // SAFETY: our own child; reaped here.
         unsafe {

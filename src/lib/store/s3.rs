@@ -492,16 +492,12 @@ impl S3Store {
         match self.s3.head(m).await {
             Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(self.remote(m, "head", &e)),
-            Ok(_) => Err(Error::Remote {
-                endpoint: self.endpoint.clone(),
-                bucket: self.bucket.clone(),
-                key: key.to_string(),
-                op: "put",
-                kind: RemoteKind::Conflict,
-                reason: format!(
+            Ok(_) => Err(self.put_conflict(
+                key,
+                format!(
                     "{m} appeared while this push wrote the same generation: another copy of the job (another node) committed it; its files are not replaced"
                 ),
-            }),
+            )),
         }
     }
 
@@ -1531,18 +1527,26 @@ impl S3Store {
         if existing == bytes {
             return Ok(());
         }
-        Err(Error::Remote {
+        Err(self.put_conflict(
+            key,
+            format!(
+                "{name} exists with other content ({} bytes, {} to write): L2 objects are never overwritten",
+                existing.len(),
+                bytes.len()
+            ),
+        ))
+    }
+
+    /// A put of `key` refused: it would replace an object it must not.
+    fn put_conflict(&self, key: &Key, reason: String) -> Error {
+        Error::Remote {
             endpoint: self.endpoint.clone(),
             bucket: self.bucket.clone(),
             key: key.to_string(),
             op: "put",
             kind: RemoteKind::Conflict,
-            reason: format!(
-                "{name} exists with other content ({} bytes, {} to write): L2 objects are never overwritten",
-                existing.len(),
-                bytes.len()
-            ),
-        })
+            reason,
+        }
     }
 }
 
