@@ -899,6 +899,33 @@ fn a_refused_value_names_the_flag_variable_or_file_that_set_it() {
         .unwrap();
     let e = assert_clean_failure(&o, 2, &["'x'", "--threads"]);
     assert!(!e.contains("REX_THREADS"), "the flag was typed: {e}");
+    // An empty location is refused by every command alike: `status` showed
+    // an L2 "not made yet", `flush -n` would push, `push-l2` refused it.
+    let toml = j.dir.path().join("empty.toml");
+    std::fs::write(&toml, "l2 = \"\"\n").unwrap();
+    for cmd in [
+        &["status"][..],
+        &["flush", "-n"],
+        &["push-l2"],
+        &["verify"],
+        &["gc", "-n"],
+    ] {
+        let o = j
+            .cmd(&["-c", s(&toml)])
+            .args(cmd)
+            .env_remove("REX_L2")
+            .output()
+            .unwrap();
+        assert_clean_failure(&o, 5, &["l2 is empty", "empty.toml"]);
+    }
+    // Also where L1 is optional (a restore from L2 alone without one).
+    std::fs::write(&toml, "l1 = \"\"\n").unwrap();
+    let o = j
+        .cmd(&["-c", s(&toml), "restore", "-o", "x.rexic"])
+        .env_remove("REX_L1")
+        .output()
+        .unwrap();
+    assert_clean_failure(&o, 5, &["l1 is empty", "empty.toml"]);
 }
 
 /// The temporary files of rexctl's under `dir` (a walk that tolerates
@@ -1284,4 +1311,92 @@ fn gen_with_a_truth_it_cannot_write_writes_nothing() {
         .unwrap();
     assert_clean_failure(&out, 5, &["--truth", "missing"]);
     assert_eq!(names_in(d.path()), Vec::<String>::new());
+    // An image past the machine's memory: it grew until the kernel killed
+    // the generator (4 GB in 5 s).
+    let out = clean(rexctl())
+        .current_dir(d.path())
+        .args(["gen", "l1", "--pages", "18446744073709551615"])
+        .output()
+        .unwrap();
+    assert_clean_failure(&out, 5, &["18446744073709551615 pages", "in memory"]);
+    assert_eq!(names_in(d.path()), Vec::<String>::new());
+}
+
+/// A file name is any bytes on Linux: `--json` writes a path that is not
+/// UTF-8 lossily (U+FFFD) instead of failing after the work is done (`gen`
+/// had written its checkpoints, then printed "path contains invalid UTF-8
+/// characters" and exited 1).
+#[test]
+fn json_reports_write_paths_that_are_not_utf8() {
+    use std::ffi::{OsStr, OsString};
+    use std::os::unix::ffi::OsStrExt;
+    let d = tempfile::tempdir().unwrap();
+    let top = d.path().join(OsStr::from_bytes(b"d\xff"));
+    std::fs::create_dir(&top).unwrap();
+    let (l1, l2) = (top.join("l1"), top.join("l2"));
+    std::fs::create_dir(&l2).unwrap();
+    let os = |a: &[&dyn AsRef<OsStr>]| -> Vec<OsString> {
+        a.iter().map(|x| x.as_ref().to_os_string()).collect()
+    };
+    let ic0 = l1.join("ckpt-00000000.rexic");
+    let mut cmds = vec![
+        os(&[&"gen", &"--json", &l1, &"--pages", &"32", &"--count", &"3"]),
+        os(&[&"inspect", &"--json", &ic0]),
+        os(&[&"coalesce", &"--json", &l1, &"-o", &top.join("c.rexic")]),
+        os(&[&"analyze", &"--json", &l1, &"--no-pipeline"]),
+        os(&[&"status", &"--json", &"--l1", &l1, &"--l2", &l2]),
+        os(&[&"flush", &"--json", &"-n", &"--l1", &l1, &"--l2", &l2]),
+        os(&[&"push-l2", &"--json", &"--l1", &l1, &"--l2", &l2]),
+        os(&[
+            &"restore",
+            &"--json",
+            &"--l2",
+            &l2,
+            &"-o",
+            &top.join("o.rexic"),
+        ]),
+        os(&[&"verify", &"--json", &"--l2", &l2]),
+        os(&[&"gc", &"--json", &"-n", &"--l2", &l2]),
+        os(&[
+            &"capture",
+            &"--json",
+            &"--l1",
+            &top.join("cap"),
+            &"--interval",
+            &"0.2",
+            &"--count",
+            &"1",
+            &"--",
+            &"sleep",
+            &"3",
+        ]),
+    ];
+    if cfg!(feature = "counterparts") {
+        cmds.insert(
+            4,
+            os(&[
+                &"compare", &"--json", &l1, &"--only", &"rex,ic", &"--runs", &"1",
+            ]),
+        );
+    }
+    let mut lossy = 0;
+    for args in cmds {
+        let out = clean(rexctl())
+            .current_dir(d.path())
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}): {}", stdout(&out)));
+        if v.to_string().contains("d\u{fffd}") {
+            lossy += 1;
+        }
+    }
+    // gen, inspect, coalesce, analyze, capture (and compare) name a path.
+    assert!(lossy >= 5, "{lossy} reports named the directory");
 }

@@ -49,9 +49,11 @@ use crate::store::settings::{MIN_S3_PART_SIZE, S3Settings, Secret, StoreSettings
 pub struct ConfigLayer {
     /// The job's L1 directory.
     #[arg(long, env = "REX_L1", value_name = "DIR")]
+    #[serde(serialize_with = "crate::format::json_path::opt_path")]
     pub l1: Option<PathBuf>,
     /// The L2 location: a directory, file:///DIR or s3://BUCKET/PREFIX.
     #[arg(long, env = "REX_L2", value_name = "URL")]
+    #[serde(serialize_with = "crate::format::json_path::opt_path")]
     pub l2: Option<PathBuf>,
     /// The job's name, the first level of its prefix in a bucket (default:
     /// the scheduler's job id: SLURM_JOB_ID, PBS_JOBID, LSB_JOBID,
@@ -204,6 +206,7 @@ pub struct ConfigLayer {
         value_name = "DIR",
         hide_short_help = true
     )]
+    #[serde(serialize_with = "crate::format::json_path::opt_path")]
     pub cache_dir: Option<PathBuf>,
     /// S3 endpoint URL (default: AWS's, from the region; also
     /// AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL).
@@ -464,8 +467,10 @@ impl ConfigLayer {
 #[derive(Clone, Debug, Serialize)]
 pub struct Config {
     /// The job's L1 directory.
+    #[serde(serialize_with = "crate::format::json_path::path")]
     pub l1: PathBuf,
     /// The L2 location as given (a directory or a URL; see [`crate::store::open_l2`]).
+    #[serde(serialize_with = "crate::format::json_path::path")]
     pub l2: PathBuf,
     /// Pattern size for new chains.
     pub pattern_size: u32,
@@ -504,6 +509,7 @@ pub struct Config {
     /// librex: the dirty-page tracker.
     pub tracker: TrackerChoice,
     /// The files that were read, highest precedence first.
+    #[serde(serialize_with = "crate::format::json_path::paths")]
     pub sources: Vec<PathBuf>,
 }
 
@@ -876,16 +882,33 @@ impl Origins {
     }
 }
 
+/// The job's L1 directory (`key` "l1") or L2 location ("l2") as set,
+/// refused when missing or empty. An empty one is a mistake, not the
+/// current directory: `status` showed an L2 "not made yet" and `flush -n`
+/// a push that `push-l2` then refused (helper-46).
+pub fn required_path(key: &str, v: Option<PathBuf>) -> Result<PathBuf> {
+    let (what, flag) = match key {
+        "l1" => ("L1 directory", "l1"),
+        _ => ("L2 location", "l2"),
+    };
+    match v {
+        None => Err(Error::Invalid(format!(
+            "no {what}: give --{flag}, REX_{} or `{flag}` in rex.toml",
+            flag.to_uppercase()
+        ))),
+        Some(p) if p.as_os_str().is_empty() => {
+            Err(Error::Invalid(format!("{key} is empty: name the {what}")))
+        }
+        Some(p) => Ok(p),
+    }
+}
+
 impl Config {
     /// Applies defaults and checks values.
     pub fn resolve(l: ConfigLayer, sources: Vec<PathBuf>) -> Result<Config> {
         let store = StoreSettings::resolve(&l, |k| std::env::var(k).ok())?;
-        let l1 = l.l1.ok_or_else(|| {
-            Error::Invalid("no L1 directory: give --l1, REX_L1 or `l1` in rex.toml".into())
-        })?;
-        let l2 = l.l2.ok_or_else(|| {
-            Error::Invalid("no L2 location: give --l2, REX_L2 or `l2` in rex.toml".into())
-        })?;
+        let l1 = required_path("l1", l.l1)?;
+        let l2 = required_path("l2", l.l2)?;
         let pattern_size = l.pattern_size.unwrap_or(32);
         if !pattern_size.is_power_of_two() || !(16..=1 << 20).contains(&pattern_size) {
             return Err(Error::Invalid(format!(

@@ -194,6 +194,7 @@ pub struct Predicted {
 #[derive(Clone, Debug, Serialize)]
 pub struct Analysis {
     /// The L1 directory.
+    #[serde(serialize_with = "crate::format::json_path::path")]
     pub l1: PathBuf,
     /// Page size.
     pub page_size: u32,

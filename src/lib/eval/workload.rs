@@ -158,6 +158,19 @@ pub fn profiles() -> Vec<Profile> {
     ]
 }
 
+/// This machine's physical memory in bytes, when the system says.
+fn physical_memory() -> Option<u64> {
+    // SAFETY: sysconf reads a system constant; it takes no pointer and
+    // touches no memory of ours.
+    let (pages, size) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    (pages > 0 && size > 0).then(|| (pages as u64).saturating_mul(size as u64))
+}
+
 /// Looks a profile up by name.
 pub fn profile(name: &str) -> Result<Profile> {
     profiles()
@@ -221,6 +234,20 @@ impl Workload {
         }
         if profile.pages == 0 {
             return Err(Error::Invalid("a workload needs at least one page".into()));
+        }
+        // The generator holds the image (and the churn grows it): a count
+        // past the machine's memory only ran until the kernel killed it.
+        let bytes = profile.pages.saturating_mul(u64::from(ps));
+        if let Some(ram) = physical_memory()
+            && bytes > ram
+        {
+            return Err(Error::Invalid(format!(
+                "{} pages of {ps} bytes ({:.1} GiB): the generator holds the image in memory, \
+                 and this machine has {:.1} GiB",
+                profile.pages,
+                bytes as f64 / (1u64 << 30) as f64,
+                ram as f64 / (1u64 << 30) as f64
+            )));
         }
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let dict = (0..256)
@@ -532,12 +559,14 @@ pub struct GenSummary {
     /// Seed.
     pub seed: u64,
     /// Files written, in seq order.
+    #[serde(serialize_with = "crate::format::json_path::paths")]
     pub files: Vec<PathBuf>,
     /// Bytes written in IC files.
     pub bytes: u64,
     /// Live pages at the end.
     pub final_pages: u64,
     /// Path of the final-image FULL file, when asked for.
+    #[serde(serialize_with = "crate::format::json_path::opt_path")]
     pub truth: Option<PathBuf>,
 }
 
@@ -552,10 +581,12 @@ pub fn generate(
     truth: Option<&Path>,
     mut on_file: impl FnMut(&Path),
 ) -> Result<GenSummary> {
-    std::fs::create_dir_all(outdir).ctx(outdir, "create directory")?;
     let name = profile.name.to_string();
     let n = profile.checkpoints;
+    // The profile is checked before the directory is made: a refused one
+    // leaves nothing behind.
     let mut w = Workload::new(profile, seed)?;
+    std::fs::create_dir_all(outdir).ctx(outdir, "create directory")?;
     let mut files = Vec::new();
     let mut bytes = 0;
     for _ in 0..=n {
@@ -613,11 +644,11 @@ pub fn generate_ranks(
     let mut out = Vec::new();
     for r in 0..ranks {
         let dir = outdir.join(r.to_string());
-        std::fs::create_dir_all(&dir).ctx(&dir, "create directory")?;
         let mut parts = [
             part(shared_pages, seed)?,
             part(total - shared_pages, seed + 1 + u64::from(r))?,
         ];
+        std::fs::create_dir_all(&dir).ctx(&dir, "create directory")?;
         let chain_id = ChainId::from_seed(seed ^ (u64::from(r) << 32) ^ 0x5eed);
         let instance = InstanceId::from_seed(seed ^ (u64::from(r) << 32) ^ 0x5eed);
         let mut files = Vec::new();

@@ -9,10 +9,12 @@
 //! * [`manifest`]: the generation manifest (§3.4).
 //! * [`xref`], [`job_manifest`]: the cross-rank references and job
 //!   manifests of MPI jobs (§3.9).
+//! * [`json_path`]: how paths are written in `--json` reports.
 
 pub mod chunked;
 pub mod ic;
 pub mod job_manifest;
+pub mod json_path;
 pub mod manifest;
 pub mod pointer_coding;
 pub mod ptable;

@@ -22,6 +22,7 @@ pub struct StoreSettings {
     pub rank: String,
     /// Base directory of the per-run cache of a remote store (default: the
     /// system's temporary directory).
+    #[serde(serialize_with = "crate::format::json_path::opt_path")]
     pub cache_dir: Option<PathBuf>,
     /// The S3 settings.
     pub s3: S3Settings,

@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use rexctl::control::config::{Config, ConfigLayer, Origins};
+use rexctl::control::config::{Config, ConfigLayer, Origins, required_path};
 use rexctl::store::Store;
 use rexctl::store::settings::StoreSettings;
 
@@ -39,6 +39,13 @@ impl Settings {
         let loaded = ConfigLayer::load_over(flags.clone(), file.as_deref(), &|k| {
             env.iter().any(|e| e == k)
         })?;
+        // An empty L1 or L2 is refused wherever it is read, also by the
+        // commands for which either is optional (restore, verify, gc).
+        for (key, v) in [("l1", &loaded.layer.l1), ("l2", &loaded.layer.l2)] {
+            if let Some(p) = v {
+                required_path(key, Some(p.clone())).map_err(|e| loaded.origins.annotate(e))?;
+            }
+        }
         Ok(Settings {
             layer: loaded.layer,
             sources: loaded.sources,
@@ -48,16 +55,12 @@ impl Settings {
 
     /// The L1 directory, which this command needs.
     pub fn l1(&self) -> rexctl::Result<PathBuf> {
-        self.layer.l1.clone().ok_or_else(|| {
-            rexctl::Error::Invalid("no L1 directory: give --l1, REX_L1 or `l1` in rex.toml".into())
-        })
+        required_path("l1", self.layer.l1.clone()).map_err(|e| self.origins.annotate(e))
     }
 
     /// The L2 location, which this command needs.
     pub fn l2(&self) -> rexctl::Result<PathBuf> {
-        self.layer.l2.clone().ok_or_else(|| {
-            rexctl::Error::Invalid("no L2 location: give --l2, REX_L2 or `l2` in rex.toml".into())
-        })
+        required_path("l2", self.layer.l2.clone()).map_err(|e| self.origins.annotate(e))
     }
 
     /// How to reach the L2 store.

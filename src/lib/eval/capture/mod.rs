@@ -144,6 +144,7 @@ pub struct CheckpointReport {
     /// Whether it is a FULL checkpoint (the start of a chain).
     pub full: bool,
     /// The IC file written.
+    #[serde(serialize_with = "crate::format::json_path::path")]
     pub path: PathBuf,
     /// Capture time (the stop), Unix nanoseconds.
     pub time_ns: u64,
@@ -182,6 +183,7 @@ pub struct CheckpointReport {
     /// `process_vm_readv` or `/proc/PID/mem`.
     pub reader: &'static str,
     /// The FULL copy written at the same stop, if one was asked for.
+    #[serde(serialize_with = "crate::format::json_path::opt_path")]
     pub full_copy: Option<PathBuf>,
 }
 
@@ -862,6 +864,7 @@ pub struct RunReport {
     /// The process.
     pub process: ProcessIdentity,
     /// The L1 directory.
+    #[serde(serialize_with = "crate::format::json_path::path")]
     pub l1: PathBuf,
     /// Page size.
     pub page_size: u32,

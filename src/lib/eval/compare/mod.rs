@@ -839,6 +839,7 @@ pub struct Report {
     /// A label (the workload profile's name for the benchmark suite).
     pub label: String,
     /// The L1 directory.
+    #[serde(serialize_with = "crate::format::json_path::path")]
     pub l1dir: PathBuf,
     /// L1 files in the sequence.
     pub files: usize,

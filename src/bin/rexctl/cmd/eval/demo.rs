@@ -62,6 +62,7 @@ struct Report {
     ok: bool,
     /// The work directory, when kept.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(serialize_with = "rexctl::format::json_path::opt_path")]
     kept: Option<PathBuf>,
 }
 

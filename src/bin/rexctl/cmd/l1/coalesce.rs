@@ -51,6 +51,7 @@ struct Output<'a> {
     page_size: u32,
     stats: rexctl::l1::coalesce::CoalesceStats,
     skipped_share: f64,
+    #[serde(serialize_with = "rexctl::format::json_path::opt_path")]
     out: Option<&'a PathBuf>,
     clist: Vec<Entry>,
     drops: &'a [rexctl::format::ic::DropRange],
@@ -60,6 +61,7 @@ struct Output<'a> {
 struct FileRef {
     chk: usize,
     seq: u64,
+    #[serde(serialize_with = "rexctl::format::json_path::path")]
     path: PathBuf,
 }
 

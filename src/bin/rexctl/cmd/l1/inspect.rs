@@ -27,6 +27,7 @@ pub struct Args {
 
 #[derive(Serialize)]
 struct Report {
+    #[serde(serialize_with = "rexctl::format::json_path::path")]
     path: PathBuf,
     ok: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
