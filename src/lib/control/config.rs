@@ -119,6 +119,16 @@ pub struct ConfigLayer {
         hide_short_help = true
     )]
     pub max_chain_length: Option<u64>,
+    /// A complete coalescence is taken when the chain's generations predict
+    /// it at most this share larger, in L2 bytes, than the ΔRPS of the
+    /// same batch (0..=1, default 0.05).
+    #[arg(
+        long,
+        env = "REX_FULL_BYTES_MARGIN",
+        value_name = "SHARE",
+        hide_short_help = true
+    )]
+    pub full_bytes_margin: Option<f64>,
     /// MPI jobs: the most page hashes the ranks agree on per collective
     /// push (the table `T` of shared pages; a power of two in 1024..=2^20,
     /// default 65536).
@@ -342,6 +352,7 @@ impl ConfigLayer {
             keep_chains_l2: self.keep_chains_l2.or(lower.keep_chains_l2),
             keep_chains_l1: self.keep_chains_l1.or(lower.keep_chains_l1),
             max_chain_length: self.max_chain_length.or(lower.max_chain_length),
+            full_bytes_margin: self.full_bytes_margin.or(lower.full_bytes_margin),
             collective_table: self.collective_table.or(lower.collective_table),
             replicas: self.replicas.or(lower.replicas),
             hash: self.hash.or(lower.hash),
@@ -488,6 +499,8 @@ pub struct Config {
     pub keep_chains_l1: usize,
     /// Maximum chain length (generations).
     pub max_chain_length: u64,
+    /// The bytes rule's margin ([`crate::control::flush`]).
+    pub full_bytes_margin: f64,
     /// MPI jobs: the size of the table of shared page hashes.
     pub collective_table: usize,
     /// MPI jobs: copies of each L1 checkpoint (the rank's own included).
@@ -724,6 +737,8 @@ pub fn default_files(env: impl Fn(&str) -> Option<std::ffi::OsString>) -> Vec<Pa
 pub const DEFAULT_MTBF_S: f64 = 10_000.0;
 /// Default maximum chain length.
 pub const DEFAULT_MAX_CHAIN_LENGTH: u64 = 64;
+/// Default margin of the bytes rule ([`crate::control::flush`]).
+pub const DEFAULT_FULL_BYTES_MARGIN: f64 = 0.05;
 
 impl Config {
     /// Resolves `flags` over the environment and the configuration files.
@@ -934,6 +949,12 @@ impl Config {
         if max_chain_length == 0 {
             return Err(Error::Invalid("max_chain_length must be at least 1".into()));
         }
+        let full_bytes_margin = l.full_bytes_margin.unwrap_or(DEFAULT_FULL_BYTES_MARGIN);
+        if !(0.0..=1.0).contains(&full_bytes_margin) {
+            return Err(Error::Invalid(format!(
+                "full_bytes_margin {full_bytes_margin} is not in 0..=1"
+            )));
+        }
         let collective_table = l.collective_table.unwrap_or(1 << 16);
         if !collective_table.is_power_of_two() || !(1 << 10..=1 << 20).contains(&collective_table) {
             return Err(Error::Invalid(format!(
@@ -986,6 +1007,7 @@ impl Config {
             keep_chains_l2: at_least_one("keep_chains_l2", l.keep_chains_l2.unwrap_or(2))?,
             keep_chains_l1: at_least_one("keep_chains_l1", l.keep_chains_l1.unwrap_or(1))?,
             max_chain_length,
+            full_bytes_margin,
             collective_table,
             replicas,
             hash: l.hash.unwrap_or_default(),

@@ -660,52 +660,59 @@ pub fn generation_of(name: &str) -> Option<u64> {
     (object_name(g, ext) == name).then_some(g)
 }
 
+/// A manifest with every field set (generation 4, a Δ of 5 live pages),
+/// for unit tests here and elsewhere.
+#[cfg(test)]
+pub(crate) fn test_manifest() -> Manifest {
+    let files = [Role::Rps, Role::Pf, Role::Ptable]
+        .into_iter()
+        .map(|role| FileEntry {
+            role,
+            name: object_name(4, role.ext()),
+            bytes: 100,
+            crc32: 7,
+            xxh3: (role == Role::Ptable).then_some(0xdead_beef),
+        })
+        .collect();
+    Manifest {
+        format: FORMAT,
+        generation: 4,
+        parent: Some(3),
+        chain_base: 1,
+        kind: GenKind::Delta,
+        page_size: 4096,
+        pattern_size: 32,
+        first_seq: 10,
+        last_seq: 12,
+        time_ns: 1,
+        pattern_base: 1000,
+        patterns: 10,
+        live_pages: 5,
+        dirty_pages: 2,
+        dropped_pages: 0,
+        files,
+        bytes_in: 1,
+        bytes_out: 1,
+        compression_ratio: 1.0,
+        timings: Timings::default(),
+        created_ns: 1,
+        writer: "test".into(),
+        chain_id: None,
+        job: None,
+        rank: None,
+        regions: None,
+        job_generation: None,
+        instances: Vec::new(),
+        seq_times: Vec::new(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn manifest() -> Manifest {
-        let files = [Role::Rps, Role::Pf, Role::Ptable]
-            .into_iter()
-            .map(|role| FileEntry {
-                role,
-                name: object_name(4, role.ext()),
-                bytes: 100,
-                crc32: 7,
-                xxh3: (role == Role::Ptable).then_some(0xdead_beef),
-            })
-            .collect();
-        Manifest {
-            format: FORMAT,
-            generation: 4,
-            parent: Some(3),
-            chain_base: 1,
-            kind: GenKind::Delta,
-            page_size: 4096,
-            pattern_size: 32,
-            first_seq: 10,
-            last_seq: 12,
-            time_ns: 1,
-            pattern_base: 1000,
-            patterns: 10,
-            live_pages: 5,
-            dirty_pages: 2,
-            dropped_pages: 0,
-            files,
-            bytes_in: 1,
-            bytes_out: 1,
-            compression_ratio: 1.0,
-            timings: Timings::default(),
-            created_ns: 1,
-            writer: "test".into(),
-            chain_id: None,
-            job: None,
-            rank: None,
-            regions: None,
-            job_generation: None,
-            instances: Vec::new(),
-            seq_times: Vec::new(),
-        }
+        test_manifest()
     }
 
     fn decode(m: &Manifest) -> Result<Manifest> {

@@ -18,7 +18,7 @@ use crate::ui;
 /// due (at least [chi] pending L1 checkpoints, chi interpolated from the
 /// interval table at the job's IC and CR; or the oldest pending checkpoint
 /// too old, or too many pending bytes) and whether it must be a complete
-/// coalescence (cost rule, pointer space, chain length). Logs one line per
+/// coalescence (pointer space, chain length, bytes rule, cost rule). Logs one line per
 /// run for cron and journald: RFC 3339 time, job, rank, decision (push,
 /// wait, would-push, nothing-to-push), bytes uploaded, seconds, pending
 /// checkpoints and the reason, as key=value pairs; -v adds the controller's
@@ -122,6 +122,14 @@ pub fn inputs(d: &Decision) -> String {
         s.push_str(&format!(
             "; n {}, threshold {:.1} (Psi {:.3}s, C {:.3}s, delta {:.3}s, T {:.0}s, M {:.0}s, p {:.5})",
             d.n, r.threshold, r.psi, r.c, r.delta, r.t, r.m, r.p
+        ));
+    }
+    if let Some(b) = &d.bytes_rule {
+        s.push_str(&format!(
+            "; predicted L2 bytes: full RPS {}, ΔRPS {} (margin {:.0} %)",
+            crate::ui::bytes(b.full_bytes as u64),
+            crate::ui::bytes(b.delta_bytes as u64),
+            b.margin * 100.0
         ));
     }
     s
