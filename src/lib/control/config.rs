@@ -121,7 +121,7 @@ pub struct ConfigLayer {
     pub max_chain_length: Option<u64>,
     /// A complete coalescence is taken when the chain's generations predict
     /// it at most this share larger, in L2 bytes, than the ΔRPS of the
-    /// same batch (0..=1, default 0.05).
+    /// same batch (0..=1, default 0: about the same bytes).
     #[arg(
         long,
         env = "REX_FULL_BYTES_MARGIN",
@@ -738,7 +738,7 @@ pub const DEFAULT_MTBF_S: f64 = 10_000.0;
 /// Default maximum chain length.
 pub const DEFAULT_MAX_CHAIN_LENGTH: u64 = 64;
 /// Default margin of the bytes rule ([`crate::control::flush`]).
-pub const DEFAULT_FULL_BYTES_MARGIN: f64 = 0.05;
+pub const DEFAULT_FULL_BYTES_MARGIN: f64 = 0.0;
 
 impl Config {
     /// Resolves `flags` over the environment and the configuration files.
@@ -1259,6 +1259,7 @@ mod tests {
             ("mtbf = 0.0", "mtbf"),
             ("max_age = -2.0", "max_age"),
             ("read_rate = 0.0", "read_rate"),
+            ("full_bytes_margin = 2.0", "full_bytes_margin"),
             ("max_chain_length = 0", "max_chain_length"),
             ("collective_table = 3", "collective_table"),
             ("replicas = 17", "replicas"),

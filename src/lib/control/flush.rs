@@ -25,7 +25,7 @@
 //!
 //! Beyond the paper, a **bytes rule**: a complete coalescence is also taken
 //! when the chain's own generations predict it at most `full_bytes_margin`
-//! (default 5 %) larger than the ΔRPS of the same batch. The full RPS is
+//! (default 0) larger than the ΔRPS of the same batch. The full RPS is
 //! predicted from the full generations' L2 bytes per live page times the
 //! newest footprint, the ΔRPS from the Δ generations' bytes per dirty page
 //! times the pages the pending checkpoints carry (their union: the C-List's
@@ -268,10 +268,10 @@ pub fn decide(job: &Job, cfg: &Config, now_ns: u64) -> Result<Decision> {
         // Before the cost rule: bytes are what the files say, where the
         // cost rule weighs push times a loaded machine moves.
         d.full_reason = Some(format!(
-            "bytes rule: a full RPS ({:.0} bytes predicted) costs at most {:.0} % more than the ΔRPS ({:.0})",
+            "bytes rule: a full RPS predicted at {:.0} bytes, the ΔRPS at {:.0} (margin {:.0} %)",
             b.full_bytes,
-            b.margin * 100.0,
-            b.delta_bytes
+            b.delta_bytes,
+            b.margin * 100.0
         ));
     } else if rule.due(n) {
         d.full_reason = Some(format!(
