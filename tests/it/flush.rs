@@ -630,3 +630,35 @@ fn the_bytes_rule_takes_a_full_rps_where_every_page_changes() {
         }
     }
 }
+
+/// `max_chain_length` bounds the chains `push-l2` makes too, not only the
+/// controller's (helper-48: `push-l2 --max-chain-length 2` grew a chain of
+/// six generations).
+#[test]
+fn push_l2_keeps_to_the_maximum_chain_length() {
+    let d = tempfile::tempdir().unwrap();
+    let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
+    std::fs::create_dir_all(&l1).unwrap();
+    let mut p = profile("balanced").unwrap();
+    p.pages = 64;
+    let mut w = Workload::new(p, 3).unwrap();
+    let mut kinds = Vec::new();
+    for _ in 0..5 {
+        let c = w.step();
+        w.write(&c, &l1, 1_000_000_000 * c.seq).unwrap();
+        let out = ok(&[
+            "push-l2",
+            "--l1",
+            s(&l1),
+            "--l2",
+            s(&l2),
+            "--max-chain-length",
+            "2",
+            "--json",
+        ]);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        kinds.push(v["manifest"]["kind"].as_str().unwrap().to_string());
+    }
+    assert_eq!(kinds, ["full", "delta", "full", "delta", "full"]);
+    ok(&["verify", "--l2", s(&l2)]);
+}

@@ -389,6 +389,7 @@ pub fn flush(job: &Job, cfg: &Config, dry_run: bool) -> Result<FlushReport> {
         hash: cfg.hash,
         format: cfg.write_format,
         dedup_memory: cfg.dedup_memory,
+        max_chain_length: cfg.max_chain_length,
     };
     if dry_run {
         let decision = decide(job, cfg, crate::format::ic::now_ns())?;

@@ -832,6 +832,7 @@ impl Rex {
             hash: self.cfg.hash,
             format: self.cfg.write_format,
             dedup_memory: self.cfg.dedup_memory,
+            max_chain_length: self.cfg.max_chain_length,
         };
         let copts = CollectiveOptions {
             table: self.cfg.collective_table,

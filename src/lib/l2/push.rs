@@ -90,6 +90,9 @@ pub struct PushOptions {
     pub format: WriteFormat,
     /// Most memory the DeD-Table may take, bytes (`dedup_memory`).
     pub dedup_memory: u64,
+    /// A complete coalescence is taken when the newest chain already holds
+    /// this many generations (`max_chain_length`).
+    pub max_chain_length: u64,
 }
 
 impl Default for PushOptions {
@@ -102,6 +105,7 @@ impl Default for PushOptions {
             hash: HashChoice::default(),
             format: WriteFormat::default(),
             dedup_memory: crate::l2::dedup::DEFAULT_DEDUP_MEMORY,
+            max_chain_length: crate::control::config::DEFAULT_MAX_CHAIN_LENGTH,
         }
     }
 }
@@ -470,6 +474,23 @@ fn prepare(
         full_reason = match (&rec.newest, &clist) {
             (None, Some(_)) => Some("first generation".into()),
             (_, Some(c)) if c.full => Some("the batch holds a FULL checkpoint".into()),
+            // As `flush` decides it, also for a push it did not decide
+            // (helper-48: `push-l2 --max-chain-length 2` grew a chain of 6).
+            (Some(m), Some(_)) => {
+                let length = |i: &ChainIndex| {
+                    i.manifests
+                        .values()
+                        .filter(|g| g.chain_base == m.chain_base)
+                        .count() as u64
+                };
+                let n = length(&rec.l2_index).max(length(&rec.l1_index));
+                (n >= opts.max_chain_length).then(|| {
+                    format!(
+                        "the chain has {n} generations, max_chain_length is {}",
+                        opts.max_chain_length
+                    )
+                })
+            }
             _ => None,
         };
     }

@@ -103,6 +103,7 @@ impl Counterpart for Rex {
             full: batch.force_full,
             format: cfg.write_format,
             dedup_memory: cfg.dedup_memory,
+            max_chain_length: cfg.max_chain_length,
             ..PushOptions::default()
         };
         let r = push_l2(job, &opts)?;

@@ -11,9 +11,11 @@ use crate::ui;
 /// Coalesce the pending L1 checkpoints, deduplicate them page by page, and
 /// publish a new L2 generation (it then replaces those checkpoints in L1).
 ///
-/// The first push, a batch holding a FULL checkpoint, or `--full` makes a
-/// complete coalescence (a fresh full RPS starting a new chain); otherwise
-/// the generation is a ΔRPS on top of the newest one. A push first recovers
+/// The first push, a batch holding a FULL checkpoint, a chain already
+/// `max_chain_length` generations long, or `--full` makes a complete
+/// coalescence (a fresh full RPS starting a new chain); otherwise the
+/// generation is a ΔRPS on top of the newest one (`flush` also applies the
+/// controller's rules). A push first recovers
 /// from any interrupted push. Exits 4 when another rexctl holds the job's
 /// lock.
 ///
@@ -85,6 +87,7 @@ fn push_options(a: &Args, cfg: &rexctl::control::config::Config) -> PushOptions 
         hash: cfg.hash,
         format: cfg.write_format,
         dedup_memory: cfg.dedup_memory,
+        max_chain_length: cfg.max_chain_length,
     }
 }
 

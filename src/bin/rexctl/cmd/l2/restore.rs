@@ -59,8 +59,10 @@ pub struct Args {
     #[arg(long)]
     raw: bool,
     /// Restore only these pages: inclusive ranges like `0x5000-0x50ff,42`
-    /// (the output then carries only them and is not FULL); a range
-    /// outside the image is an error.
+    /// (the output then carries only them and is not FULL); every range
+    /// must select at least one page of the image (one that falls in a
+    /// hole between its pages, or outside them, is an error, as a likely
+    /// typo).
     #[arg(long, value_name = "LIST", value_parser = pages_arg)]
     pages: Option<Pages>,
     /// Restore only region ID of a job that checkpoints itself through
