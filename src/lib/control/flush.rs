@@ -138,16 +138,36 @@ impl BytesRule {
 }
 
 /// The pages the pending checkpoints carry, each once (the C-List's size),
-/// from their headers: after the last FULL one among them, if any.
+/// from their headers: after the last FULL one among them, if any. A merge
+/// of their ascending page lists, holding one position per checkpoint: a
+/// librex job decides at every checkpoint, and a union built whole would
+/// take 8 bytes per carried page (150 MB for 9 checkpoints of 2 million).
 fn batch_pages(pending: &[crate::format::ic::IcMeta]) -> u64 {
     let from = pending.iter().rposition(|m| m.is_full()).unwrap_or(0);
-    let mut all: Vec<u64> = pending[from..]
+    let lists: Vec<&[u64]> = pending[from..].iter().map(|m| &m.pages[..]).collect();
+    union_len(&lists)
+}
+
+/// How many distinct values `lists` (each ascending) hold together.
+fn union_len(lists: &[&[u64]]) -> u64 {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    let mut heap: BinaryHeap<Reverse<(u64, usize, usize)>> = lists
         .iter()
-        .flat_map(|m| m.pages.iter().copied())
+        .enumerate()
+        .filter_map(|(i, l)| l.first().map(|&p| Reverse((p, i, 0))))
         .collect();
-    all.sort_unstable();
-    all.dedup();
-    all.len() as u64
+    let (mut n, mut last) = (0u64, None);
+    while let Some(Reverse((p, i, k))) = heap.pop() {
+        if last != Some(p) {
+            n += 1;
+            last = Some(p);
+        }
+        if let Some(&q) = lists[i].get(k + 1) {
+            heap.push(Reverse((q, i, k + 1)));
+        }
+    }
+    n
 }
 
 /// Computes the controller's decision for `job` now (`now_ns`, Unix
@@ -440,6 +460,32 @@ mod tests {
             bytes_out,
             ..crate::format::manifest::test_manifest()
         }
+    }
+
+    #[test]
+    fn the_union_of_the_pending_pages_counts_each_page_once() {
+        assert_eq!(union_len(&[]), 0);
+        assert_eq!(union_len(&[&[], &[]]), 0);
+        assert_eq!(union_len(&[&[1, 2, 3]]), 3);
+        assert_eq!(union_len(&[&[1, 5, 9], &[0, 5, 10], &[9], &[]]), 5);
+        let mut x = 7u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % 5000
+        };
+        let lists: Vec<Vec<u64>> = (0..9)
+            .map(|_| {
+                let mut l: Vec<u64> = (0..1000).map(|_| next()).collect();
+                l.sort_unstable();
+                l.dedup();
+                l
+            })
+            .collect();
+        let all: std::collections::BTreeSet<u64> = lists.iter().flatten().copied().collect();
+        let slices: Vec<&[u64]> = lists.iter().map(|l| &l[..]).collect();
+        assert_eq!(union_len(&slices), all.len() as u64);
     }
 
     #[test]
