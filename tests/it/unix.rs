@@ -918,7 +918,15 @@ fn a_refused_value_names_the_flag_variable_or_file_that_set_it() {
             .unwrap();
         assert_clean_failure(&o, 5, &["l2 is empty", "empty.toml"]);
     }
-    // Also where L1 is optional (a restore from L2 alone without one).
+    // Only where it is read: analyze reads an L1 directory alone.
+    assert_ok(&j.run(&["gen", "g2", "--pages", "16", "--count", "2"]));
+    let o = j
+        .cmd(&["-c", s(&toml), "analyze", "g2", "--no-pipeline"])
+        .env_remove("REX_L2")
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    // And where L1 is optional (a restore from L2 alone without one).
     std::fs::write(&toml, "l1 = \"\"\n").unwrap();
     let o = j
         .cmd(&["-c", s(&toml), "restore", "-o", "x.rexic"])
@@ -926,6 +934,13 @@ fn a_refused_value_names_the_flag_variable_or_file_that_set_it() {
         .output()
         .unwrap();
     assert_clean_failure(&o, 5, &["l1 is empty", "empty.toml"]);
+    // Unless --l2-only leaves L1 unread.
+    let o = j
+        .cmd(&["-c", s(&toml), "restore", "--l2-only", "-o", "y.rexic"])
+        .env_remove("REX_L1")
+        .output()
+        .unwrap();
+    assert_ok(&o);
 }
 
 /// The temporary files of rexctl's under `dir` (a walk that tolerates
@@ -1319,6 +1334,16 @@ fn gen_with_a_truth_it_cannot_write_writes_nothing() {
         .output()
         .unwrap();
     assert_clean_failure(&out, 5, &["18446744073709551615 pages", "in memory"]);
+    assert_eq!(names_in(d.path()), Vec::<String>::new());
+    // The same per rank of an MPI job, whose two parts (shared and own) are
+    // held at once (helper-49: each alone passed the check).
+    let out = clean(rexctl())
+        .current_dir(d.path())
+        .args(["gen", "l1", "--ranks", "2", "--page-size", "1048576"])
+        .args(["--pages", "18446744073709551"])
+        .output()
+        .unwrap();
+    assert_clean_failure(&out, 5, &["18446744073709551 pages", "in memory"]);
     assert_eq!(names_in(d.path()), Vec::<String>::new());
 }
 

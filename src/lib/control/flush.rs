@@ -141,7 +141,8 @@ impl BytesRule {
 /// from their headers: after the last FULL one among them, if any. A merge
 /// of their ascending page lists, holding one position per checkpoint: a
 /// librex job decides at every checkpoint, and a union built whole would
-/// take 8 bytes per carried page (150 MB for 9 checkpoints of 2 million).
+/// copy and sort every carried page again (8 bytes each, beside the lists
+/// the scan already holds).
 fn batch_pages(pending: &[crate::format::ic::IcMeta]) -> u64 {
     let from = pending.iter().rposition(|m| m.is_full()).unwrap_or(0);
     let lists: Vec<&[u64]> = pending[from..].iter().map(|m| &m.pages[..]).collect();

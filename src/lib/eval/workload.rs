@@ -158,6 +158,23 @@ pub fn profiles() -> Vec<Profile> {
     ]
 }
 
+/// Refuses an image of `pages` pages of `ps` bytes larger than this
+/// machine's physical memory: the generator holds the image (and the churn
+/// grows it), and a count past the memory only ran until the kernel killed
+/// it.
+fn fits_in_memory(pages: u64, ps: u32) -> Result<()> {
+    let bytes = pages.saturating_mul(u64::from(ps));
+    match physical_memory() {
+        Some(ram) if bytes > ram => Err(Error::Invalid(format!(
+            "{pages} pages of {ps} bytes ({:.1} GiB): the generator holds the image in memory, \
+             and this machine has {:.1} GiB",
+            bytes as f64 / (1u64 << 30) as f64,
+            ram as f64 / (1u64 << 30) as f64
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// This machine's physical memory in bytes, when the system says.
 fn physical_memory() -> Option<u64> {
     // SAFETY: sysconf reads a system constant; it takes no pointer and
@@ -235,20 +252,7 @@ impl Workload {
         if profile.pages == 0 {
             return Err(Error::Invalid("a workload needs at least one page".into()));
         }
-        // The generator holds the image (and the churn grows it): a count
-        // past the machine's memory only ran until the kernel killed it.
-        let bytes = profile.pages.saturating_mul(u64::from(ps));
-        if let Some(ram) = physical_memory()
-            && bytes > ram
-        {
-            return Err(Error::Invalid(format!(
-                "{} pages of {ps} bytes ({:.1} GiB): the generator holds the image in memory, \
-                 and this machine has {:.1} GiB",
-                profile.pages,
-                bytes as f64 / (1u64 << 30) as f64,
-                ram as f64 / (1u64 << 30) as f64
-            )));
-        }
+        fits_in_memory(profile.pages, ps)?;
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let dict = (0..256)
             .map(|_| {
@@ -634,6 +638,9 @@ pub fn generate_ranks(
         )));
     }
     let total = profile.pages;
+    // A rank's two parts are held at once: the rank's whole image must fit
+    // (helper-49: each part alone passed).
+    fits_in_memory(total, profile.page_size)?;
     let shared_pages = ((total as f64) * shared).round() as u64;
     let part = |pages: u64, s: u64| -> Result<Option<Workload>> {
         if pages == 0 {

@@ -330,6 +330,14 @@ impl L2Location {
                 let p = url
                     .to_file_path()
                     .map_err(|()| bad("a file:// URL needs an absolute path and no host".into()))?;
+                // `file://` alone parses as the root directory (helper-49: a
+                // push wrote its generation into / and deleted the L1
+                // checkpoints): the URL form of an empty location.
+                if p.parent().is_none() {
+                    return Err(bad(
+                        "names the root directory: write file:///DIR for a directory".into(),
+                    ));
+                }
                 Ok(L2Location::Dir(p))
             }
             "s3" => {
@@ -760,6 +768,9 @@ mod tests {
             "s3://bucket/x?y=1",
             "gs://bucket/x",
             "file://host/x",
+            // The root directory: `file://` alone is the URL of "".
+            "file://",
+            "file:///",
             // URLs with a typo, never a relative directory named "s3:".
             "s3:/bucket/x",
             "s3:bucket/x",

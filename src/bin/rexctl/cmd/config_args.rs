@@ -39,13 +39,6 @@ impl Settings {
         let loaded = ConfigLayer::load_over(flags.clone(), file.as_deref(), &|k| {
             env.iter().any(|e| e == k)
         })?;
-        // An empty L1 or L2 is refused wherever it is read, also by the
-        // commands for which either is optional (restore, verify, gc).
-        for (key, v) in [("l1", &loaded.layer.l1), ("l2", &loaded.layer.l2)] {
-            if let Some(p) = v {
-                required_path(key, Some(p.clone())).map_err(|e| loaded.origins.annotate(e))?;
-            }
-        }
         Ok(Settings {
             layer: loaded.layer,
             sources: loaded.sources,
@@ -56,6 +49,12 @@ impl Settings {
     /// The L1 directory, which this command needs.
     pub fn l1(&self) -> rexctl::Result<PathBuf> {
         required_path("l1", self.layer.l1.clone()).map_err(|e| self.origins.annotate(e))
+    }
+
+    /// The L1 directory, for a command that reads it when it is set
+    /// (restore, verify, gc): an empty one is refused as by [`Settings::l1`].
+    pub fn opt_l1(&self) -> rexctl::Result<Option<PathBuf>> {
+        self.layer.l1.clone().map(|_| self.l1()).transpose()
     }
 
     /// The L2 location, which this command needs.

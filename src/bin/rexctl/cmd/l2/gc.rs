@@ -83,7 +83,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     }
     let store = s.open_l2(false)?;
     let pb = ui::spinner("collecting");
-    let r = gc(store.as_ref(), s.layer.l1.as_deref(), &opts);
+    let l1 = s.opt_l1()?;
+    let r = gc(store.as_ref(), l1.as_deref(), &opts);
     pb.finish_and_clear();
     let r = r.map_err(|e| store.public_error(e))?;
     if a.json {

@@ -206,9 +206,12 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         )
         .into());
     }
+    // L1 as set, unless --l2-only leaves it unread (an empty one is then
+    // no error either).
+    let set_l1 = if a.l2_only { None } else { s.opt_l1()? };
     // A rank's L1 directory is L1/R (as `push-l2 --collective` and librex
     // keep it); an older job generation is L2's alone.
-    let l1 = match (&job_rank, &s.layer.l1) {
+    let l1 = match (&job_rank, &set_l1) {
         _ if a.l2_only => None,
         (Some(_), _) if a.job_generation.is_some() => None,
         (Some((_, rank)), Some(l1)) => Some(l1.join(rank.to_string())),
@@ -216,7 +219,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         (Some(_), None) => None,
     };
     crate::cmd::check_out(&a.out, a.force)?;
-    if let Some(l1) = &s.layer.l1 {
+    // Never an output among L1's files, read or not.
+    if let Some(l1) = s.layer.l1.as_ref().filter(|p| !p.as_os_str().is_empty()) {
         crate::cmd::not_inside(&a.out, "--out", l1, "the L1 directory")?;
     }
     if let Ok(rexctl::store::L2Location::Dir(d)) = rexctl::store::L2Location::parse(&s.l2()?) {
@@ -301,7 +305,7 @@ fn collective(a: &Args, s: &Settings, opts: &RestoreOptions) -> anyhow::Result<i
         }
     };
     let _ = agree(&comm, Ok(Vec::new()), "starting the collective restore")?;
-    let l1 = if a.l2_only { None } else { s.layer.l1.clone() };
+    let l1 = if a.l2_only { None } else { s.opt_l1()? };
     if let Some(l1) = &l1
         && !l1.join(rank.to_string()).is_dir()
     {

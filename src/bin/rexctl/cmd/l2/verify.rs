@@ -45,7 +45,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let l2 = rexctl::store::open_l2_read(&s.l2()?, &s.store()?)?;
     let place = l2.describe();
     let pb = ui::spinner("verifying");
-    let l1 = if a.l2_only { None } else { s.layer.l1.clone() };
+    let l1 = if a.l2_only { None } else { s.opt_l1()? };
     let (r, l2) = match &l1 {
         Some(l1) => {
             let job = Job::open_read(l1, l2)?;
