@@ -735,8 +735,8 @@ pub fn default_files(env: impl Fn(&str) -> Option<std::ffi::OsString>) -> Vec<Pa
 
 /// Default MTBF (paper §4): 10,000 s.
 pub const DEFAULT_MTBF_S: f64 = 10_000.0;
-/// Default maximum chain length.
-pub const DEFAULT_MAX_CHAIN_LENGTH: u64 = 64;
+/// Default maximum chain length (a push's, which the controller keeps too).
+pub use crate::l2::push::DEFAULT_MAX_CHAIN_LENGTH;
 /// Default margin of the bytes rule ([`crate::control::flush`]).
 pub const DEFAULT_FULL_BYTES_MARGIN: f64 = 0.0;
 

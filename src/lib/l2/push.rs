@@ -95,6 +95,9 @@ pub struct PushOptions {
     pub max_chain_length: u64,
 }
 
+/// Default maximum chain length: a push past it is a complete coalescence.
+pub const DEFAULT_MAX_CHAIN_LENGTH: u64 = 64;
+
 impl Default for PushOptions {
     fn default() -> Self {
         PushOptions {
@@ -105,7 +108,7 @@ impl Default for PushOptions {
             hash: HashChoice::default(),
             format: WriteFormat::default(),
             dedup_memory: crate::l2::dedup::DEFAULT_DEDUP_MEMORY,
-            max_chain_length: crate::control::config::DEFAULT_MAX_CHAIN_LENGTH,
+            max_chain_length: DEFAULT_MAX_CHAIN_LENGTH,
         }
     }
 }
