@@ -965,12 +965,23 @@ fn temps_under(dir: &Path) -> Vec<String> {
 }
 
 /// Starts `c` and sends it `sig` once a temporary file shows under
-/// `watch` (see `signal_when`).
+/// `watch` (see `signal_when`). The child starts with `sig`'s default
+/// action: under `nohup` (a CI script started so) SIGHUP is ignored, and
+/// rexctl rightly keeps a signal ignored that was ignored when it started.
 fn interrupt_while_writing(
-    c: Command,
+    mut c: Command,
     watch: &Path,
     sig: libc::c_int,
 ) -> (std::process::ExitStatus, bool) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: between fork and exec the closure calls only signal(2),
+    // which is async-signal-safe, and touches no memory of the parent's.
+    unsafe {
+        c.pre_exec(move || {
+            libc::signal(sig, libc::SIG_DFL);
+            Ok(())
+        });
+    }
     super::util::signal_when(c, || !temps_under(watch).is_empty(), sig)
 }
 
