@@ -28,8 +28,8 @@
 //! (default 0) larger than the ΔRPS of the same batch. The full RPS is
 //! predicted from the full generations' L2 bytes per live page times the
 //! newest footprint, the ΔRPS from the Δ generations' bytes per dirty page
-//! times the pages the pending checkpoints carry (their union: the C-List's
-//! size, from their headers). Where nearly every page changes every
+//! times the pages the pending checkpoints carry (the C-List's size, from
+//! their headers). Where nearly every page changes every
 //! interval (a database rewriting its rows, a solver's whole state), a ΔRPS
 //! saves almost nothing, yet a restore must read every generation of the
 //! chain, whose live patterns lie scattered over all of their chunks: on a
@@ -46,6 +46,7 @@ use crate::control::config::Config;
 use crate::control::controller::{CostRule, chi_int};
 use crate::error::Result;
 use crate::format::manifest::{GenKind, Manifest};
+use crate::l1::coalesce::CList;
 use crate::l1::{Covered, L1Dir};
 use crate::l2::chain::ChainIndex;
 use crate::l2::push::{Job, PushOptions, PushReport, begin_writing, push_locked, recover};
@@ -137,40 +138,6 @@ impl BytesRule {
     }
 }
 
-/// The pages the pending checkpoints carry, each once (the C-List's size),
-/// from their headers: after the last FULL one among them, if any. A merge
-/// of their ascending page lists, holding one position per checkpoint: a
-/// librex job decides at every checkpoint, and a union built whole would
-/// copy and sort every carried page again (8 bytes each, beside the lists
-/// the scan already holds).
-fn batch_pages(pending: &[crate::format::ic::IcMeta]) -> u64 {
-    let from = pending.iter().rposition(|m| m.is_full()).unwrap_or(0);
-    let lists: Vec<&[u64]> = pending[from..].iter().map(|m| &m.pages[..]).collect();
-    union_len(&lists)
-}
-
-/// How many distinct values `lists` (each ascending) hold together.
-fn union_len(lists: &[&[u64]]) -> u64 {
-    use std::cmp::Reverse;
-    use std::collections::BinaryHeap;
-    let mut heap: BinaryHeap<Reverse<(u64, usize, usize)>> = lists
-        .iter()
-        .enumerate()
-        .filter_map(|(i, l)| l.first().map(|&p| Reverse((p, i, 0))))
-        .collect();
-    let (mut n, mut last) = (0u64, None);
-    while let Some(Reverse((p, i, k))) = heap.pop() {
-        if last != Some(p) {
-            n += 1;
-            last = Some(p);
-        }
-        if let Some(&q) = lists[i].get(k + 1) {
-            heap.push(Reverse((q, i, k + 1)));
-        }
-    }
-    n
-}
-
 /// Computes the controller's decision for `job` now (`now_ns`, Unix
 /// nanoseconds), from its files and `cfg`.
 pub fn decide(job: &Job, cfg: &Config, now_ns: u64) -> Result<Decision> {
@@ -185,11 +152,7 @@ pub fn decide(job: &Job, cfg: &Config, now_ns: u64) -> Result<Decision> {
         .first()
         .map(|m| now_ns.saturating_sub(m.header.time_ns) as f64 / 1e9);
     let chain: Vec<&Manifest> = match newest {
-        Some(n) => index
-            .manifests
-            .values()
-            .filter(|m| m.chain_base == n.chain_base)
-            .collect(),
+        Some(n) => index.chain(n.chain_base).collect(),
         None => Vec::new(),
     };
     let chain_length = chain.len() as u64;
@@ -268,12 +231,16 @@ pub fn decide(job: &Job, cfg: &Config, now_ns: u64) -> Result<Decision> {
     // Kind: the batch, pointer space, chain length, bytes rule, cost rule.
     let rule = cost_rule(&index, cfg, newest, pending_bytes, chi_n, pending);
     d.rule = Some(rule);
-    d.bytes_rule = BytesRule::predict(
-        &chain,
-        newest.live_pages,
-        batch_pages(pending),
-        cfg.full_bytes_margin,
-    );
+    // The batch's C-List size, as the push will coalesce it (from the
+    // headers already read; a batch the push would refuse predicts nothing).
+    d.bytes_rule = CList::build(pending).ok().and_then(|c| {
+        BytesRule::predict(
+            &chain,
+            newest.live_pages,
+            c.entries.len() as u64,
+            cfg.full_bytes_margin,
+        )
+    });
     let alpha = newest.alpha();
     let max_new_patterns: u64 = pending.iter().map(|m| m.pages.len() as u64).sum::<u64>() * alpha;
     if pending.iter().any(|m| m.is_full()) {
@@ -461,32 +428,6 @@ mod tests {
             bytes_out,
             ..crate::format::manifest::test_manifest()
         }
-    }
-
-    #[test]
-    fn the_union_of_the_pending_pages_counts_each_page_once() {
-        assert_eq!(union_len(&[]), 0);
-        assert_eq!(union_len(&[&[], &[]]), 0);
-        assert_eq!(union_len(&[&[1, 2, 3]]), 3);
-        assert_eq!(union_len(&[&[1, 5, 9], &[0, 5, 10], &[9], &[]]), 5);
-        let mut x = 7u64;
-        let mut next = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % 5000
-        };
-        let lists: Vec<Vec<u64>> = (0..9)
-            .map(|_| {
-                let mut l: Vec<u64> = (0..1000).map(|_| next()).collect();
-                l.sort_unstable();
-                l.dedup();
-                l
-            })
-            .collect();
-        let all: std::collections::BTreeSet<u64> = lists.iter().flatten().copied().collect();
-        let slices: Vec<&[u64]> = lists.iter().map(|l| &l[..]).collect();
-        assert_eq!(union_len(&slices), all.len() as u64);
     }
 
     #[test]

@@ -53,6 +53,13 @@ impl ChainIndex {
         Ok(idx)
     }
 
+    /// The generations of the chain based at generation `base`, ascending.
+    pub fn chain(&self, base: u64) -> impl Iterator<Item = &Manifest> {
+        self.manifests
+            .values()
+            .filter(move |m| m.chain_base == base)
+    }
+
     /// The newest valid manifest.
     pub fn newest(&self) -> Option<&Manifest> {
         self.manifests.values().next_back()

@@ -480,12 +480,7 @@ fn prepare(
             // As `flush` decides it, also for a push it did not decide
             // (helper-48: `push-l2 --max-chain-length 2` grew a chain of 6).
             (Some(m), Some(_)) => {
-                let length = |i: &ChainIndex| {
-                    i.manifests
-                        .values()
-                        .filter(|g| g.chain_base == m.chain_base)
-                        .count() as u64
-                };
+                let length = |i: &ChainIndex| i.chain(m.chain_base).count() as u64;
                 let n = length(&rec.l2_index).max(length(&rec.l1_index));
                 (n >= opts.max_chain_length).then(|| {
                     format!(
