@@ -57,7 +57,10 @@
 #define REX_ENORESTART -8
 
 /**
- * The checkpoints are damaged and no valid state is left.
+ * No valid state of the job's run is left to restart from: the
+ * checkpoints are damaged, or L1 and L2 hold runs that do not continue one
+ * another (an L1 directory of an older run beside an L2 a newer run wrote;
+ * `rex_last_error` says which).
  */
 #define REX_ECORRUPT -9
 

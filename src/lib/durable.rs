@@ -276,10 +276,18 @@ impl AtomicFile {
             file
         };
         failpoint("create");
+        // The buffer's allocation would abort the process where memory is
+        // exhausted (a librex job at its address-space limit, helper-50):
+        // without room for it, writes go to the file unbuffered.
+        const BUFFER: usize = 1 << 20;
+        let room = Vec::<u8>::new().try_reserve_exact(BUFFER).is_ok();
         Ok(AtomicFile {
             target,
             temp,
-            writer: Some(BufWriter::with_capacity(1 << 20, file)),
+            writer: Some(BufWriter::with_capacity(
+                if room { BUFFER } else { 0 },
+                file,
+            )),
         })
     }
 
@@ -539,6 +547,40 @@ pub fn write_pages_parallel(
     fill: &(dyn Fn(usize, &mut [u8]) -> Result<u32> + Sync),
 ) -> Result<Vec<u32>> {
     use std::os::unix::fs::FileExt;
+    fill_pages_parallel(n, page_size, threads, fill, &|first, _crcs, buf| {
+        // Each run of adjacent pages with one positioned write.
+        let end = first + buf.len() / page_size;
+        let mut run = first;
+        for k in first..end {
+            let adjacent = k + 1 < end && offset(k + 1) == offset(k) + page_size as u64;
+            if !adjacent {
+                let (from, to) = ((run - first) * page_size, (k + 1 - first) * page_size);
+                file.write_all_at(&buf[from..to], offset(run))
+                    .ctx(path, "write")?;
+                run = k + 1;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Where [`fill_pages_parallel`] hands a block: `(first, crcs, pages)`.
+pub type PutBlock<'a> = dyn Fn(usize, &[u32], &[u8]) -> Result<()> + Sync + 'a;
+
+/// The engine of [`write_pages_parallel`], for any destination: page `k`
+/// is made by `fill(k, buf)`, which returns its CRC-32, and each block of
+/// consecutive pages filled is handed to `put(first, crcs, pages)` (the
+/// block's first page, its pages' CRCs and bytes), on the thread that
+/// filled it. Threads take stripes of consecutive blocks from a shared
+/// counter. Returns the CRCs in page order, or the error of the lowest
+/// failing block (the first a sequential writer would have met).
+pub fn fill_pages_parallel(
+    n: usize,
+    page_size: usize,
+    threads: usize,
+    fill: &(dyn Fn(usize, &mut [u8]) -> Result<u32> + Sync),
+    put: &PutBlock<'_>,
+) -> Result<Vec<u32>> {
     use std::sync::atomic::{AtomicUsize, Ordering};
     let blocks = n.div_ceil(BLOCK_PAGES);
     let threads = threads.clamp(1, blocks.max(1));
@@ -581,19 +623,11 @@ pub fn write_pages_parallel(
             let (first, end) = (b * BLOCK_PAGES, ((b + 1) * BLOCK_PAGES).min(n));
             let mut crcs = Vec::with_capacity(end - first);
             let r = (|| -> Result<()> {
-                let mut run = first;
                 for k in first..end {
                     let at = (k - first) * page_size;
                     crcs.push(fill(k, &mut buf[at..at + page_size])?);
-                    let adjacent = k + 1 < end && offset(k + 1) == offset(k) + page_size as u64;
-                    if !adjacent {
-                        let from = (run - first) * page_size;
-                        file.write_all_at(&buf[from..at + page_size], offset(run))
-                            .ctx(path, "write")?;
-                        run = k + 1;
-                    }
                 }
-                Ok(())
+                put(first, &crcs, &buf[..(end - first) * page_size])
             })();
             match r {
                 Ok(()) => done.push((b, crcs)),

@@ -879,6 +879,17 @@ mod rust_api {
         }
         // SAFETY: the first page is ours and mapped.
         unsafe { rex.protect(5, m.base as *mut u8, 4096) }.unwrap();
+        // A range past the end of the address space is no buffer (helper-50:
+        // `rex_dirty(p, SIZE_MAX)` succeeded); one that runs past the region
+        // marks the region's pages and ignores the rest.
+        for (ptr, size) in [(m.base, usize::MAX), (m.base + 10, usize::MAX - 5)] {
+            let e = rex.dirty(ptr as *const u8, size).unwrap_err();
+            assert!(
+                e.to_string().contains("past the end of the address space"),
+                "{e}"
+            );
+        }
+        rex.dirty((m.base + 10) as *const u8, 2 * 4096).unwrap();
         // Two regions, protected by a checkpoint, and a third between them
         // sharing a page with each: their read-only pages are one mapping
         // (helper-43: refused as read-only memory).
@@ -995,6 +1006,104 @@ mod rust_api {
                 "file of seq {s} changed"
             );
         }
+    }
+
+    /// A restart restores into the regions with no image file between
+    /// (rex_restart_test checks every page, rex_restart restores the same
+    /// state again into the regions): nothing is staged in L1; a state that
+    /// changed between the two calls is refused before any byte of a
+    /// region is written; L1's copy of a generation damaged between them is
+    /// read from L2, and the regions get the state verified.
+    #[test]
+    fn a_restart_restores_into_the_regions_twice_checked() {
+        let d = tempfile::tempdir().unwrap();
+        let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
+        let n = 64 * 4096 + 300;
+        let mut rex = Rex::with_config(config(&l1, &l2, false, TrackerChoice::Mprotect)).unwrap();
+        let a = rex.alloc(4, n).unwrap();
+        // SAFETY: `n` bytes from rex.alloc.
+        let buf = unsafe { std::slice::from_raw_parts_mut(a, n) };
+        for (i, b) in buf.iter_mut().enumerate() {
+            *b = (i * 7 % 251) as u8;
+        }
+        rex.checkpoint().unwrap();
+        rex.checkpoint_wait().unwrap();
+        rex.finalize().unwrap();
+        // Generation 1 holds seq 0; seq 1 and 2 are pending in L1.
+        std::fs::create_dir_all(&l2).unwrap();
+        let out = crate::util::rexctl()
+            .args([
+                "push-l2",
+                "--l1",
+                crate::util::s(&l1),
+                "--l2",
+                crate::util::s(&l2),
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut rex = Rex::with_config(config(&l1, &l2, false, TrackerChoice::Mprotect)).unwrap();
+        let a = rex.alloc(4, n).unwrap();
+        // SAFETY: `n` bytes from rex.alloc.
+        let buf = unsafe { std::slice::from_raw_parts_mut(a, n) };
+        rex.restart_test().unwrap();
+        rex.restart().unwrap();
+        buf[5 * 4096] = 1;
+        rex.checkpoint().unwrap();
+        buf[9 * 4096] = 2;
+        rex.checkpoint().unwrap();
+        rex.checkpoint_wait().unwrap();
+        let want = buf.to_vec();
+        rex.finalize().unwrap();
+        let staged = |l1: &Path| {
+            std::fs::read_dir(l1)
+                .unwrap()
+                .filter_map(|e| e.ok())
+                .filter(|e| e.file_name().to_string_lossy().starts_with(".rex-restart-"))
+                .count()
+        };
+
+        // A state that changes between the calls: seq 2 is gone.
+        let mut rex = Rex::with_config(config(&l1, &l2, false, TrackerChoice::Mprotect)).unwrap();
+        let b = rex.alloc(4, n).unwrap();
+        // SAFETY: `n` bytes from rex.alloc.
+        let got = unsafe { std::slice::from_raw_parts_mut(b, n) };
+        got.fill(0xa5);
+        assert_eq!(rex.restart_test().unwrap(), Some(2));
+        assert_eq!(staged(&l1), 0, "an image staged in L1");
+        let seq2 = l1.join(rexctl::l1::ic_file_name(2));
+        let kept = std::fs::read(&seq2).unwrap();
+        std::fs::remove_file(&seq2).unwrap();
+        let e = rex.restart().unwrap_err().to_string();
+        assert!(e.contains("checkpoint 2") || e.contains("seq 2"), "{e}");
+        assert!(
+            got.iter().all(|&x| x == 0xa5),
+            "a region written by a refused restart"
+        );
+        drop(rex);
+        std::fs::write(&seq2, &kept).unwrap();
+
+        // L1's copy of generation 1 damaged between the calls (a byte of
+        // its RPS past the header): read from L2.
+        let mut rex = Rex::with_config(config(&l1, &l2, false, TrackerChoice::Mprotect)).unwrap();
+        let b = rex.alloc(4, n).unwrap();
+        assert_eq!(rex.restart_test().unwrap(), Some(2));
+        let rps = l1.join("rex").join("g00000001.rps");
+        let mut bytes = std::fs::read(&rps).unwrap();
+        let at = bytes.len() / 2;
+        bytes[at] ^= 0x10;
+        std::fs::write(&rps, &bytes).unwrap();
+        let rep = rex.restart().unwrap();
+        assert_eq!(rep.seq, 2);
+        // SAFETY: `n` bytes from rex.alloc.
+        let got = unsafe { std::slice::from_raw_parts(b, n) };
+        assert!(got == &want[..], "not the state of seq 2");
+        assert_eq!(staged(&l1), 0, "an image staged in L1");
+        rex.finalize().unwrap();
     }
 
     /// A damaged newest checkpoint: the restart falls back to the newest

@@ -816,6 +816,78 @@ fn enospc_at_commit_leaves_no_temporary_file() {
     assert_eq!(names_in(&disk), Vec::<String>::new(), "{ctx}");
 }
 
+/// A full disk while a push writes L1's copy of the RPS, on encoder
+/// threads (its chunks are written by a writer thread of their own): exit
+/// 1 with the error, no temporary file in L1's copy or in L2, no
+/// generation published, and the checkpoint still pending, so that the
+/// next push on a disk with room pushes it.
+#[test]
+fn enospc_while_a_push_writes_the_rps_keeps_the_checkpoint() {
+    let d = tempfile::tempdir().unwrap();
+    let l1 = d.path().join("l1");
+    let Some(_mounted) = SmallDisk::mount(&l1, 2 << 20) else {
+        eprintln!(
+            "enospc_while_a_push_writes_the_rps_keeps_the_checkpoint: cannot mount a tmpfs here (needs root); not run"
+        );
+        return;
+    };
+    let l2 = d.path().join("l2");
+    std::fs::create_dir_all(&l2).unwrap();
+    // 384 incompressible pages (1.5 MiB): the FULL checkpoint fits, its
+    // RPS (about as large) does not, and fills more than the file's 1 MiB
+    // buffer, so the writer thread meets the full disk.
+    rex_ok(&[
+        "gen",
+        "--profile",
+        "incompressible",
+        "--pages",
+        "384",
+        "--count",
+        "0",
+        s(&l1),
+    ]);
+    let before = ic_names(&l1);
+    assert_eq!(before.len(), 1);
+    let mut args = push_args(&l1, &l2);
+    args.extend(["--threads", "2"]);
+    let out = rex(&args);
+    let ctx = show(&args, &out);
+    assert_no_crash(&out, &ctx);
+    assert_eq!(out.status.code(), Some(1), "{ctx}");
+    let err = stderr(&out);
+    assert!(
+        err.contains("No space left on device"),
+        "does not say the disk is full\n{ctx}"
+    );
+    assert!(
+        err.contains(".rps") && err.contains("write:"),
+        "does not name the RPS's write\n{ctx}"
+    );
+    assert_eq!(ic_names(&l1), before, "the checkpoint is gone\n{ctx}");
+    let temps = |dir: &Path| -> Vec<String> {
+        names_in(dir)
+            .into_iter()
+            .filter(|n| n.contains(".tmp"))
+            .collect()
+    };
+    assert_eq!(temps(&l1.join("rex")), Vec::<String>::new(), "{ctx}");
+    assert_eq!(temps(&l2), Vec::<String>::new(), "{ctx}");
+    assert!(generations(&l2).is_empty(), "{ctx}");
+    // With room, the same checkpoint goes up and restores.
+    let truth = d.path().join("truth.rexic");
+    std::fs::copy(l1.join(&before[0]), &truth).unwrap();
+    let st = Command::new("mount")
+        .args(["-o", "remount,size=8m", s(&l1)])
+        .status()
+        .unwrap();
+    assert!(st.success(), "remount with room");
+    rex_ok(&args);
+    assert_eq!(generations(&l2).len(), 1);
+    let (out, image) = restore(&l2, None, &[], &d.path().join("r"));
+    assert!(out.status.success(), "{}", show(&["restore"], &out));
+    assert_image(&image, &truth, "after the full disk");
+}
+
 // ---------------------------------------------------------------------------
 // Chain identity: checkpoints are never "already pushed" by seq alone.
 

@@ -41,6 +41,7 @@
 
 mod audit;
 pub mod capi;
+mod restart;
 pub mod tracker;
 pub mod uffd;
 
@@ -63,7 +64,7 @@ use crate::l2::chain::{ChainIndex, XrefSource};
 use crate::l2::collective::{CollectiveOptions, Comm, agree, fail_early, le64, push_collective};
 use crate::l2::jobgen::{JobIndex, JobXrefs, rollback};
 use crate::l2::push::{Job, JobIdentity, PushOptions, begin_writing};
-use crate::l2::restore::{RestoreOptions, RestoreReport, restore_l1_l2};
+use crate::l2::restore::{Output, RestoreOptions, RestoreReport, restore_l1_l2, restore_l1_l2_to};
 use crate::store::JobRoot;
 use tracker::{MprotectTracker, Range, Tracker};
 
@@ -291,10 +292,18 @@ fn open_job(cfg: &Config, mpi: Option<&(JobRoot, u32)>) -> Result<Job> {
     }))
 }
 
-/// A restored image waiting for [`Rex::restart`].
+/// A restored state waiting for [`Rex::restart`].
 struct Restored {
-    dir: tempfile::TempDir,
+    how: Staged,
     report: RestoreReport,
+}
+
+/// How a state found by [`Rex::restart_test`] reaches the regions.
+enum Staged {
+    /// Restored again, straight into the regions ([`restart`]).
+    Verified(restart::Verified),
+    /// From an image staged in L1 (an MPI rank's restart).
+    Image(tempfile::TempDir),
 }
 
 /// A job checkpointing itself (the Rust API; the C API wraps one of these).
@@ -541,7 +550,15 @@ impl Rex {
         if size == 0 {
             return Ok(());
         }
-        let (a, b) = (ptr as usize, (ptr as usize).saturating_add(size));
+        // A range past the end of the address space is no buffer a system
+        // call could write (helper-50: `rex_dirty(p, SIZE_MAX)` succeeded).
+        let Some(b) = (ptr as usize).checked_add(size) else {
+            return Err(Error::Invalid(format!(
+                "{:#x} ({size} bytes) runs past the end of the address space",
+                ptr as usize
+            )));
+        };
+        let a = ptr as usize;
         let mut hit = false;
         for r in self.regions.values() {
             let (s, e) = (r.range.start, r.range.start + r.range.pages * self.ps);
@@ -800,8 +817,10 @@ impl Rex {
         let local = decision
             .as_ref()
             .map(|d| {
+                // Why this rank's push must coalesce completely (the
+                // first rank that says so gives the collective's reason).
                 let mut b = vec![u8::from(d.due), u8::from(d.full)];
-                b.extend_from_slice(d.reason.as_bytes());
+                b.extend_from_slice(d.full_reason.as_deref().unwrap_or_default().as_bytes());
                 b
             })
             .map_err(Error::report);
@@ -928,11 +947,14 @@ impl Rex {
             return self.restart_test_collective();
         }
         let job = open_job(&self.cfg, None)?;
-        self.restore_local(&job, None, false)
+        self.restore_local(&job, None, false, true)
     }
 
-    /// Restores this process's newest valid state into a private image,
-    /// kept for [`Rex::restart`]; `None` when there is nothing at all.
+    /// Restores this process's newest valid state, kept for
+    /// [`Rex::restart`]: with `direct`, checked page by page and nothing
+    /// kept but the pages' numbers and CRCs (the restart restores it again,
+    /// into the regions: [`restart`]), else into a private image staged in
+    /// L1. `None` when there is nothing at all.
     /// `l1_locked`: the caller holds L1's job lock (see
     /// [`RestoreOptions::l1_locked`]); otherwise the restore waits while a
     /// push (a cron `flush`) holds it, and says so on standard error.
@@ -941,6 +963,7 @@ impl Rex {
         job: &Job,
         xref_source: Option<Arc<dyn XrefSource>>,
         l1_locked: bool,
+        direct: bool,
     ) -> Result<Option<u64>> {
         let _reading = if l1_locked {
             None
@@ -962,19 +985,29 @@ impl Rex {
         {
             return Ok(None);
         }
-        let dir = tempfile::Builder::new()
-            .prefix(RESTART_DIR_PREFIX)
-            .tempdir_in(&self.cfg.l1)
-            .map_err(|e| Error::io(&self.cfg.l1, "create restart directory", e))?;
         let opts = RestoreOptions {
             fallback: true,
             xref_source,
             l1_locked,
             ..Default::default()
         };
-        let report = restore_l1_l2(job, &opts, &dir.path().join("image.rexic"))?;
+        let (report, how) = if direct {
+            let recorder = restart::Recorder::default();
+            let report = restore_l1_l2_to(job, &opts, Output::Pages(&recorder))?;
+            let verified = recorder
+                .into_verified()
+                .expect("a restore that succeeded handed its pages over");
+            (report, Staged::Verified(verified))
+        } else {
+            let dir = tempfile::Builder::new()
+                .prefix(RESTART_DIR_PREFIX)
+                .tempdir_in(&self.cfg.l1)
+                .map_err(|e| Error::io(&self.cfg.l1, "create restart directory", e))?;
+            let report = restore_l1_l2(job, &opts, &dir.path().join("image.rexic"))?;
+            (report, Staged::Image(dir))
+        };
         let seq = report.seq;
-        self.restored = Some(Restored { dir, report });
+        self.restored = Some(Restored { how, report });
         Ok(Some(seq))
     }
 
@@ -1008,7 +1041,7 @@ impl Rex {
             let _w = begin_writing(&job, "librex restart")?;
             let jobs = JobIndex::load(root.job_store(true)?.as_ref())?;
             rollback(&job, jobs.newest().map(|m| m.job_generation))?;
-            let seq = self.restore_local(&job, Some(xrefs.clone()), true)?;
+            let seq = self.restore_local(&job, Some(xrefs.clone()), true, false)?;
             Ok((job, seq))
         });
         let comm = self.comm.take().expect("an MPI job");
@@ -1073,7 +1106,7 @@ impl Rex {
                     }
                 }
                 self.restored = None;
-                let again = self.restore_local(&job, Some(xrefs.clone()), false);
+                let again = self.restore_local(&job, Some(xrefs.clone()), false, false);
                 Some((removed, again))
             }
             _ => None,
@@ -1117,12 +1150,14 @@ impl Rex {
             ));
         }
         let restored = self.restored.take().expect("set above");
-        let path = restored.dir.path().join("image.rexic");
-        let image = IcFile::open(&path)?;
         let report = restored.report;
+        let where_ = match &restored.how {
+            Staged::Image(dir) => dir.path().join("image.rexic"),
+            Staged::Verified(_) => self.cfg.l1.clone(),
+        };
         let Some(table) = report.regions.clone() else {
             return Err(Error::chain(
-                &path,
+                &where_,
                 format!(
                     "the state of seq {} has no region table: it was not written by librex",
                     report.seq
@@ -1132,24 +1167,31 @@ impl Rex {
         let mine = self.region_table();
         check_regions(&table, &mine)?;
         let ps = self.ps;
-        if image.meta().page_size() != ps {
+        // The state's page size and its pages per region, checked before
+        // any byte of a region is written.
+        let (page_size, pages) = match &restored.how {
+            Staged::Image(_) => {
+                let image = IcFile::open(&where_)?;
+                let m = image.meta();
+                (m.page_size(), m.pages.clone())
+            }
+            Staged::Verified(v) => (v.page_size as usize, v.pages.clone()),
+        };
+        if page_size != ps {
             return Err(Error::chain(
-                &path,
-                format!(
-                    "checkpoint pages are {} bytes, this system's are {ps}",
-                    image.meta().page_size()
-                ),
+                &where_,
+                format!("checkpoint pages are {page_size} bytes, this system's are {ps}"),
             ));
         }
         let mut seen: BTreeMap<u32, u64> = BTreeMap::new();
-        for &page in &image.meta().pages {
+        for &page in &pages {
             *seen.entry(split_page(page).0).or_default() += 1;
         }
         for r in &table.0 {
             let got = seen.get(&r.id).copied().unwrap_or(0);
             if got != r.pages {
                 return Err(Error::chain(
-                    &path,
+                    &where_,
                     format!(
                         "region {}: the state of seq {} holds {got} of its {} pages",
                         r.id, report.seq, r.pages
@@ -1157,20 +1199,53 @@ impl Rex {
                 ));
             }
         }
-        // Every page is verified before any byte of a region is written: a
-        // failing restart leaves the regions as they were.
-        image.verify()?;
-        for (pp, &page) in image.meta().pages.iter().enumerate() {
-            let (id, i) = split_page(page);
-            let r = &self.regions[&id]; // check_regions + the image's own check
-            let data = image.page_unverified(pp)?; // verified above
-            let from = i as usize * ps;
-            let n = ps.min(r.size - from);
-            // SAFETY: the region's memory is the caller's, registered as
-            // writable for `size` bytes; `from + n <= size`. It is not
-            // write-protected before the first checkpoint.
-            let dst = unsafe { std::slice::from_raw_parts_mut((r.ptr + from) as *mut u8, n) };
-            dst.copy_from_slice(&data[..n]);
+        match restored.how {
+            Staged::Verified(v) => {
+                // Restored again, into the regions (see `restart`), in
+                // ascending id (the map's order).
+                let targets: Vec<restart::Target> = self
+                    .regions
+                    .iter()
+                    .map(|(&id, r)| restart::Target {
+                        id,
+                        ptr: r.ptr,
+                        size: r.size,
+                    })
+                    .collect();
+                let job = open_job(&self.cfg, None)?;
+                let opts = RestoreOptions {
+                    seq: Some(v.seq),
+                    ..Default::default()
+                };
+                let sink = restart::IntoRegions {
+                    verified: &v,
+                    regions: &targets,
+                    place: &self.cfg.l1,
+                };
+                restore_l1_l2_to(&job, &opts, Output::Pages(&sink))?;
+            }
+            Staged::Image(dir) => {
+                let image = IcFile::open(&where_)?;
+                // Every page is verified before any byte of a region is
+                // written: a failing restart leaves the regions as they
+                // were.
+                image.verify()?;
+                for (pp, &page) in image.meta().pages.iter().enumerate() {
+                    let (id, i) = split_page(page);
+                    let r = &self.regions[&id]; // check_regions + the image's own check
+                    let data = image.page_unverified(pp)?; // verified above
+                    let from = i as usize * ps;
+                    let n = ps.min(r.size - from);
+                    // SAFETY: the region's memory is the caller's, registered as
+                    // writable for `size` bytes; `from + n <= size`. It is not
+                    // write-protected before the first checkpoint.
+                    let dst =
+                        unsafe { std::slice::from_raw_parts_mut((r.ptr + from) as *mut u8, n) };
+                    dst.copy_from_slice(&data[..n]);
+                }
+                drop(image);
+                drop(dir);
+            }
         }
         // The restored state is checkpoint `seq`: nothing is dirty.
         let mut scratch = Vec::new();
@@ -1192,7 +1267,6 @@ impl Rex {
             let newest = self.newest_seq_anywhere()?;
             self.seq = newest.max(Some(report.seq));
         }
-        drop(restored.dir);
         Ok(report)
     }
 

@@ -893,7 +893,11 @@ fn run<H: PatternHasher>(
     let expected = (plan.len() + with_prev).saturating_mul(alpha as usize);
     // At most its ceiling, though: then it closes (module doc).
     let max_entries = usize::try_from(job.table_memory / ENTRY_BYTES).unwrap_or(usize::MAX);
-    let table = DedupTable::with_hasher(expected.min(max_entries).max(1024), hasher);
+    let table = DedupTable::with_hasher_threads(
+        expected.min(max_entries).max(1024),
+        hasher,
+        job.format.encoding.threads,
+    );
     let names = [
         object_name(job.generation, "rps"),
         object_name(job.generation, "pf"),

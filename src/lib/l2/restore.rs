@@ -163,6 +163,44 @@ impl RestoreOptions {
     }
 }
 
+/// Where a restore puts the state it rebuilds.
+#[derive(Clone, Copy)]
+pub enum Output<'a> {
+    /// A REX-IC file (a flat image with [`RestoreOptions::raw`]), written
+    /// under a temporary name and published whole.
+    File(&'a Path),
+    /// Each page handed to a [`PageSink`], on the restore's threads: a
+    /// restart into the job's own memory, with no image file between.
+    Pages(&'a dyn PageSink),
+}
+
+/// The state a restore into a [`PageSink`] is about to hand over.
+pub struct StateInfo<'a> {
+    /// The checkpoint seq whose state it is.
+    pub seq: u64,
+    /// Its run.
+    pub chain_id: Option<ChainId>,
+    /// Bytes per page.
+    pub page_size: u32,
+    /// Its region table (librex checkpoints).
+    pub regions: Option<&'a RegionTable>,
+    /// Its pages, ascending: `put`'s `k` indexes them.
+    pub pages: &'a [u64],
+}
+
+/// The receiver of a restore's pages ([`Output::Pages`]). A restore may
+/// run several attempts (another copy of a generation, an older state with
+/// `fallback`): each calls [`begin`](Self::begin) again before its pages.
+pub trait PageSink: Sync {
+    /// Before any page of an attempt; an error ends the restore with it,
+    /// before any page is handed over.
+    fn begin(&self, state: &StateInfo<'_>) -> Result<()>;
+    /// Page `k` of the state (number `page`), rebuilt and checked against
+    /// its recorded CRC, `crc`. Called once per page of an attempt, from
+    /// any of the restore's threads.
+    fn put(&self, k: usize, page: u64, crc: u32, data: &[u8]) -> Result<()>;
+}
+
 /// What a restore did.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct RestoreReport {
@@ -200,6 +238,7 @@ pub struct RestoreReport {
 
 /// Restores from L2 alone (permanent failure) into `out`.
 pub fn restore_l2(l2: &dyn Store, opts: &RestoreOptions, out: &Path) -> Result<RestoreReport> {
+    let out = Output::File(out);
     let index = ChainIndex::load(l2)?.up_to_seq(opts.seq);
     restore_with_fallback(&index, &l2.describe(), opts, None, |g, _| {
         let mut chain = OpenChain::open(l2, &index, g)?;
@@ -219,6 +258,16 @@ pub fn restore_l2(l2: &dyn Store, opts: &RestoreOptions, out: &Path) -> Result<R
 /// Waits while a push holds L1's job lock, and keeps pushes out until the
 /// image is written ([`JobLock::shared`](crate::l1::lock::JobLock::shared)).
 pub fn restore_l1_l2(job: &Job, opts: &RestoreOptions, out: &Path) -> Result<RestoreReport> {
+    restore_l1_l2_to(job, opts, Output::File(out))
+}
+
+/// [`restore_l1_l2`] into `out`: a file, or a [`PageSink`] that takes each
+/// page (a restart into the job's memory).
+pub fn restore_l1_l2_to(
+    job: &Job,
+    opts: &RestoreOptions,
+    out: Output<'_>,
+) -> Result<RestoreReport> {
     let _reading = if opts.l1_locked {
         None
     } else {
@@ -417,7 +466,7 @@ struct Attempt<'a> {
     index: &'a ChainIndex,
     newest: Option<u64>,
     opts: &'a RestoreOptions,
-    out: &'a Path,
+    out: Output<'a>,
     from_l2: &'a BTreeMap<u64, String>,
 }
 
@@ -613,7 +662,7 @@ fn write_state(
     chain: &OpenChain,
     pending: &[IcMeta],
     opts: &RestoreOptions,
-    out: &Path,
+    out: Output<'_>,
     report: &mut RestoreReport,
 ) -> Result<()> {
     let pending = up_to(pending, opts);
@@ -628,7 +677,7 @@ fn write_state(
 fn restore_pending_prefix(
     job: &Job,
     opts: &RestoreOptions,
-    out: &Path,
+    out: Output<'_>,
     first: Error,
 ) -> Result<RestoreReport> {
     let (prefix, skipped) = L1Dir::valid_prefix_after(&job.l1, None);
@@ -951,7 +1000,7 @@ fn write_image(
     chain: Option<&OpenChain>,
     pending: &[IcMeta],
     opts: &RestoreOptions,
-    out: &Path,
+    out: Output<'_>,
     report: &mut RestoreReport,
 ) -> Result<()> {
     let pending = up_to(pending, opts);
@@ -1119,79 +1168,110 @@ fn write_image(
     };
     report.pages_from_l1_ics = entries.iter().filter(|e| e.chk >= ng).count() as u64;
     let threads = opts.threads();
-    if opts.raw {
-        let (Some(first), Some(last)) = (entries.first(), entries.last()) else {
-            return Err(Error::Invalid(match (opts.region, &opts.pages) {
-                (Some(id), _) => format!(
-                    "--raw: region {id} has no live page in the restored state (seq {seq}): nothing to write"
+    match out {
+        Output::Pages(_) if opts.raw => {
+            return Err(Error::Invalid(
+                "a flat image (--raw) is a file, not pages handed to a sink".into(),
+            ));
+        }
+        Output::Pages(sink) => {
+            let pages: Vec<u64> = entries.iter().map(|e| e.page).collect();
+            sink.begin(&StateInfo {
+                seq,
+                chain_id,
+                page_size,
+                regions: regions.as_ref(),
+                pages: &pages,
+            })?;
+            let ps = page_size as usize;
+            crate::durable::fill_pages_parallel(
+                entries.len(),
+                ps,
+                threads,
+                &|k, buf| fetch(&entries[k], buf),
+                &|first, crcs, buf| {
+                    for (i, (&crc, data)) in crcs.iter().zip(buf.chunks_exact(ps)).enumerate() {
+                        sink.put(first + i, pages[first + i], crc, data)?;
+                    }
+                    Ok(())
+                },
+            )?;
+        }
+        Output::File(out) if opts.raw => {
+            let (Some(first), Some(last)) = (entries.first(), entries.last()) else {
+                return Err(Error::Invalid(match (opts.region, &opts.pages) {
+                    (Some(id), _) => format!(
+                        "--raw: region {id} has no live page in the restored state (seq {seq}): nothing to write"
+                    ),
+                    (None, Some(_)) => "--raw: no page to restore in the requested ranges".into(),
+                    (None, None) => format!(
+                        "--raw: the restored state (seq {seq}) has no page: nothing to write (without --raw, the image is a REX-IC file with no page)"
+                    ),
+                }));
+            };
+            // The requested ranges' whole span, holes at either end included
+            // (`--pages A-B --raw` is B - A + 1 pages, as `dd` would give);
+            // without ranges, the image's first to last page.
+            let (first_page, last_page) = match opts.pages.as_deref() {
+                Some(r) if !r.is_empty() => (
+                    r.iter().map(|x| x.0).min().unwrap_or(first.page),
+                    r.iter().map(|x| x.1).max().unwrap_or(last.page),
                 ),
-                (None, Some(_)) => "--raw: no page to restore in the requested ranges".into(),
-                (None, None) => format!(
-                    "--raw: the restored state (seq {seq}) has no page: nothing to write (without --raw, the image is a REX-IC file with no page)"
-                ),
-            }));
-        };
-        // The requested ranges' whole span, holes at either end included
-        // (`--pages A-B --raw` is B - A + 1 pages, as `dd` would give);
-        // without ranges, the image's first to last page.
-        let (first_page, last_page) = match opts.pages.as_deref() {
-            Some(r) if !r.is_empty() => (
-                r.iter().map(|x| x.0).min().unwrap_or(first.page),
-                r.iter().map(|x| x.1).max().unwrap_or(last.page),
-            ),
-            _ => (first.page, last.page),
-        };
-        // Pages 0 and 2^64-1 span 2^64 pages, which wraps: computed without
-        // overflow, and refused before any output.
-        let span = (last_page - first_page)
-            .checked_add(1)
-            .and_then(|n| n.checked_mul(u64::from(page_size)));
-        let Some(span) = span.filter(|&s| s <= 1 << 40) else {
-            return Err(Error::Invalid(format!(
-                "--raw: pages {first_page:#x}..={last_page:#x} span more than 1 TiB; give --pages ranges that lie closer together, or restore without --raw"
-            )));
-        };
-        let mut f = AtomicFile::create(out)?;
-        let temp = f.temp_path().to_path_buf();
-        let ps = u64::from(page_size);
-        crate::durable::write_pages_parallel(
-            f.file()?,
-            &temp,
-            entries.len(),
-            page_size as usize,
-            threads,
-            &|k| (entries[k].page - first_page) * ps,
-            &|k, buf| fetch(&entries[k], buf),
-        )?;
-        // One region: exactly its bytes (the last page may be partly used).
-        f.set_len(region_size.unwrap_or(span))?;
-        f.commit()?;
-        report.raw_first_page = Some(first_page);
-    } else {
-        let full = opts.pages.is_none();
-        // And the instance that wrote that checkpoint, so that the image
-        // stands for it as its FULL checkpoint would.
-        let instance = match pending.last() {
-            Some(m) => m.instance,
-            None => chain.and_then(|c| c.manifest().instance_at(seq).id()),
-        };
-        let ext = IcExt {
-            chain: chain_id,
-            regions,
-            instance,
-        };
-        let mut w = IcWriter::create_ext(
-            out,
-            page_size,
-            seq,
-            full,
-            time_ns,
-            &ext,
-            entries.iter().map(|e| e.page).collect(),
-            Vec::new(),
-        )?;
-        w.write_pages_parallel(threads, &|k, buf| fetch(&entries[k], buf))?;
-        w.finish()?;
+                _ => (first.page, last.page),
+            };
+            // Pages 0 and 2^64-1 span 2^64 pages, which wraps: computed without
+            // overflow, and refused before any output.
+            let span = (last_page - first_page)
+                .checked_add(1)
+                .and_then(|n| n.checked_mul(u64::from(page_size)));
+            let Some(span) = span.filter(|&s| s <= 1 << 40) else {
+                return Err(Error::Invalid(format!(
+                    "--raw: pages {first_page:#x}..={last_page:#x} span more than 1 TiB; give --pages ranges that lie closer together, or restore without --raw"
+                )));
+            };
+            let mut f = AtomicFile::create(out)?;
+            let temp = f.temp_path().to_path_buf();
+            let ps = u64::from(page_size);
+            crate::durable::write_pages_parallel(
+                f.file()?,
+                &temp,
+                entries.len(),
+                page_size as usize,
+                threads,
+                &|k| (entries[k].page - first_page) * ps,
+                &|k, buf| fetch(&entries[k], buf),
+            )?;
+            // One region: exactly its bytes (the last page may be partly used).
+            f.set_len(region_size.unwrap_or(span))?;
+            f.commit()?;
+            report.raw_first_page = Some(first_page);
+        }
+        Output::File(out) => {
+            let full = opts.pages.is_none();
+            // And the instance that wrote that checkpoint, so that the image
+            // stands for it as its FULL checkpoint would.
+            let instance = match pending.last() {
+                Some(m) => m.instance,
+                None => chain.and_then(|c| c.manifest().instance_at(seq).id()),
+            };
+            let ext = IcExt {
+                chain: chain_id,
+                regions,
+                instance,
+            };
+            let mut w = IcWriter::create_ext(
+                out,
+                page_size,
+                seq,
+                full,
+                time_ns,
+                &ext,
+                entries.iter().map(|e| e.page).collect(),
+                Vec::new(),
+            )?;
+            w.write_pages_parallel(threads, &|k, buf| fetch(&entries[k], buf))?;
+            w.finish()?;
+        }
     }
     report.pages = entries.len() as u64;
     report.bytes = report.pages * u64::from(page_size);
