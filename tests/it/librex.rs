@@ -1087,6 +1087,40 @@ mod rust_api {
         drop(rex);
         std::fs::write(&seq2, &kept).unwrap();
 
+        // Another checkpoint 2 of the run (the job restarted from seq 1 and
+        // wrote other bytes) in place of the first between the calls: the
+        // same seq, other pages' CRCs, refused before any write.
+        std::fs::remove_file(&seq2).unwrap();
+        let mut rex = Rex::with_config(config(&l1, &l2, false, TrackerChoice::Mprotect)).unwrap();
+        let b = rex.alloc(4, n).unwrap();
+        assert_eq!(rex.restart_test().unwrap(), Some(1));
+        rex.restart().unwrap();
+        // SAFETY: `n` bytes from rex.alloc.
+        unsafe { *b.add(20 * 4096) ^= 0xff };
+        assert_eq!(rex.checkpoint().unwrap().seq, 2);
+        rex.checkpoint_wait().unwrap();
+        rex.finalize().unwrap();
+        let other = std::fs::read(&seq2).unwrap();
+        std::fs::write(&seq2, &kept).unwrap();
+        let mut rex = Rex::with_config(config(&l1, &l2, false, TrackerChoice::Mprotect)).unwrap();
+        let b = rex.alloc(4, n).unwrap();
+        // SAFETY: `n` bytes from rex.alloc.
+        let got = unsafe { std::slice::from_raw_parts_mut(b, n) };
+        got.fill(0x5a);
+        assert_eq!(rex.restart_test().unwrap(), Some(2));
+        std::fs::write(&seq2, &other).unwrap();
+        let e = rex.restart().unwrap_err().to_string();
+        assert!(
+            e.contains("changed between rex_restart_test and rex_restart"),
+            "{e}"
+        );
+        assert!(
+            got.iter().all(|&x| x == 0x5a),
+            "a region written by a refused restart"
+        );
+        drop(rex);
+        std::fs::write(&seq2, &kept).unwrap();
+
         // L1's copy of generation 1 damaged between the calls (a byte of
         // its RPS past the header): read from L2.
         let mut rex = Rex::with_config(config(&l1, &l2, false, TrackerChoice::Mprotect)).unwrap();

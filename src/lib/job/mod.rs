@@ -1169,23 +1169,23 @@ impl Rex {
         let ps = self.ps;
         // The state's page size and its pages per region, checked before
         // any byte of a region is written.
-        let (page_size, pages) = match &restored.how {
+        let (page_size, seen) = match &restored.how {
             Staged::Image(_) => {
                 let image = IcFile::open(&where_)?;
                 let m = image.meta();
-                (m.page_size(), m.pages.clone())
+                let mut seen: BTreeMap<u32, u64> = BTreeMap::new();
+                for &page in &m.pages {
+                    *seen.entry(split_page(page).0).or_default() += 1;
+                }
+                (m.page_size(), seen)
             }
-            Staged::Verified(v) => (v.page_size as usize, v.pages.clone()),
+            Staged::Verified(v) => (v.page_size as usize, v.per_region.clone()),
         };
         if page_size != ps {
             return Err(Error::chain(
                 &where_,
                 format!("checkpoint pages are {page_size} bytes, this system's are {ps}"),
             ));
-        }
-        let mut seen: BTreeMap<u32, u64> = BTreeMap::new();
-        for &page in &pages {
-            *seen.entry(split_page(page).0).or_default() += 1;
         }
         for r in &table.0 {
             let got = seen.get(&r.id).copied().unwrap_or(0);

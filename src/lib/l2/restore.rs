@@ -186,6 +186,9 @@ pub struct StateInfo<'a> {
     pub regions: Option<&'a RegionTable>,
     /// Its pages, ascending: `put`'s `k` indexes them.
     pub pages: &'a [u64],
+    /// Each page's recorded CRC (its P-Table's or its IC file's), which
+    /// its rebuilt bytes are checked against before `put`.
+    pub crcs: &'a [u32],
 }
 
 /// The receiver of a restore's pages ([`Output::Pages`]). A restore may
@@ -196,8 +199,8 @@ pub trait PageSink: Sync {
     /// before any page is handed over.
     fn begin(&self, state: &StateInfo<'_>) -> Result<()>;
     /// Page `k` of the state (number `page`), rebuilt and checked against
-    /// its recorded CRC, `crc`. Called once per page of an attempt, from
-    /// any of the restore's threads.
+    /// its recorded CRC, `crc` (`state.crcs[k]`). Called once per page of
+    /// an attempt, from any of the restore's threads.
     fn put(&self, k: usize, page: u64, crc: u32, data: &[u8]) -> Result<()>;
 }
 
@@ -1176,12 +1179,21 @@ fn write_image(
         }
         Output::Pages(sink) => {
             let pages: Vec<u64> = entries.iter().map(|e| e.page).collect();
+            // What `fetch` checks each rebuilt or copied page against.
+            let crcs: Vec<u32> = entries
+                .iter()
+                .map(|e| match gens.get(e.chk as usize) {
+                    Some(g) => g.ptable.page_crcs[e.pp as usize],
+                    None => pending[(e.chk - ng) as usize].page_crcs[e.pp as usize],
+                })
+                .collect();
             sink.begin(&StateInfo {
                 seq,
                 chain_id,
                 page_size,
                 regions: regions.as_ref(),
                 pages: &pages,
+                crcs: &crcs,
             })?;
             let ps = page_size as usize;
             crate::durable::fill_pages_parallel(
