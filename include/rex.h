@@ -59,8 +59,9 @@
 /**
  * No valid state of the job's run is left to restart from: the
  * checkpoints are damaged, or L1 and L2 hold runs that do not continue one
- * another (an L1 directory of an older run beside an L2 a newer run wrote;
- * `rex_last_error` says which).
+ * another (an L1 directory of an older run beside an L2 a newer run wrote),
+ * or, for `rex_restart`, the state changed since `rex_restart_test`;
+ * `rex_last_error` says which.
  */
 #define REX_ECORRUPT -9
 

@@ -1186,5 +1186,24 @@ mod rust_api {
             bytes,
             "the damaged file was touched"
         );
+
+        // Past a damaged header too (helper-52: the second pass, pinned to
+        // the seq without the fallbacks, failed on it every time): seq 3's
+        // version field. The state of seq 1 again: the new run's FULL
+        // checkpoint (seq 3) is what is damaged now, seq 2 still is.
+        let hdr = l1.join(rexctl::l1::ic_file_name(3));
+        let mut h = std::fs::read(&hdr).unwrap();
+        h[8] ^= 0x40;
+        std::fs::write(&hdr, &h).unwrap();
+        let mut rex = Rex::with_config(config(&l1, &l2, false, TrackerChoice::Mprotect)).unwrap();
+        let b = rex.alloc(4, n).unwrap();
+        assert_eq!(rex.restart_test().unwrap(), Some(1));
+        let rep = rex.restart().unwrap();
+        assert_eq!(rep.seq, 1);
+        assert!(rep.fell_back.is_some(), "no fallback reported");
+        // SAFETY: `n` bytes from rex.alloc.
+        let got = unsafe { std::slice::from_raw_parts(b, n) };
+        assert!(got == &states[1][..], "not the state of seq 1");
+        rex.finalize().unwrap();
     }
 }

@@ -42,8 +42,9 @@ pub const REX_EREGION: c_int = -7;
 pub const REX_ENORESTART: c_int = -8;
 /// No valid state of the job's run is left to restart from: the
 /// checkpoints are damaged, or L1 and L2 hold runs that do not continue one
-/// another (an L1 directory of an older run beside an L2 a newer run wrote;
-/// `rex_last_error` says which).
+/// another (an L1 directory of an older run beside an L2 a newer run wrote),
+/// or, for `rex_restart`, the state changed since `rex_restart_test`;
+/// `rex_last_error` says which.
 pub const REX_ECORRUPT: c_int = -9;
 /// A background L2 push failed (the L1 checkpoints are safe).
 pub const REX_EL2: c_int = -10;
@@ -404,7 +405,7 @@ pub extern "C" fn rex_strerror(code: c_int) -> *const c_char {
         REX_EREGION => c"registered regions differ from the checkpoint's",
         REX_ENORESTART => c"nothing to restart from",
         REX_ECORRUPT => {
-            c"no valid state left (checkpoint damaged, or L1 and L2 hold different runs)"
+            c"no valid state left (checkpoint damaged, L1 and L2 hold different runs, or the state changed since rex_restart_test)"
         }
         REX_EL2 => c"background L2 push failed (L1 checkpoints are safe)",
         REX_ETRACK => c"dirty-page tracking failed",

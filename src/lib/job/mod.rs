@@ -1213,8 +1213,13 @@ impl Rex {
                     })
                     .collect();
                 let job = open_job(&self.cfg, None)?;
+                // The options of the first pass: the same walk (its
+                // fallbacks included) reaches the same state, and the sink
+                // refuses any other before it writes (helper-52: pinned
+                // by seq without the fallbacks, a state found past a
+                // damaged header was never reached again).
                 let opts = RestoreOptions {
-                    seq: Some(v.seq),
+                    fallback: true,
                     ..Default::default()
                 };
                 let sink = restart::IntoRegions {

@@ -13,14 +13,16 @@
 //!    per region ([`Recorder`]; 16 bytes, not a copy of the page list): the
 //!    regions are not touched, so a state that cannot be restored leaves
 //!    them as they were.
-//! 2. `rex_restart` restores exactly that state again (its seq, no
-//!    fallback) straight into the regions ([`IntoRegions`]). Before any
-//!    byte is written it checks that the same state comes out: the seq,
+//! 2. `rex_restart` restores again, with the same options (the same walk
+//!    through the fallbacks reaches the same state), straight into the
+//!    regions ([`IntoRegions`]). Before any byte of an attempt is written
+//!    it checks that the state is the one verified: the seq,
 //!    the run, the page size, and the digest of the page numbers and the
 //!    CRCs the pages are checked against (from the P-Tables and IC files,
-//!    known before any page is rebuilt). A cron `flush` between the two
-//!    calls may move pending checkpoints into a generation: the state at
-//!    that seq is the same, with the same CRCs.
+//!    known before any page is rebuilt); another state is refused, which
+//!    to the walk is one more attempt that failed. A cron `flush` between
+//!    the two calls may move pending checkpoints into a generation: the
+//!    state at that seq is the same, with the same CRCs.
 //!
 //! What the first pass cannot rule out is a checkpoint file damaged between
 //! the two calls (a page's bytes, not its recorded CRC): the second pass
