@@ -1829,7 +1829,7 @@ struct V2 {
 /// Unit) is the push's slowest stage; writing the encoded chunks into the
 /// page cache was an eighth of its time (`perf`, a Δ push of 32768 pages on
 /// tmpfs), work the other cores can take. The thread owns the file until
-/// [`Sink::take_file`] joins it; its queue holds at most
+/// [`Sink::into_file`] joins it; its queue holds at most
 /// [`Sink::DEPTH`] chunks. On an error it stops and drops the file, which
 /// removes the temporary; the next send, or the join, reports the error.
 enum Sink {
@@ -2013,13 +2013,15 @@ impl ChunkedWriter {
         }
         let mut out = AtomicFile::create(path)?;
         out.write_all(&[0u8; HEADER_LEN as usize])?;
-        let mut out = Sink::Here(out);
+        // Beside encoder threads, a writer thread of its own (`Sink`).
+        let threads = enc.threads.max(1);
+        let out = if header.version == 2 && threads > 1 {
+            Sink::thread(out)?
+        } else {
+            Sink::Here(out)
+        };
         let v2 = if header.version == 2 {
-            let threads = enc.threads.max(1);
             let (pool, replies) = if threads > 1 {
-                if let Sink::Here(f) = out {
-                    out = Sink::thread(f)?;
-                }
                 (
                     Some(Pool::new(threads, header.coding)?),
                     Some(std::sync::mpsc::channel()),

@@ -1169,17 +1169,17 @@ impl Rex {
         let ps = self.ps;
         // The state's page size and its pages per region, checked before
         // any byte of a region is written.
-        let (page_size, seen) = match &restored.how {
-            Staged::Image(_) => {
-                let image = IcFile::open(&where_)?;
-                let m = image.meta();
-                let mut seen: BTreeMap<u32, u64> = BTreeMap::new();
-                for &page in &m.pages {
-                    *seen.entry(split_page(page).0).or_default() += 1;
-                }
-                (m.page_size(), seen)
-            }
-            Staged::Verified(v) => (v.page_size as usize, v.per_region.clone()),
+        let image = match &restored.how {
+            Staged::Image(_) => Some(IcFile::open(&where_)?),
+            Staged::Verified(_) => None,
+        };
+        let (page_size, seen) = match (&restored.how, &image) {
+            (Staged::Verified(v), _) => (v.page_size as usize, v.per_region.clone()),
+            (_, Some(image)) => (
+                image.meta().page_size(),
+                restart::pages_per_region(&image.meta().pages),
+            ),
+            (Staged::Image(_), None) => unreachable!("opened above"),
         };
         if page_size != ps {
             return Err(Error::chain(
@@ -1230,7 +1230,7 @@ impl Rex {
                 restore_l1_l2_to(&job, &opts, Output::Pages(&sink))?;
             }
             Staged::Image(dir) => {
-                let image = IcFile::open(&where_)?;
+                let image = image.expect("opened above");
                 // Every page is verified before any byte of a region is
                 // written: a failing restart leaves the regions as they
                 // were.

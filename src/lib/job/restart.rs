@@ -68,6 +68,15 @@ fn digest(s: &StateInfo<'_>) -> u128 {
     h.digest128()
 }
 
+/// How many of `pages` each region id holds.
+pub(crate) fn pages_per_region(pages: &[u64]) -> BTreeMap<u32, u64> {
+    let mut n = BTreeMap::new();
+    for &p in pages {
+        *n.entry(split_page(p).0).or_default() += 1;
+    }
+    n
+}
+
 /// The first pass's sink: keeps what [`Verified`] holds, nothing of the
 /// pages' bytes (each was checked against its CRC by the restore).
 #[derive(Default)]
@@ -85,15 +94,11 @@ impl Recorder {
 
 impl PageSink for Recorder {
     fn begin(&self, s: &StateInfo<'_>) -> Result<()> {
-        let mut per_region = BTreeMap::new();
-        for &p in s.pages {
-            *per_region.entry(split_page(p).0).or_default() += 1;
-        }
         let v = Verified {
             seq: s.seq,
             chain_id: s.chain_id,
             page_size: s.page_size,
-            per_region,
+            per_region: pages_per_region(s.pages),
             digest: digest(s),
         };
         *self.state.lock().unwrap_or_else(|e| e.into_inner()) = Some(v);
