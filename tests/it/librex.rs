@@ -211,7 +211,7 @@ fn manifests_in(dir: &Path) -> usize {
 /// `kills` SIGKILLs (half at random times, half at random durable file
 /// operations, which land inside L1 writes and L2 pushes), deleting L1
 /// twice before a restart; the outputs must be identical.
-fn killed_runs_match(name: &str, args: &[&str], kills: usize, seed: u64) {
+fn killed_runs_match(name: &str, args: &[&str], kills: usize, seed: u64, tracker: &str) {
     let root = tempfile::tempdir().unwrap();
     let exe = build_example(name, root.path());
 
@@ -219,13 +219,21 @@ fn killed_runs_match(name: &str, args: &[&str], kills: usize, seed: u64) {
     let plain = Run::new(root.path(), "plain");
     let mut pargs = args.to_vec();
     pargs[2] = "0";
-    let o = plain.command(&exe, &pargs).output().unwrap();
+    let o = plain
+        .command(&exe, &pargs)
+        .env("REX_TRACKER", tracker)
+        .output()
+        .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let want = std::fs::read(&plain.out).unwrap();
 
     let clean = Run::new(root.path(), "clean");
     let t0 = Instant::now();
-    let o = clean.command(&exe, args).output().unwrap();
+    let o = clean
+        .command(&exe, args)
+        .env("REX_TRACKER", tracker)
+        .output()
+        .unwrap();
     let took = t0.elapsed();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(
@@ -258,6 +266,7 @@ fn killed_runs_match(name: &str, args: &[&str], kills: usize, seed: u64) {
             l1_deleted += 1;
         }
         let mut cmd = run.command(&exe, args);
+        cmd.env("REX_TRACKER", tracker);
         let by_failpoint = killed < kills && killed % 3 != 0;
         if by_failpoint {
             cmd.env("REX_FAILPOINT", rng.random_range(6..100u32).to_string());
@@ -364,12 +373,24 @@ fn flush_from_cron_serves_a_job_without_its_l2_thread() {
 
 #[test]
 fn heat_stencil_survives_kills_bit_for_bit() {
-    killed_runs_match("heat", &["256", "5000", "50"], 24, 1);
+    killed_runs_match("heat", &["256", "5000", "50"], 24, 1, "mprotect");
 }
 
 #[test]
 fn kv_table_survives_kills_bit_for_bit() {
-    killed_runs_match("kv", &["65536", "1200000", "6000"], 24, 2);
+    killed_runs_match("kv", &["65536", "1200000", "6000"], 24, 2, "mprotect");
+}
+
+/// The same under the userfaultfd tracker (the kernel resolving the write
+/// faults where it can, Linux 6.7): every write of the job is in its
+/// checkpoints, whatever kills it.
+#[test]
+fn kv_table_under_userfaultfd_survives_kills_bit_for_bit() {
+    if rexctl::job::uffd::UffdTracker::new().is_err() {
+        eprintln!("SKIPPED: userfaultfd write-protect unavailable here");
+        return;
+    }
+    killed_runs_match("kv", &["65536", "1200000", "6000"], 12, 3, "userfaultfd");
 }
 
 // ---- The Rust API, and the tracker as a property ----
@@ -579,6 +600,16 @@ mod rust_api {
             }
             run_ops(&ops, TrackerChoice::Userfaultfd)?;
         }
+
+        #[test]
+        fn userfaultfd_thread_checkpoints_exactly_the_written_pages(ops in prop::collection::vec(op(), 1..24)) {
+            use rexctl::job::uffd::{UffdMode, UffdTracker};
+            if UffdTracker::with_mode(UffdMode::Thread).is_err() {
+                eprintln!("SKIPPED: userfaultfd write-protect unavailable here");
+                return Ok(());
+            }
+            run_ops(&ops, TrackerChoice::UserfaultfdThread)?;
+        }
     }
 
     /// The Rust API end to end: the L2 thread pushes while the job runs,
@@ -755,10 +786,13 @@ mod rust_api {
     fn changes_no_write_fault_reports_are_checkpointed() {
         let ps = page_size();
         let n = 4;
-        for tracker in [TrackerChoice::Mprotect, TrackerChoice::Userfaultfd] {
-            if matches!(tracker, TrackerChoice::Userfaultfd)
-                && rexctl::job::uffd::UffdTracker::new().is_err()
-            {
+        for tracker in [
+            TrackerChoice::Mprotect,
+            TrackerChoice::Userfaultfd,
+            TrackerChoice::UserfaultfdThread,
+        ] {
+            let uffd = !matches!(tracker, TrackerChoice::Mprotect);
+            if uffd && rexctl::job::uffd::UffdTracker::new().is_err() {
                 eprintln!("SKIPPED: userfaultfd write-protect unavailable here");
                 continue;
             }
@@ -769,14 +803,11 @@ mod rust_api {
                 Unseen::DiscardThenWrite,
             ] {
                 let shared = matches!(how, Unseen::SharedAlias);
-                if shared && matches!(tracker, TrackerChoice::Userfaultfd) {
+                if shared && uffd {
                     // Refused at rex_protect (anonymous private memory only).
                     continue;
                 }
-                if matches!(how, Unseen::DiscardThenWrite)
-                    && matches!(tracker, TrackerChoice::Userfaultfd)
-                    && !kernel_at_least(5, 13)
-                {
+                if matches!(how, Unseen::DiscardThenWrite) && uffd && !kernel_at_least(5, 13) {
                     // The page map says which pages lack the bit since 5.13.
                     eprintln!("SKIPPED: {tracker:?} {how:?} needs Linux 5.13");
                     continue;

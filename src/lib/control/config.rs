@@ -332,8 +332,14 @@ pub enum TrackerChoice {
     /// `mprotect` + SIGSEGV, as the REX paper's AIC.
     #[default]
     Mprotect,
-    /// userfaultfd write-protect (Linux 5.13 and later, anonymous memory).
+    /// userfaultfd write-protect (Linux 5.13 and later, anonymous memory),
+    /// its faults resolved by the kernel itself where it can (Linux 6.7:
+    /// `UFFD_FEATURE_WP_ASYNC`), else by a thread of the library.
     Userfaultfd,
+    /// userfaultfd write-protect with the library's fault thread even
+    /// where the kernel could resolve the faults itself.
+    #[serde(rename = "userfaultfd-thread")]
+    UserfaultfdThread,
 }
 
 impl ConfigLayer {
@@ -452,9 +458,10 @@ impl ConfigLayer {
             None => None,
             Some("mprotect") => Some(TrackerChoice::Mprotect),
             Some("userfaultfd") => Some(TrackerChoice::Userfaultfd),
+            Some("userfaultfd-thread") => Some(TrackerChoice::UserfaultfdThread),
             Some(v) => {
                 return Err(Error::Invalid(format!(
-                    "REX_TRACKER={v:?}: expected mprotect or userfaultfd"
+                    "REX_TRACKER={v:?}: expected mprotect, userfaultfd or userfaultfd-thread"
                 )));
             }
         };
@@ -1085,6 +1092,23 @@ mod tests {
             n += 1;
         }
         assert!(n >= 24, "{n} settings with a flag");
+    }
+
+    /// rex.toml and REX_TRACKER spell the trackers alike.
+    #[test]
+    fn trackers_are_named_alike_in_the_file_and_the_environment() {
+        for (name, t) in [
+            ("mprotect", TrackerChoice::Mprotect),
+            ("userfaultfd", TrackerChoice::Userfaultfd),
+            ("userfaultfd-thread", TrackerChoice::UserfaultfdThread),
+        ] {
+            let file: ConfigLayer = toml::from_str(&format!("tracker = \"{name}\"\n")).unwrap();
+            assert_eq!(file.tracker, Some(t), "{name}");
+            let env =
+                ConfigLayer::env_without_flags(|k| (k == "REX_TRACKER").then(|| name.to_string()))
+                    .unwrap();
+            assert_eq!(env.tracker, Some(t), "{name}");
+        }
     }
 
     #[test]

@@ -404,6 +404,9 @@ impl Rex {
         let tracker: Box<dyn Tracker> = match cfg.tracker {
             TrackerChoice::Mprotect => Box::new(MprotectTracker::new()?),
             TrackerChoice::Userfaultfd => Box::new(uffd::UffdTracker::new()?),
+            TrackerChoice::UserfaultfdThread => {
+                Box::new(uffd::UffdTracker::with_mode(uffd::UffdMode::Thread)?)
+            }
         };
         let l2 = cfg.l2_thread.then(|| L2Thread::start(cfg.clone()));
         Ok(Rex {

@@ -625,9 +625,10 @@ pub(crate) mod tests {
         for p in [3, 4, 99, 3, 50] {
             m.write(p, 1);
         }
-        assert_eq!(t.faults() - before, 4, "one fault per first write");
         t.collect(r, &mut out).unwrap();
         assert_eq!(out, vec![3, 4, 50, 99]);
+        // Counted at the fault, or (the kernel resolving them) at collect.
+        assert_eq!(t.faults() - before, 4, "one fault per first write");
         out.clear();
         t.collect(r, &mut out).unwrap();
         assert!(out.is_empty());

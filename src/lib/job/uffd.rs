@@ -14,6 +14,17 @@
 //! created user-mode only and kernel writes fail with EFAULT as with
 //! mprotect.
 //!
+//! **Asynchronous mode** (Linux 6.7 and later, `UFFD_FEATURE_WP_ASYNC`,
+//! taken where the kernel offers it): the kernel resolves each write fault
+//! itself, by clearing the page's write-protect bit, with no thread, no
+//! context switch and no signal; a write costs a minor fault. A checkpoint
+//! then asks the kernel which pages lost the bit and protects them again in
+//! the same walk (`PAGEMAP_SCAN` with `PM_SCAN_WP_MATCHING`, atomic per
+//! page table), so a write that races the walk is either reported now or
+//! faults again and is reported next time. Kernel writes (`read(2)` into a
+//! protected page) are resolved the same way, so they need no `rex_dirty`.
+//! Where the kernel lacks it, the fault thread below does the same work.
+//!
 //! Pages that were never touched have no page table entry to carry the
 //! write-protect bit. Where the kernel has `UFFD_FEATURE_WP_UNPOPULATED`
 //! (6.4 and later) it protects them anyway; elsewhere [`UffdTracker::track`]
@@ -55,16 +66,41 @@ struct Shared {
     wp_unpopulated: bool,
 }
 
+/// Who resolves a write fault on a protected page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UffdMode {
+    /// The kernel, by itself (`UFFD_FEATURE_WP_ASYNC`, Linux 6.7); the
+    /// written pages are read from the page tables at each checkpoint.
+    Async,
+    /// The library's fault thread, woken for each fault.
+    Thread,
+}
+
+/// How the written pages are found.
+enum Resolver {
+    /// The page map, scanned (and protected again) at each collect.
+    Async {
+        pagemap: std::fs::File,
+        /// Pages the collects found written (one fault each).
+        written: AtomicU64,
+    },
+    /// The fault thread, stopped by a byte on `wake`.
+    Thread {
+        wake: OwnedFd,
+        thread: Option<JoinHandle<()>>,
+    },
+}
+
 /// The userfaultfd write-protect tracker.
 pub struct UffdTracker {
     shared: Arc<Shared>,
-    wake: OwnedFd,
-    thread: Option<JoinHandle<()>>,
+    resolver: Resolver,
 }
 
 impl std::fmt::Debug for UffdTracker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("UffdTracker")
+            .field("mode", &self.mode())
             .field("wp_unpopulated", &self.shared.wp_unpopulated)
             .finish()
     }
@@ -77,14 +113,18 @@ fn os_err(what: &str) -> Error {
     ))
 }
 
-/// A userfaultfd with the write-protect API, or why not.
-fn open_uffd() -> Result<(OwnedFd, bool)> {
+/// A userfaultfd with the write-protect API (asynchronous with `async_wp`,
+/// which also requires `WP_UNPOPULATED`), or why not.
+fn open_uffd(async_wp: bool) -> Result<(OwnedFd, bool)> {
     let base = (libc::O_CLOEXEC | libc::O_NONBLOCK) as libc::c_long;
     let mut last = None;
     // Kernel-mode faults too where allowed; else user mode only. With
     // WP_UNPOPULATED where the kernel has it; else without.
     for user_only in [false, true] {
         for unpopulated in [true, false] {
+            if async_wp && !unpopulated {
+                continue;
+            }
             let flags = if user_only {
                 base | k::UFFD_USER_MODE_ONLY as libc::c_long
             } else {
@@ -103,6 +143,9 @@ fn open_uffd() -> Result<(OwnedFd, bool)> {
             if unpopulated {
                 features |= u64::from(k::UFFD_FEATURE_WP_UNPOPULATED);
             }
+            if async_wp {
+                features |= u64::from(k::UFFD_FEATURE_WP_ASYNC);
+            }
             let mut api = k::uffdio_api {
                 api: UFFD_API,
                 features,
@@ -118,6 +161,94 @@ fn open_uffd() -> Result<(OwnedFd, bool)> {
         }
     }
     Err(last.expect("tried"))
+}
+
+/// Registers `len` bytes at `start` for write protection.
+fn register(fd: &OwnedFd, start: usize, len: usize) -> std::io::Result<()> {
+    let mut reg = k::uffdio_register {
+        range: k::uffdio_range {
+            start: start as u64,
+            len: len as u64,
+        },
+        mode: u64::from(k::UFFDIO_REGISTER_MODE_WP),
+        ioctls: 0,
+    };
+    // SAFETY: UFFDIO_REGISTER reads and writes one uffdio_register.
+    if unsafe { libc::ioctl(fd.as_raw_fd(), kio::UFFDIO_REGISTER as _, &mut reg) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `PM_SCAN_WP_MATCHING | PM_SCAN_CHECK_WPASYNC`: protect the pages
+/// reported, and refuse (EPERM) a range not registered in asynchronous
+/// mode rather than report nothing for it.
+const SCAN_AND_PROTECT: u64 = (k::PM_SCAN_WP_MATCHING | k::PM_SCAN_CHECK_WPASYNC) as u64;
+
+/// The written pages of `start .. start + len`, as page regions, each
+/// protected again as it is reported; `None` where the kernel lacks or
+/// refuses the scan.
+fn scan_written(
+    pagemap: &std::fs::File,
+    start: usize,
+    len: usize,
+    mut f: impl FnMut(usize, usize),
+) -> Result<bool> {
+    let written = u64::from(k::PAGE_IS_WRITTEN);
+    let select = super::audit::Select {
+        inverted: 0,
+        mask: written,
+        anyof: 0,
+        returned: written,
+    };
+    super::audit::pagemap_scan(
+        pagemap,
+        start as u64,
+        (start + len) as u64,
+        SCAN_AND_PROTECT,
+        select,
+        |r| f(r.start as usize, r.end as usize),
+    )
+}
+
+/// Whether a userfaultfd opened with `WP_ASYNC` works as that mode needs
+/// here: on a page of its own, a write clears the protection without any
+/// thread resolving it, the scan reports the page and protects it again,
+/// and a second scan reports nothing. A kernel (or a sandbox: gVisor,
+/// seccomp) that fails any step gets the fault thread instead.
+fn async_works(fd: &OwnedFd, pagemap: &std::fs::File, ps: usize) -> Result<bool> {
+    let page = super::tracker::map_anonymous(ps)?;
+    let probe = || -> Result<bool> {
+        if register(fd, page, ps).is_err() {
+            return Ok(false);
+        }
+        let mut seen = Vec::new();
+        let scan = |seen: &mut Vec<(usize, usize)>| {
+            seen.clear();
+            scan_written(pagemap, page, ps, |a, b| seen.push((a, b)))
+        };
+        // Never touched: protected by the first scan (a marker).
+        if !scan(&mut seen)? {
+            return Ok(false);
+        }
+        // SAFETY: our own fresh page, registered in asynchronous mode: the
+        // kernel resolves the write fault itself.
+        unsafe { std::ptr::write_volatile(page as *mut u8, 1) };
+        if !scan(&mut seen)? || seen != [(page, page + ps)] {
+            return Ok(false);
+        }
+        if !scan(&mut seen)? || !seen.is_empty() {
+            return Ok(false);
+        }
+        // SAFETY: as above.
+        unsafe { std::ptr::write_volatile(page as *mut u8, 2) };
+        Ok(scan(&mut seen)? && seen == [(page, page + ps)])
+    };
+    let works = probe();
+    // SAFETY: the probe's own page, unmapped once (which also ends its
+    // registration); nothing else refers to it.
+    unsafe { super::tracker::unmap_anonymous(page, ps) };
+    works
 }
 
 /// Whether this kernel's page map shows userfaultfd's write-protect bit
@@ -172,13 +303,45 @@ fn page_map_shows_protection(fd: &OwnedFd, ps: usize) -> Result<bool> {
 }
 
 impl UffdTracker {
-    /// Opens a userfaultfd with write-protect support and starts the
-    /// thread that resolves its faults; fails where the kernel does not
-    /// offer it (or forbids it: `vm.unprivileged_userfaultfd`), or where
-    /// its page map does not show the protection (before Linux 5.13).
+    /// Opens a userfaultfd with write-protect support, in asynchronous
+    /// mode where the kernel offers it and else with a thread that resolves
+    /// its faults; fails where the kernel does not offer it (or forbids it:
+    /// `vm.unprivileged_userfaultfd`), or where its page map does not show
+    /// the protection (before Linux 5.13).
     pub fn new() -> Result<UffdTracker> {
-        let (fd, wp_unpopulated) = open_uffd()?;
-        if !page_map_shows_protection(&fd, page_size())? {
+        match UffdTracker::with_mode(UffdMode::Async) {
+            Ok(t) => Ok(t),
+            Err(_) => UffdTracker::with_mode(UffdMode::Thread),
+        }
+    }
+
+    /// The tracker in `mode`, or why this kernel cannot give it.
+    pub fn with_mode(mode: UffdMode) -> Result<UffdTracker> {
+        let ps = page_size();
+        if mode == UffdMode::Async {
+            let (fd, wp_unpopulated) = open_uffd(true)?;
+            let pagemap = std::fs::File::open(super::audit::PAGEMAP).map_err(|e| {
+                Error::Invalid(format!("userfaultfd: {}: {e}", super::audit::PAGEMAP))
+            })?;
+            if !async_works(&fd, &pagemap, ps)? {
+                return Err(Error::Invalid(
+                    "userfaultfd: asynchronous write protection (PAGEMAP_SCAN with PM_SCAN_WP_MATCHING, Linux 6.7) does not work here".into(),
+                ));
+            }
+            return Ok(UffdTracker {
+                shared: Arc::new(Shared {
+                    fd,
+                    ps,
+                    wp_unpopulated,
+                }),
+                resolver: Resolver::Async {
+                    pagemap,
+                    written: AtomicU64::new(0),
+                },
+            });
+        }
+        let (fd, wp_unpopulated) = open_uffd(false)?;
+        if !page_map_shows_protection(&fd, ps)? {
             return Err(Error::Invalid(
                 "userfaultfd: this kernel's /proc/self/pagemap does not show the write-protect bit (Linux 5.13 and later do), without which every checkpoint would copy every page: use tracker = \"mprotect\"".into(),
             ));
@@ -192,7 +355,7 @@ impl UffdTracker {
         let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(pipe[0]), OwnedFd::from_raw_fd(pipe[1])) };
         let shared = Arc::new(Shared {
             fd,
-            ps: page_size(),
+            ps,
             wp_unpopulated,
         });
         let s = shared.clone();
@@ -202,9 +365,19 @@ impl UffdTracker {
             .map_err(|e| Error::Invalid(format!("userfaultfd: start thread: {e}")))?;
         Ok(UffdTracker {
             shared,
-            wake: wr,
-            thread: Some(thread),
+            resolver: Resolver::Thread {
+                wake: wr,
+                thread: Some(thread),
+            },
         })
+    }
+
+    /// Who resolves the write faults.
+    pub fn mode(&self) -> UffdMode {
+        match self.resolver {
+            Resolver::Async { .. } => UffdMode::Async,
+            Resolver::Thread { .. } => UffdMode::Thread,
+        }
     }
 }
 
@@ -315,15 +488,12 @@ fn fault_loop(s: &Shared, wake: OwnedFd) {
 
 impl Drop for UffdTracker {
     fn drop(&mut self) {
-        // SAFETY: writes one byte from a local to our own pipe.
-        unsafe {
-            libc::write(
-                self.wake.as_raw_fd(),
-                [1u8].as_ptr() as *const libc::c_void,
-                1,
-            )
+        let Resolver::Thread { wake, thread } = &mut self.resolver else {
+            return;
         };
-        if let Some(t) = self.thread.take() {
+        // SAFETY: writes one byte from a local to our own pipe.
+        unsafe { libc::write(wake.as_raw_fd(), [1u8].as_ptr() as *const libc::c_void, 1) };
+        if let Some(t) = thread.take() {
             let _ = t.join();
         }
     }
@@ -337,25 +507,9 @@ impl Tracker for UffdTracker {
     fn track(&self, r: Range) -> Result<Range> {
         let ps = self.shared.ps;
         let len = r.pages * ps;
-        let mut reg = k::uffdio_register {
-            range: k::uffdio_range {
-                start: r.start as u64,
-                len: len as u64,
-            },
-            mode: u64::from(k::UFFDIO_REGISTER_MODE_WP),
-            ioctls: 0,
-        };
-        // SAFETY: UFFDIO_REGISTER reads and writes one uffdio_register.
-        let rc = unsafe {
-            libc::ioctl(
-                self.shared.fd.as_raw_fd(),
-                kio::UFFDIO_REGISTER as _,
-                &mut reg,
-            )
-        };
-        if rc != 0 {
-            return Err(os_err(&format!(
-                "UFFDIO_REGISTER {:#x}+{len} (anonymous private memory only)",
+        if let Err(e) = register(&self.shared.fd, r.start, len) {
+            return Err(Error::Invalid(format!(
+                "userfaultfd: UFFDIO_REGISTER {:#x}+{len} (anonymous private memory only): {e}",
                 r.start
             )));
         }
@@ -408,9 +562,43 @@ impl Tracker for UffdTracker {
         let ps = self.shared.ps;
         let first = out.len();
         slot_take(r, out)?;
-        runs(&out[first..], |i, n| {
-            self.shared.wp(r.start + i * ps, n * ps, true)
+        let Resolver::Async {
+            pagemap,
+            written: count,
+        } = &self.resolver
+        else {
+            return runs(&out[first..], |i, n| {
+                self.shared.wp(r.start + i * ps, n * ps, true)
+            });
+        };
+        // The pages the kernel let be written (and those marked by
+        // `mark_dirty`, whose protection it lifted), protected again as
+        // they are reported.
+        let marked = out.len();
+        let mut written = 0u64;
+        let scanned = scan_written(pagemap, r.start, r.pages * ps, |a, b| {
+            let (i, j) = ((a - r.start) / ps, (b - r.start).div_ceil(ps));
+            written += (j - i) as u64;
+            out.extend(i..j);
         })
+        .map_err(|e| Error::Invalid(format!("userfaultfd: {e}")))?;
+        if !scanned {
+            // Unlike the probe's page, this range is not (or no longer)
+            // registered in asynchronous mode (PM_SCAN_CHECK_WPASYNC).
+            return Err(Error::Invalid(format!(
+                "userfaultfd: PAGEMAP_SCAN {:#x}+{}: refused (that memory is no longer registered: was a region's memory replaced, by mmap MAP_FIXED or mremap? unregister the region and register it again)",
+                r.start,
+                r.pages * ps
+            )));
+        }
+        count.fetch_add(written, Ordering::Relaxed);
+        if marked > first {
+            out[first..].sort_unstable();
+            let mut tail = out.split_off(first);
+            tail.dedup();
+            out.append(&mut tail);
+        }
+        Ok(())
     }
 
     fn mark_dirty(&self, r: Range, first: usize, count: usize) -> Result<()> {
@@ -419,8 +607,13 @@ impl Tracker for UffdTracker {
         self.shared.wp(r.start + first * ps, n * ps, false)
     }
 
+    /// In asynchronous mode, the pages the collects found written: one
+    /// fault each, resolved by the kernel.
     fn faults(&self) -> u64 {
-        FAULTS.load(Ordering::Relaxed)
+        match &self.resolver {
+            Resolver::Async { written, .. } => written.load(Ordering::Relaxed),
+            Resolver::Thread { .. } => FAULTS.load(Ordering::Relaxed),
+        }
     }
 
     fn vma_protected(&self) -> bool {
@@ -440,24 +633,96 @@ mod tests {
     use super::*;
 
     /// Where the kernel offers write-protect userfaultfd (this project's CI
-    /// does: Linux 6.x, root), the tracker behaves as the mprotect one. A
-    /// kernel without it is reported, not passed silently.
+    /// does: Linux 6.x, root), the tracker behaves as the mprotect one, in
+    /// both modes. A kernel without it is reported, not passed silently.
     #[test]
     fn userfaultfd_records_first_writes_and_forgets_them_at_collect() {
-        match UffdTracker::new() {
-            Ok(t) => crate::job::tracker::tests::exercise(&t),
+        for mode in [UffdMode::Async, UffdMode::Thread] {
+            match UffdTracker::with_mode(mode) {
+                Ok(t) => {
+                    assert_eq!(t.mode(), mode);
+                    crate::job::tracker::tests::exercise(&t)
+                }
+                Err(e) if std::env::var_os("REX_REQUIRE_UFFD").is_none() => {
+                    eprintln!(
+                        "SKIPPED: userfaultfd write-protect ({mode:?}) unavailable here: {e}"
+                    );
+                }
+                Err(e) => panic!("{mode:?}: {e}"),
+            }
+        }
+    }
+
+    /// In asynchronous mode a kernel write (`read(2)` from a pipe into a
+    /// protected page) needs no `rex_dirty`: it succeeds and the page is
+    /// reported; pages never touched are not, and a collect of memory no
+    /// longer registered fails instead of reporting nothing.
+    #[test]
+    fn asynchronous_mode_sees_kernel_writes_and_refuses_unregistered_memory() {
+        let t = match UffdTracker::with_mode(UffdMode::Async) {
+            Ok(t) => t,
             Err(e) if std::env::var_os("REX_REQUIRE_UFFD").is_none() => {
-                eprintln!("SKIPPED: userfaultfd write-protect unavailable here: {e}");
+                eprintln!("SKIPPED: asynchronous userfaultfd unavailable here: {e}");
+                return;
             }
             Err(e) => panic!("{e}"),
+        };
+        let ps = page_size();
+        let pages = 64;
+        let m = crate::job::tracker::map_anonymous(pages * ps).unwrap();
+        let r = t.track(Range::new(m, pages)).unwrap();
+        let mut out = Vec::new();
+        t.collect(r, &mut out).unwrap();
+        out.clear();
+        let mut p = [0; 2];
+        // SAFETY: pipe2 writes two descriptors into the array.
+        assert_eq!(unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        let msg = [7u8; 100];
+        // SAFETY: writes 100 bytes of a local to our pipe, then reads them
+        // into page 40 of our mapping (protected: the kernel resolves it).
+        let got = unsafe {
+            libc::write(p[1], msg.as_ptr().cast(), msg.len());
+            libc::read(p[0], (m + 40 * ps + 10) as *mut libc::c_void, msg.len())
+        };
+        assert_eq!(got, 100, "{}", std::io::Error::last_os_error());
+        // SAFETY: closes our own pipe; reads our mapping.
+        unsafe {
+            libc::close(p[0]);
+            libc::close(p[1]);
+            assert_eq!(*((m + 40 * ps + 109) as *const u8), 7);
         }
+        t.collect(r, &mut out).unwrap();
+        assert_eq!(out, vec![40]);
+        out.clear();
+        t.collect(r, &mut out).unwrap();
+        assert!(out.is_empty(), "{out:?}");
+        // The memory replaced behind the tracker's back: no longer
+        // registered.
+        // SAFETY: our own mapping, replaced by a fresh one at the same
+        // place; nothing else refers to it.
+        let again = unsafe {
+            libc::mmap(
+                m as *mut libc::c_void,
+                pages * ps,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+                -1,
+                0,
+            )
+        };
+        assert_eq!(again as usize, m);
+        let e = t.collect(r, &mut out).unwrap_err().to_string();
+        assert!(e.contains("no longer registered"), "{e}");
+        crate::job::tracker::slot_remove(r).unwrap();
+        // SAFETY: our own mapping, unmapped once.
+        unsafe { crate::job::tracker::unmap_anonymous(m, pages * ps) };
     }
 
     /// The probe sees the protection on this kernel (6.x): if it did not,
     /// every kernel would be refused.
     #[test]
     fn the_page_map_shows_the_protection_here() {
-        match open_uffd() {
+        match open_uffd(false) {
             Ok((fd, _)) => assert!(page_map_shows_protection(&fd, page_size()).unwrap()),
             Err(e) if std::env::var_os("REX_REQUIRE_UFFD").is_none() => {
                 eprintln!("SKIPPED: userfaultfd write-protect unavailable here: {e}");
