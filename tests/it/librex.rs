@@ -373,7 +373,7 @@ fn flush_from_cron_serves_a_job_without_its_l2_thread() {
 
 #[test]
 fn heat_stencil_survives_kills_bit_for_bit() {
-    killed_runs_match("heat", &["256", "5000", "50"], 24, 1, "mprotect");
+    killed_runs_match("heat", &["256", "5000", "50"], 24, 1, "auto");
 }
 
 #[test]
@@ -787,15 +787,27 @@ mod rust_api {
         let ps = page_size();
         let n = 4;
         for tracker in [
+            TrackerChoice::Auto,
             TrackerChoice::Mprotect,
             TrackerChoice::Userfaultfd,
             TrackerChoice::UserfaultfdThread,
         ] {
-            let uffd = !matches!(tracker, TrackerChoice::Mprotect);
-            if uffd && rexctl::job::uffd::UffdTracker::new().is_err() {
+            use rexctl::job::uffd::{UffdMode, UffdTracker};
+            let uffd = matches!(
+                tracker,
+                TrackerChoice::Userfaultfd | TrackerChoice::UserfaultfdThread
+            );
+            if uffd && UffdTracker::new().is_err() {
                 eprintln!("SKIPPED: userfaultfd write-protect unavailable here");
                 continue;
             }
+            // The fault thread registers private anonymous memory only;
+            // the kernel-resolved mode takes every kind.
+            let anonymous_only = match tracker {
+                TrackerChoice::UserfaultfdThread => true,
+                TrackerChoice::Userfaultfd => UffdTracker::with_mode(UffdMode::Async).is_err(),
+                _ => false,
+            };
             for how in [
                 Unseen::Protection,
                 Unseen::Discard,
@@ -803,8 +815,8 @@ mod rust_api {
                 Unseen::DiscardThenWrite,
             ] {
                 let shared = matches!(how, Unseen::SharedAlias);
-                if shared && uffd {
-                    // Refused at rex_protect (anonymous private memory only).
+                if shared && anonymous_only {
+                    // Refused at rex_protect.
                     continue;
                 }
                 if matches!(how, Unseen::DiscardThenWrite) && uffd && !kernel_at_least(5, 13) {

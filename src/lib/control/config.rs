@@ -319,7 +319,7 @@ pub struct ConfigLayer {
     /// REX_L2_THREAD or rex.toml.
     #[arg(skip)]
     pub l2_thread: Option<bool>,
-    /// librex: the dirty-page tracker (default mprotect). REX_TRACKER or
+    /// librex: the dirty-page tracker (default auto). REX_TRACKER or
     /// rex.toml.
     #[arg(skip)]
     pub tracker: Option<TrackerChoice>,
@@ -329,8 +329,12 @@ pub struct ConfigLayer {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TrackerChoice {
-    /// `mprotect` + SIGSEGV, as the REX paper's AIC.
+    /// userfaultfd's kernel-resolved write protection for the regions it
+    /// can register (private anonymous memory, Linux 6.7), `mprotect` for
+    /// the others (`job/auto.rs`).
     #[default]
+    Auto,
+    /// `mprotect` + SIGSEGV, as the REX paper's AIC.
     Mprotect,
     /// userfaultfd write-protect (Linux 5.13 and later, anonymous memory),
     /// its faults resolved by the kernel itself where it can (Linux 6.7:
@@ -456,12 +460,13 @@ impl ConfigLayer {
         };
         let tracker = match text(&["REX_TRACKER"]).as_deref() {
             None => None,
+            Some("auto") => Some(TrackerChoice::Auto),
             Some("mprotect") => Some(TrackerChoice::Mprotect),
             Some("userfaultfd") => Some(TrackerChoice::Userfaultfd),
             Some("userfaultfd-thread") => Some(TrackerChoice::UserfaultfdThread),
             Some(v) => {
                 return Err(Error::Invalid(format!(
-                    "REX_TRACKER={v:?}: expected mprotect, userfaultfd or userfaultfd-thread"
+                    "REX_TRACKER={v:?}: expected auto, mprotect, userfaultfd or userfaultfd-thread"
                 )));
             }
         };
@@ -1098,6 +1103,7 @@ mod tests {
     #[test]
     fn trackers_are_named_alike_in_the_file_and_the_environment() {
         for (name, t) in [
+            ("auto", TrackerChoice::Auto),
             ("mprotect", TrackerChoice::Mprotect),
             ("userfaultfd", TrackerChoice::Userfaultfd),
             ("userfaultfd-thread", TrackerChoice::UserfaultfdThread),

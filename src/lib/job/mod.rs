@@ -40,6 +40,7 @@
 //! files alone; the library removes its dead predecessor's at init.
 
 mod audit;
+pub mod auto;
 pub mod capi;
 mod restart;
 pub mod tracker;
@@ -402,6 +403,7 @@ impl Rex {
         // The L2 location must work before the job relies on it.
         open_job(&cfg, job_root.as_ref())?;
         let tracker: Box<dyn Tracker> = match cfg.tracker {
+            TrackerChoice::Auto => Box::new(auto::AutoTracker::new()),
             TrackerChoice::Mprotect => Box::new(MprotectTracker::new()?),
             TrackerChoice::Userfaultfd => Box::new(uffd::UffdTracker::new()?),
             TrackerChoice::UserfaultfdThread => {
@@ -683,7 +685,7 @@ impl Rex {
             unseen.clear();
             memory.unseen(
                 r.range,
-                self.tracker.vma_protected(),
+                self.tracker.vma_protected(r.range),
                 |k| r.was_zero(k),
                 &mut unseen,
             )?;

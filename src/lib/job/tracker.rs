@@ -92,10 +92,10 @@ pub trait Tracker: Send + Sync {
     fn mark_dirty(&self, r: Range, first: usize, count: usize) -> Result<()>;
     /// Write faults handled so far.
     fn faults(&self) -> u64;
-    /// Whether clean pages are kept in read-only mappings, so that a page
-    /// of a writable mapping after [`collect`](Self::collect) was
-    /// write-enabled behind the tracker's back (see `audit.rs`).
-    fn vma_protected(&self) -> bool;
+    /// Whether the clean pages of `r` are kept in read-only mappings, so
+    /// that a page of a writable mapping after [`collect`](Self::collect)
+    /// was write-enabled behind the tracker's back (see `audit.rs`).
+    fn vma_protected(&self, r: Range) -> bool;
     /// Write-protects pages `pages` (indexes from `r.start`, ascending) of
     /// `r` again without recording them: pages a checkpoint found changed
     /// unseen (`audit.rs`) and has just copied, so that later writes to
@@ -496,7 +496,7 @@ impl Tracker for MprotectTracker {
         FAULTS.load(Ordering::Relaxed)
     }
 
-    fn vma_protected(&self) -> bool {
+    fn vma_protected(&self, _: Range) -> bool {
         true
     }
 

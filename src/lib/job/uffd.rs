@@ -616,7 +616,7 @@ impl Tracker for UffdTracker {
         }
     }
 
-    fn vma_protected(&self) -> bool {
+    fn vma_protected(&self, _: Range) -> bool {
         false
     }
 
