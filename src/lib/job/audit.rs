@@ -66,6 +66,7 @@ use crate::error::{Error, Result};
 struct Vma {
     start: usize,
     end: usize,
+    readable: bool,
     writable: bool,
     shared: bool,
     file: bool,
@@ -157,6 +158,7 @@ impl Maps {
         /// `_IOWR('f', 17, struct procmap_query)` (linux/fs.h).
         const PROCMAP_QUERY: libc::c_ulong = 0xC068_6611;
         const COVERING_OR_NEXT_VMA: u64 = 16;
+        const READABLE: u64 = 1;
         const WRITABLE: u64 = 2;
         const SHARED: u64 = 8;
         let mut out = Vec::new();
@@ -202,6 +204,7 @@ impl Maps {
             out.push(Vma {
                 start: q.vma_start as usize,
                 end: q.vma_end as usize,
+                readable: q.vma_flags & READABLE != 0,
                 writable: q.vma_flags & WRITABLE != 0,
                 shared: q.vma_flags & SHARED != 0,
                 file: q.inode != 0,
@@ -241,6 +244,13 @@ impl Memory {
         let mut private = Vec::new();
         for v in self.maps.within(start, end)? {
             let (a, b) = (v.start.max(start), v.end.min(end));
+            if !v.readable {
+                // The job's own mprotect(PROT_NONE): the copy would fault
+                // (helper-53: the userfaultfd trackers crashed the job).
+                return Err(Error::Invalid(format!(
+                    "registered memory {a:#x}..{b:#x} is not readable (the job's mprotect PROT_NONE?): leave the protection of registered memory to the library, or unregister the region first"
+                )));
+            }
             let pages = (a - start) / ps..(b - start).div_ceil(ps);
             if v.shared || (vma_protected && v.writable) {
                 out.extend(pages);
@@ -515,6 +525,7 @@ fn parse_maps(text: &str) -> Option<Vec<Vma>> {
         out.push(Vma {
             start: usize::from_str_radix(a, 16).ok()?,
             end: usize::from_str_radix(b, 16).ok()?,
+            readable: p[0] == b'r',
             writable: p[1] == b'w',
             shared: p[3] == b's',
             file: inode != "0",
@@ -538,6 +549,7 @@ mod tests {
         let vma = |start, end, writable, shared, file| Vma {
             start,
             end,
+            readable: start != 0xffff,
             writable,
             shared,
             file,

@@ -123,6 +123,7 @@ fn fail(e: Error, invalid: c_int) -> (c_int, String) {
                 || m.starts_with("userfaultfd")
                 || m.contains("SIGSEGV")
                 || m.contains("is not tracked")
+                || m.starts_with("registered memory")
                 || m.contains("regions tracked at once") =>
         {
             REX_ETRACK

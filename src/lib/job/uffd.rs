@@ -513,6 +513,29 @@ impl Tracker for UffdTracker {
                 r.start
             )));
         }
+        if self.mode() == UffdMode::Thread
+            && let Err(e) = self.shared.wp(r.start, ps, false)
+        {
+            // The fault thread resolves faults page by page, which memory
+            // of larger pages (hugetlbfs) refuses: the first write would
+            // wait forever (helper-53).
+            let mut range = k::uffdio_range {
+                start: r.start as u64,
+                len: len as u64,
+            };
+            // SAFETY: UFFDIO_UNREGISTER reads one uffdio_range.
+            unsafe {
+                libc::ioctl(
+                    self.shared.fd.as_raw_fd(),
+                    kio::UFFDIO_UNREGISTER as _,
+                    &mut range,
+                )
+            };
+            return Err(Error::Invalid(format!(
+                "userfaultfd: {:#x}+{len} cannot be write-protected page by page (huge pages?): {e}; use tracker = \"userfaultfd\" (Linux 6.7) or \"mprotect\"",
+                r.start
+            )));
+        }
         if !self.shared.wp_unpopulated {
             for p in 0..r.pages {
                 // SAFETY: the range is the job's registered, readable
@@ -560,26 +583,22 @@ impl Tracker for UffdTracker {
 
     fn collect(&self, r: Range, out: &mut Vec<usize>) -> Result<()> {
         let ps = self.shared.ps;
-        let first = out.len();
-        slot_take(r, out)?;
         let Resolver::Async {
             pagemap,
             written: count,
         } = &self.resolver
         else {
+            let first = out.len();
+            slot_take(r, out)?;
             return runs(&out[first..], |i, n| {
                 self.shared.wp(r.start + i * ps, n * ps, true)
             });
         };
-        // The pages the kernel let be written (and those marked by
-        // `mark_dirty`, whose protection it lifted), protected again as
-        // they are reported.
-        let marked = out.len();
-        let mut written = 0u64;
+        // The pages the kernel let be written, protected again as they
+        // are reported (those `mark_dirty` lifted the protection of too).
+        let mut found = Vec::new();
         let scanned = scan_written(pagemap, r.start, r.pages * ps, |a, b| {
-            let (i, j) = ((a - r.start) / ps, (b - r.start).div_ceil(ps));
-            written += (j - i) as u64;
-            out.extend(i..j);
+            found.extend((a - r.start) / ps..(b - r.start).div_ceil(ps));
         })
         .map_err(|e| Error::Invalid(format!("userfaultfd: {e}")))?;
         if !scanned {
@@ -591,13 +610,25 @@ impl Tracker for UffdTracker {
                 r.pages * ps
             )));
         }
-        count.fetch_add(written, Ordering::Relaxed);
-        if marked > first {
-            out[first..].sort_unstable();
-            let mut tail = out.split_off(first);
-            tail.dedup();
-            out.append(&mut tail);
+        count.fetch_add(found.len() as u64, Ordering::Relaxed);
+        // A first or last page may be shared with another region (two
+        // unaligned regions on one page): this scan has just protected it
+        // again, so the other region's scan would find it clean (helper-53:
+        // its write was lost). Marked in every slot that covers it, as a
+        // fault does under the other modes; this slot's mark is taken next.
+        let edges = [Some(0), r.pages.checked_sub(1)];
+        for k in edges.into_iter().flatten() {
+            if found.binary_search(&k).is_ok() {
+                mark_addr(r.start + k * ps);
+            }
         }
+        let first = out.len();
+        slot_take(r, out)?;
+        out.extend_from_slice(&found);
+        out[first..].sort_unstable();
+        let mut tail = out.split_off(first);
+        tail.dedup();
+        out.append(&mut tail);
         Ok(())
     }
 
