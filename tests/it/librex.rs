@@ -779,6 +779,27 @@ mod rust_api {
         }
     }
 
+    /// Every tracker this kernel offers: auto and mprotect always, the
+    /// userfaultfd ones where it has them (else reported as skipped).
+    fn trackers_here() -> Vec<TrackerChoice> {
+        use rexctl::job::uffd::{UffdMode, UffdTracker};
+        let mut all = vec![TrackerChoice::Auto, TrackerChoice::Mprotect];
+        for (t, mode) in [
+            (TrackerChoice::Userfaultfd, None),
+            (TrackerChoice::UserfaultfdThread, Some(UffdMode::Thread)),
+        ] {
+            let here = match mode {
+                None => UffdTracker::new().map(drop),
+                Some(m) => UffdTracker::with_mode(m).map(drop),
+            };
+            match here {
+                Ok(()) => all.push(t),
+                Err(e) => eprintln!("SKIPPED: {t:?} unavailable here: {e}"),
+            }
+        }
+        all
+    }
+
     /// Memory changed with no write fault is in the next checkpoint, and
     /// the pages it touched are tracked again afterwards: a restart gives
     /// the bytes of every checkpoint, for each tracker and each way.
@@ -786,21 +807,12 @@ mod rust_api {
     fn changes_no_write_fault_reports_are_checkpointed() {
         let ps = page_size();
         let n = 4;
-        for tracker in [
-            TrackerChoice::Auto,
-            TrackerChoice::Mprotect,
-            TrackerChoice::Userfaultfd,
-            TrackerChoice::UserfaultfdThread,
-        ] {
+        for tracker in trackers_here() {
             use rexctl::job::uffd::{UffdMode, UffdTracker};
             let uffd = matches!(
                 tracker,
                 TrackerChoice::Userfaultfd | TrackerChoice::UserfaultfdThread
             );
-            if uffd && UffdTracker::new().is_err() {
-                eprintln!("SKIPPED: userfaultfd write-protect unavailable here");
-                continue;
-            }
             // The fault thread registers private anonymous memory only;
             // the kernel-resolved mode takes every kind.
             let anonymous_only = match tracker {
@@ -1017,21 +1029,7 @@ mod rust_api {
     /// and the second region's write was lost).
     #[test]
     fn regions_sharing_a_page_both_carry_its_writes_under_every_tracker() {
-        use rexctl::job::uffd::UffdTracker;
-        for tracker in [
-            TrackerChoice::Auto,
-            TrackerChoice::Mprotect,
-            TrackerChoice::Userfaultfd,
-            TrackerChoice::UserfaultfdThread,
-        ] {
-            let uffd = matches!(
-                tracker,
-                TrackerChoice::Userfaultfd | TrackerChoice::UserfaultfdThread
-            );
-            if uffd && UffdTracker::new().is_err() {
-                eprintln!("SKIPPED: userfaultfd write-protect unavailable here");
-                continue;
-            }
+        for tracker in trackers_here() {
             let d = tempfile::tempdir().unwrap();
             let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
             let m = Mem::new(4096);
