@@ -1040,7 +1040,21 @@ mod rust_api {
                 rex.protect(2, (m.base + 100) as *mut u8, 100).unwrap();
             }
             rex.checkpoint().unwrap();
-            for (seq, at) in [(1u64, 150), (2, 50), (3, 120)] {
+            // A third region registered on that page after a checkpoint,
+            // then a write to region 1 there (helper-54: the fault thread's
+            // registration lifted the page's protection unrecorded).
+            // SAFETY: as above.
+            unsafe { rex.protect(3, (m.base + 300) as *mut u8, 100) }.unwrap();
+            // SAFETY: inside region 1.
+            unsafe { *((m.base + 60) as *mut u8) = 9 };
+            let c = rex.checkpoint().unwrap();
+            rex.checkpoint_wait().unwrap();
+            let f = IcFile::open(l1.join(rexctl::l1::ic_file_name(c.seq))).unwrap();
+            let k = f.meta().pages.iter().position(|&p| p == page_number(1, 0));
+            let k = k.unwrap_or_else(|| panic!("{tracker:?}: region 1's write lost"));
+            assert_eq!(f.page(k).unwrap()[60], 9, "{tracker:?}");
+            rex.unprotect(3).unwrap();
+            for (seq, at) in [(2u64, 150), (3, 50), (4, 120)] {
                 // SAFETY: inside region 1 (at 50) or 2.
                 unsafe { *((m.base + at) as *mut u8) = seq as u8 };
                 let c = rex.checkpoint().unwrap();

@@ -329,9 +329,8 @@ pub struct ConfigLayer {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TrackerChoice {
-    /// userfaultfd's kernel-resolved write protection for the regions it
-    /// can register (private anonymous memory, Linux 6.7), `mprotect` for
-    /// the others (`job/auto.rs`).
+    /// userfaultfd's kernel-resolved write protection (Linux 6.7) for the
+    /// regions it can take, `mprotect` for the others (`job/auto.rs`).
     #[default]
     Auto,
     /// `mprotect` + SIGSEGV, as the REX paper's AIC.

@@ -287,7 +287,13 @@ impl Memory {
                         // Not copied on write yet: the file's page.
                         e & FILE_PAGE != 0 || e & EXCLUSIVE == 0 && !was_zero(k + i) || unprotected
                     } else if e & SWAPPED != 0 {
-                        unprotected
+                        // In a file mapping, a discarded page the
+                        // userfaultfd tracker had protected keeps the
+                        // protection as a marker, shown as swapped
+                        // (helper-54): it reads as the file's bytes now.
+                        // (A copy-on-write page swapped out kept its
+                        // bytes: taken anyway, only larger.)
+                        unprotected || file
                     } else {
                         file || !was_zero(k + i)
                     };
@@ -676,6 +682,57 @@ mod tests {
         assert_eq!(unseen(true, &|k| k == 2), vec![5]);
         // SAFETY: ours, unmapped once.
         unsafe { unmap_anonymous(base, n * ps) };
+    }
+
+    /// Under the kernel-resolved userfaultfd mode, a written page of a
+    /// private file mapping, protected again by a checkpoint and then
+    /// discarded, reads as the file's bytes: the audit takes it, though its
+    /// protection stays behind as a marker the page map shows as swapped
+    /// (helper-54).
+    #[test]
+    fn a_discarded_page_of_a_file_mapping_under_userfaultfd_is_taken() {
+        use crate::job::tracker::Tracker;
+        let Some(t) = crate::job::uffd::tests::async_or_skip() else {
+            return;
+        };
+        let ps = page_size();
+        let base = crate::job::tracker::tests::file_map(4, 0x11);
+        let r = t.track(Range::new(base, 4)).unwrap();
+        let mut out = Vec::new();
+        t.collect(r, &mut out).unwrap();
+        // SAFETY: pages of our mapping (the kernel resolves the fault).
+        unsafe { std::ptr::write_bytes((base + ps) as *mut u8, 0x22, ps) };
+        out.clear();
+        t.collect(r, &mut out).unwrap();
+        assert_eq!(out, vec![1]);
+        // SAFETY: one page of our own mapping; its bytes are ours to drop.
+        let rc =
+            unsafe { libc::madvise((base + ps) as *mut libc::c_void, ps, libc::MADV_DONTNEED) };
+        assert_eq!(rc, 0);
+        // SAFETY: a readable page of our mapping.
+        assert_eq!(
+            unsafe { *((base + ps) as *const u8) },
+            0x11,
+            "the file's byte"
+        );
+        // SAFETY: as above (the read made it present again).
+        let rc =
+            unsafe { libc::madvise((base + ps) as *mut libc::c_void, ps, libc::MADV_DONTNEED) };
+        assert_eq!(rc, 0);
+        out.clear();
+        t.collect(r, &mut out).unwrap();
+        let mut unseen = Vec::new();
+        Memory::read(ps)
+            .unwrap()
+            .unseen(r, false, |_| false, &mut unseen)
+            .unwrap();
+        assert!(
+            out.contains(&1) || unseen.contains(&1),
+            "the discarded page is in neither: collect {out:?}, audit {unseen:?}"
+        );
+        t.untrack(r).unwrap();
+        // SAFETY: ours, unmapped once, untracked.
+        unsafe { crate::job::tracker::unmap_anonymous(base, 4 * ps) };
     }
 
     /// Under userfaultfd, a page discarded then written comes back without

@@ -6,11 +6,11 @@
 //! Why two: the kernel-resolved mode costs a minor fault per first write,
 //! about a fifth of the mprotect tracker's signal and `mprotect` call
 //! (docs/PERFORMANCE.md), splits no mapping and lets system calls write
-//! into protected pages; but userfaultfd registers private anonymous memory
-//! only (`rex_alloc`, `malloc`, the stack), not a global array in a file
-//! mapping (`.data`), nor shared memory, and a sandbox (seccomp, gVisor)
-//! or an older kernel may refuse it. Such a region, or every region there,
-//! goes to the mprotect tracker, whose SIGSEGV handler is installed only
+//! into protected pages; but an older kernel or a sandbox (seccomp, gVisor)
+//! may refuse userfaultfd, memory another userfaultfd of the process holds
+//! cannot be registered again, and memory of huge pages (hugetlbfs) cannot
+//! be protected page by page. Such a region, or every region there, goes to
+//! the mprotect tracker, whose SIGSEGV handler is installed only
 //! when a first region needs it. The thread-resolved userfaultfd mode is
 //! never chosen here: its faults cost several times the mprotect tracker's.
 //!
@@ -180,23 +180,10 @@ mod tests {
             t.untrack(r).unwrap();
         };
         // A private file mapping.
-        let f = tempfile::tempfile().unwrap();
-        f.set_len((4 * ps) as u64).unwrap();
-        // SAFETY: a fresh private mapping of our own temporary file.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                4 * ps,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE,
-                std::os::fd::AsRawFd::as_raw_fd(&f),
-                0,
-            )
-        };
-        assert_ne!(p, libc::MAP_FAILED);
-        check(p as usize, true);
+        let p = crate::job::tracker::tests::file_map(4, 0);
+        check(p, true);
         // SAFETY: ours, unmapped once, untracked.
-        unsafe { libc::munmap(p, 4 * ps) };
+        unsafe { crate::job::tracker::unmap_anonymous(p, 4 * ps) };
         // Memory another userfaultfd has registered.
         let other = UffdTracker::with_mode(UffdMode::Async).unwrap();
         let m = crate::job::tracker::tests::Map::new(4);

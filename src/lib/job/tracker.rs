@@ -90,7 +90,8 @@ pub trait Tracker: Send + Sync {
     /// Records pages `first .. first + count` of `r` as written and
     /// write-enables them (for writes the tracker cannot see: the kernel's).
     fn mark_dirty(&self, r: Range, first: usize, count: usize) -> Result<()>;
-    /// Write faults handled so far.
+    /// Write faults handled so far (under the kernel-resolved userfaultfd
+    /// mode, the pages its collects found written).
     fn faults(&self) -> u64;
     /// Whether the clean pages of `r` are kept in read-only mappings, so
     /// that a page of a writable mapping after [`collect`](Self::collect)
@@ -593,6 +594,28 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    /// A private, writable mapping of `pages` pages of a temporary file
+    /// whose bytes are all `byte`, as its address; unmapped by the caller.
+    pub(crate) fn file_map(pages: usize, byte: u8) -> usize {
+        let len = pages * page_size();
+        let mut f = tempfile::tempfile().unwrap();
+        std::io::Write::write_all(&mut f, &vec![byte; len]).unwrap();
+        // SAFETY: a fresh private mapping of our own temporary file (the
+        // mapping keeps the file alive once its descriptor is closed).
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE,
+                std::os::fd::AsRawFd::as_raw_fd(&f),
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        p as usize
+    }
 
     /// An anonymous mapping of `pages` pages (freed on drop).
     pub(crate) struct Map(pub(crate) usize, usize);

@@ -1,5 +1,6 @@
 //! The second dirty-page tracker: userfaultfd write-protect (Linux 5.13 and
-//! later, anonymous private memory; `tracker = "userfaultfd"` in rex.toml).
+//! later for private anonymous memory, 6.7 for every kind but huge pages;
+//! `tracker = "userfaultfd"` in rex.toml, and `auto`'s first choice).
 //!
 //! The regions are registered with a userfaultfd in write-protect mode. A
 //! checkpoint write-protects the dirty pages again (`UFFDIO_WRITEPROTECT`);
@@ -81,7 +82,9 @@ enum Resolver {
     /// The page map, scanned (and protected again) at each collect.
     Async {
         pagemap: std::fs::File,
-        /// Pages the collects found written (one fault each).
+        /// Pages the collects found written: about one fault each, plus
+        /// every page of a region at its first collect and the pages
+        /// `mark_dirty` lifted.
         written: AtomicU64,
     },
     /// The fault thread, stopped by a byte on `wake`.
@@ -509,16 +512,11 @@ impl Tracker for UffdTracker {
         let len = r.pages * ps;
         if let Err(e) = register(&self.shared.fd, r.start, len) {
             return Err(Error::Invalid(format!(
-                "userfaultfd: UFFDIO_REGISTER {:#x}+{len} (anonymous private memory only): {e}",
+                "userfaultfd: UFFDIO_REGISTER {:#x}+{len} (private anonymous memory only, before Linux 6.7): {e}",
                 r.start
             )));
         }
-        if self.mode() == UffdMode::Thread
-            && let Err(e) = self.shared.wp(r.start, ps, false)
-        {
-            // The fault thread resolves faults page by page, which memory
-            // of larger pages (hugetlbfs) refuses: the first write would
-            // wait forever (helper-53).
+        let unregister = || {
             let mut range = k::uffdio_range {
                 start: r.start as u64,
                 len: len as u64,
@@ -531,10 +529,24 @@ impl Tracker for UffdTracker {
                     &mut range,
                 )
             };
-            return Err(Error::Invalid(format!(
-                "userfaultfd: {:#x}+{len} cannot be write-protected page by page (huge pages?): {e}; use tracker = \"userfaultfd\" (Linux 6.7) or \"mprotect\"",
-                r.start
-            )));
+        };
+        // Protection page by page must work at both ends: memory of larger
+        // pages (hugetlbfs) refuses it, where the fault thread's first
+        // write would wait for ever (helper-53) and a scan covering part
+        // of a huge page leaves it out (helper-54). The probe keeps what
+        // each end page says for a region sharing it: the thread mode
+        // protects it (a write then faults, recorded in every slot that
+        // covers the page), the kernel-resolved mode lifts the protection
+        // (the page then reads as written at the next scan).
+        let protect = self.mode() == UffdMode::Thread;
+        for p in [r.start, r.start + len - ps] {
+            if let Err(e) = self.shared.wp(p, ps, protect) {
+                unregister();
+                return Err(Error::Invalid(format!(
+                    "userfaultfd: {:#x}+{len} cannot be write-protected page by page (huge pages?): {e}; use tracker = \"mprotect\" (or \"auto\", which does)",
+                    r.start
+                )));
+            }
         }
         if !self.shared.wp_unpopulated {
             for p in 0..r.pages {
@@ -544,7 +556,7 @@ impl Tracker for UffdTracker {
                 unsafe { std::ptr::read_volatile((r.start + p * ps) as *const u8) };
             }
         }
-        slot_add(r)
+        slot_add(r).inspect_err(|_| unregister())
     }
 
     fn untrack(&self, r: Range) -> Result<()> {
@@ -638,8 +650,8 @@ impl Tracker for UffdTracker {
         self.shared.wp(r.start + first * ps, n * ps, false)
     }
 
-    /// In asynchronous mode, the pages the collects found written: one
-    /// fault each, resolved by the kernel.
+    /// In asynchronous mode the kernel counts no faults: the pages the
+    /// collects found written stand for them (see `Resolver::Async`).
     fn faults(&self) -> u64 {
         match &self.resolver {
             Resolver::Async { written, .. } => written.load(Ordering::Relaxed),
@@ -660,8 +672,21 @@ impl Tracker for UffdTracker {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// The tracker in asynchronous mode, or `None` (reported as skipped)
+    /// where the kernel lacks it, unless REX_REQUIRE_UFFD is set.
+    pub(crate) fn async_or_skip() -> Option<UffdTracker> {
+        match UffdTracker::with_mode(UffdMode::Async) {
+            Ok(t) => Some(t),
+            Err(e) if std::env::var_os("REX_REQUIRE_UFFD").is_none() => {
+                eprintln!("SKIPPED: asynchronous userfaultfd unavailable here: {e}");
+                None
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
 
     /// Where the kernel offers write-protect userfaultfd (this project's CI
     /// does: Linux 6.x, root), the tracker behaves as the mprotect one, in
@@ -690,13 +715,8 @@ mod tests {
     /// longer registered fails instead of reporting nothing.
     #[test]
     fn asynchronous_mode_sees_kernel_writes_and_refuses_unregistered_memory() {
-        let t = match UffdTracker::with_mode(UffdMode::Async) {
-            Ok(t) => t,
-            Err(e) if std::env::var_os("REX_REQUIRE_UFFD").is_none() => {
-                eprintln!("SKIPPED: asynchronous userfaultfd unavailable here: {e}");
-                return;
-            }
-            Err(e) => panic!("{e}"),
+        let Some(t) = async_or_skip() else {
+            return;
         };
         let ps = page_size();
         let pages = 64;
