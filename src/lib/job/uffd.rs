@@ -188,9 +188,9 @@ fn register(fd: &OwnedFd, start: usize, len: usize) -> std::io::Result<()> {
 /// mode rather than report nothing for it.
 const SCAN_AND_PROTECT: u64 = (k::PM_SCAN_WP_MATCHING | k::PM_SCAN_CHECK_WPASYNC) as u64;
 
-/// The written pages of `start .. start + len`, as page regions, each
-/// protected again as it is reported; `None` where the kernel lacks or
-/// refuses the scan.
+/// Hands `f` the written pages of `start .. start + len`, as page regions,
+/// each protected again as it is reported; `false` where the kernel lacks
+/// or refuses the scan (a range not registered in asynchronous mode).
 fn scan_written(
     pagemap: &std::fs::File,
     start: usize,
