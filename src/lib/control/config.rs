@@ -335,9 +335,10 @@ pub enum TrackerChoice {
     Auto,
     /// `mprotect` + SIGSEGV, as the REX paper's AIC.
     Mprotect,
-    /// userfaultfd write-protect (Linux 5.13 and later, anonymous memory),
-    /// its faults resolved by the kernel itself where it can (Linux 6.7:
-    /// `UFFD_FEATURE_WP_ASYNC`), else by a thread of the library.
+    /// userfaultfd write-protect (Linux 5.13 and later), its faults
+    /// resolved by the kernel itself where it can (Linux 6.7:
+    /// `UFFD_FEATURE_WP_ASYNC`, every kind of memory but huge pages), else
+    /// by a thread of the library (private anonymous memory only).
     Userfaultfd,
     /// userfaultfd write-protect with the library's fault thread even
     /// where the kernel could resolve the faults itself.

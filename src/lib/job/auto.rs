@@ -59,13 +59,8 @@ impl AutoTracker {
 
     /// The tracker holding `r`.
     fn of(&self, r: Range) -> Result<&dyn Tracker> {
-        let held = self
-            .by_mprotect
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains(&r.slot);
-        match (&self.uffd, held) {
-            (Some(u), false) => Ok(u),
+        match &self.uffd {
+            Some(u) if self.by_userfaultfd(r) => Ok(u),
             _ => Ok(self.mprotect()?),
         }
     }
