@@ -187,4 +187,112 @@ mod tests {
         assert!(t.mprotect.get().is_some());
         other.untrack(held).unwrap();
     }
+
+    /// What [`faults_of_the_job_s_own_protections_still_kill_it`] runs in
+    /// a child process (named by `REX_FAULT_CHILD`): each case ends in a
+    /// fault the job's own protection causes, which must kill the process
+    /// with SIGSEGV as it would without librex; a case that survives it
+    /// returns normally (exit 0), a case that cannot run here exits 77.
+    #[test]
+    #[ignore = "run in a child process by faults_of_the_job_s_own_protections_still_kill_it"]
+    fn fault_child() {
+        let Some(case) = std::env::var_os("REX_FAULT_CHILD") else {
+            return;
+        };
+        let no_core = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: setrlimit with a valid struct; no core file for the
+        // crash this child is meant to die of.
+        unsafe { libc::setrlimit(libc::RLIMIT_CORE, &no_core) };
+        let ps = page_size();
+        let m = crate::job::tracker::tests::Map::new(4);
+        let page = (m.0 + ps) as *mut libc::c_void;
+        let set = |prot| {
+            // SAFETY: a page of our own mapping.
+            assert_eq!(unsafe { libc::mprotect(page, ps, prot) }, 0);
+        };
+        let mut out = Vec::new();
+        match case.to_str().unwrap() {
+            // Memory userfaultfd holds, the mprotect tracker's handler
+            // installed for another region: the job's read-only page.
+            "userfaultfd-write-read-only" => {
+                let t = AutoTracker::new();
+                let Some(other) = crate::job::uffd::tests::async_or_skip() else {
+                    std::process::exit(77);
+                };
+                let o = crate::job::tracker::tests::Map::new(1);
+                let _held = other.track(Range::new(o.0, 1)).unwrap();
+                let r0 = t.track(Range::new(o.0, 1)).unwrap();
+                assert!(!t.by_userfaultfd(r0) && t.mprotect.get().is_some());
+                let r = t.track(Range::new(m.0, 4)).unwrap();
+                assert!(t.by_userfaultfd(r));
+                t.collect(r, &mut out).unwrap();
+                set(libc::PROT_READ);
+                m.write(1, 1);
+            }
+            // The mprotect tracker's region, a page the job made
+            // unreadable: a read of it (a write would be taken for the
+            // tracker's own fault: documented).
+            "mprotect-read-unreadable" => {
+                if !cfg!(all(target_arch = "x86_64", target_os = "linux")) {
+                    std::process::exit(77);
+                }
+                let t = MprotectTracker::new().unwrap();
+                let r = t.track(Range::new(m.0, 4)).unwrap();
+                t.collect(r, &mut out).unwrap();
+                set(libc::PROT_NONE);
+                // SAFETY: a page of our own mapping (unreadable: the point).
+                let _ = unsafe { std::ptr::read_volatile(page as *const u8) };
+            }
+            // The control: a write the tracker protected is resolved.
+            "mprotect-write" => {
+                let t = MprotectTracker::new().unwrap();
+                let r = t.track(Range::new(m.0, 4)).unwrap();
+                t.collect(r, &mut out).unwrap();
+                out.clear();
+                m.write(1, 1);
+                t.collect(r, &mut out).unwrap();
+                assert_eq!(out, vec![1]);
+            }
+            other => panic!("unknown case {other}"),
+        }
+    }
+
+    /// The mprotect tracker's SIGSEGV handler resolves only its own faults:
+    /// a write to a page it protected. A write to memory the userfaultfd
+    /// tracker holds (whose write faults never raise SIGSEGV) that the job
+    /// made read-only, and a read of a registered page the job made
+    /// unreadable, kill the job with SIGSEGV, as they would without
+    /// librex; before, the handler write-enabled the page and the job went
+    /// on. Each case runs in a child process (this test binary again).
+    #[test]
+    fn faults_of_the_job_s_own_protections_still_kill_it() {
+        use std::os::unix::process::ExitStatusExt;
+        let exe = std::env::current_exe().unwrap();
+        for (case, dies) in [
+            ("mprotect-write", false),
+            ("mprotect-read-unreadable", true),
+            ("userfaultfd-write-read-only", true),
+        ] {
+            let out = std::process::Command::new(&exe)
+                .args(["--exact", "job::auto::tests::fault_child", "--ignored"])
+                .args(["--nocapture", "--test-threads=1"])
+                .env("REX_FAULT_CHILD", case)
+                .output()
+                .unwrap();
+            let st = out.status;
+            if st.code() == Some(77) {
+                eprintln!("SKIPPED: {case} cannot run here");
+                continue;
+            }
+            let err = String::from_utf8_lossy(&out.stderr);
+            if dies {
+                assert_eq!(st.signal(), Some(libc::SIGSEGV), "{case}: {st}\n{err}");
+            } else {
+                assert!(st.success(), "{case}: {st}\n{err}");
+            }
+        }
+    }
 }

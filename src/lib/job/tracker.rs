@@ -18,7 +18,10 @@
 //!   after no handler can still be reading it (a count of handlers in
 //!   flight).
 //! * **Faults that are not ours** (a real bug, another library's guard page,
-//!   Rust's stack-overflow guard) go to the handler installed before ours:
+//!   Rust's stack-overflow guard; a read of registered memory the job made
+//!   unreadable, where the CPU tells reads from writes; any fault in memory
+//!   the userfaultfd tracker holds, whose protection there is the job's own)
+//!   go to the handler installed before ours:
 //!   its `sa_sigaction` or `sa_handler` is called; if it was the default,
 //!   the default is restored and the faulting instruction re-runs, so the
 //!   process dies of SIGSEGV with its core dump, as without rexctl.
@@ -123,6 +126,10 @@ struct Slot {
     end: AtomicUsize,
     bits: AtomicPtr<AtomicU64>,
     words: AtomicUsize,
+    /// Whether its write faults come as SIGSEGV (the mprotect tracker's
+    /// slots), so that the handler resolves them. A userfaultfd tracker's
+    /// write faults never do: a SIGSEGV in its memory is the job's own.
+    signal: AtomicBool,
 }
 
 #[allow(clippy::declare_interior_mutable_const)]
@@ -131,6 +138,7 @@ const EMPTY_SLOT: Slot = Slot {
     end: AtomicUsize::new(0),
     bits: AtomicPtr::new(std::ptr::null_mut()),
     words: AtomicUsize::new(0),
+    signal: AtomicBool::new(false),
 };
 
 static SLOTS: [Slot; MAX_SLOTS] = [EMPTY_SLOT; MAX_SLOTS];
@@ -217,8 +225,9 @@ fn bits(i: usize) -> &'static [AtomicU64] {
 }
 
 /// Adds a slot for `r`, all pages dirty (nothing of them is checkpointed
-/// yet). Shared by both trackers.
-pub(crate) fn slot_add(r: Range) -> Result<Range> {
+/// yet). Shared by both trackers: `signal` when its write faults come as
+/// SIGSEGV (the mprotect tracker's), for the handler to resolve.
+pub(crate) fn slot_add(r: Range, signal: bool) -> Result<Range> {
     let _g = TABLE.lock().unwrap_or_else(|e| e.into_inner());
     PAGE.store(page_size(), Ordering::Relaxed);
     let ps = PAGE.load(Ordering::Relaxed);
@@ -235,6 +244,7 @@ pub(crate) fn slot_add(r: Range) -> Result<Range> {
     }
     SLOTS[i].words.store(words, Ordering::Release);
     SLOTS[i].bits.store(p, Ordering::Release);
+    SLOTS[i].signal.store(signal, Ordering::Release);
     SLOTS[i].start.store(r.start, Ordering::Release);
     SLOTS[i]
         .end
@@ -270,6 +280,7 @@ pub(crate) fn slot_remove(r: Range) -> Result<()> {
     }
     SLOTS[i].end.store(0, Ordering::SeqCst);
     SLOTS[i].start.store(0, Ordering::SeqCst);
+    SLOTS[i].signal.store(false, Ordering::SeqCst);
     let p = SLOTS[i].bits.swap(std::ptr::null_mut(), Ordering::SeqCst);
     let words = SLOTS[i].words.swap(0, Ordering::SeqCst);
     // A handler that read the slot before it was emptied may still use the
@@ -370,7 +381,9 @@ fn mark_all(start: usize, end: usize) {
     IN_HANDLER.fetch_sub(1, Ordering::SeqCst);
 }
 
-/// Whether `addr` lies in a tracked range: that range (lock-free).
+/// Whether `addr` lies in a range the mprotect tracker protects: that
+/// range (lock-free). Ranges of the userfaultfd tracker do not count: its
+/// write faults never raise SIGSEGV.
 fn covering(addr: usize) -> Option<(usize, usize)> {
     SLOTS
         .iter()
@@ -380,8 +393,35 @@ fn covering(addr: usize) -> Option<(usize, usize)> {
                 slot.start.load(Ordering::SeqCst),
                 slot.end.load(Ordering::SeqCst),
             );
-            (e != 0 && addr >= s && addr < e).then_some((s, e))
+            (e != 0 && addr >= s && addr < e && slot.signal.load(Ordering::SeqCst))
+                .then_some((s, e))
         })
+}
+
+/// Whether the fault `ctx` describes was a write, where the CPU says so
+/// (x86-64: bit 1 of the page fault's error code); `true` elsewhere. The
+/// mprotect tracker leaves pages readable, so a read fault is never its
+/// own: a read of memory the job made unreadable goes on to the job's
+/// handler or crashes, as it would without librex.
+fn write_fault(ctx: *mut libc::c_void) -> bool {
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    {
+        if ctx.is_null() {
+            return true;
+        }
+        // SAFETY: the kernel passes a valid ucontext_t as the third
+        // argument of an SA_SIGINFO handler; on x86-64 Linux its saved
+        // registers hold the page fault's error code at REG_ERR.
+        let err = unsafe {
+            (*(ctx as *const libc::ucontext_t)).uc_mcontext.gregs[libc::REG_ERR as usize]
+        };
+        err & 2 != 0
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+    {
+        let _ = ctx;
+        true
+    }
 }
 
 /// The mprotect + SIGSEGV tracker (the paper's AIC). The slot table and the
@@ -461,7 +501,7 @@ impl Tracker for MprotectTracker {
     }
 
     fn track(&self, r: Range) -> Result<Range> {
-        slot_add(r)
+        slot_add(r, true)
     }
 
     fn untrack(&self, r: Range) -> Result<()> {
@@ -519,9 +559,11 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
     let (addr, code) = unsafe { ((*info).si_addr() as usize, (*info).si_code) };
     let ps = PAGE.load(Ordering::Relaxed);
     // Only a write to a page we protected (SEGV_ACCERR) is ours; an
-    // unmapped address inside a range (the job freed its region) is a bug
-    // of the job, and crashes as it would without us.
-    let ours = if code == SEGV_ACCERR {
+    // unmapped address inside a range (the job freed its region), a read of
+    // a page the job made unreadable, or a fault in memory the userfaultfd
+    // tracker holds (the job's own protection there) is the job's, and
+    // crashes as it would without us.
+    let ours = if code == SEGV_ACCERR && write_fault(ctx) {
         covering(addr)
     } else {
         None

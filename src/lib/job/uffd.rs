@@ -556,7 +556,7 @@ impl Tracker for UffdTracker {
                 unsafe { std::ptr::read_volatile((r.start + p * ps) as *const u8) };
             }
         }
-        slot_add(r).inspect_err(|_| unregister())
+        slot_add(r, false).inspect_err(|_| unregister())
     }
 
     fn untrack(&self, r: Range) -> Result<()> {
