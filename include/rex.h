@@ -76,6 +76,14 @@
  */
 #define REX_ETRACK -11
 
+/**
+ * `rex_protect_flags`: every checkpoint carries the whole region, which
+ * is never write-protected: for memory devices or the kernel write where
+ * no tracker sees it (RDMA, buffers registered with io_uring, GPU peer
+ * memory), which then needs no `rex_dirty`.
+ */
+#define REX_WHOLE 1
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -108,6 +116,12 @@ int rex_init_comm(const char *config, int comm);
  * alignment). The id, not the address, names the region in checkpoints.
  */
 int rex_protect(int id, void *ptr, size_t size);
+
+/**
+ * As `rex_protect`, with `flags`: 0 (`rex_protect` itself) or
+ * `REX_WHOLE`. Other bits are refused with `REX_EINVAL`.
+ */
+int rex_protect_flags(int id, void *ptr, size_t size, uint32_t flags);
 
 /**
  * Allocates `size` bytes of zeroed, page-aligned memory registered as

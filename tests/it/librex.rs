@@ -94,6 +94,8 @@ fn c_header_is_current() {
     for f in [
         "rex_init",
         "rex_protect",
+        "rex_protect_flags",
+        "REX_WHOLE",
         "rex_alloc",
         "rex_unprotect",
         "rex_dirty",
@@ -118,11 +120,22 @@ fn build_example(name: &str, out_dir: &Path) -> PathBuf {
 /// Builds `examples/<name>.c` with `compiler` (`cc`, or `mpicc` for an MPI
 /// example) against the built C library.
 pub(crate) fn build_c(compiler: &str, name: &str, out_dir: &Path) -> PathBuf {
+    build_c_file(
+        compiler,
+        &repo().join(format!("examples/{name}.c")),
+        out_dir,
+    )
+}
+
+/// Builds the C program `src` with `compiler` against the built C library,
+/// into `out_dir` under its stem.
+pub(crate) fn build_c_file(compiler: &str, src: &Path, out_dir: &Path) -> PathBuf {
     let lib = lib_dir();
+    let name = src.file_stem().unwrap().to_str().unwrap();
     let exe = out_dir.join(name);
     let st = Command::new(compiler)
         .args(["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror"])
-        .arg(repo().join(format!("examples/{name}.c")))
+        .arg(src)
         .arg(format!("-I{}", repo().join("include").display()))
         .arg(format!("-L{}", lib.display()))
         .arg("-lrexctl")
@@ -391,6 +404,58 @@ fn kv_table_under_userfaultfd_survives_kills_bit_for_bit() {
         return;
     }
     killed_runs_match("kv", &["65536", "1200000", "6000"], 12, 3, "userfaultfd");
+}
+
+/// A buffer registered with `REX_WHOLE` (a C program, `tests/it/c/whole.c`)
+/// is in every checkpoint whole, whatever writes it: a `read(2)` with no
+/// `rex_dirty` (which fails with EFAULT on memory the mprotect tracker
+/// protects) and a write through `/proc/self/mem` (which the mprotect
+/// tracker does not see, as it does not see a device's DMA). The region
+/// `rexctl restore` rebuilds is the job's, byte for byte, under each
+/// tracker.
+#[test]
+fn a_region_carried_whole_needs_no_tracking_of_its_writes() {
+    let root = tempfile::tempdir().unwrap();
+    let exe = build_c_file("cc", &repo().join("tests/it/c/whole.c"), root.path());
+    let input = root.path().join("input");
+    let bytes: Vec<u8> = (0..3 * 4096 + 100u32)
+        .map(|i| (i * 7 + i / 13) as u8)
+        .collect();
+    std::fs::write(&input, &bytes).unwrap();
+    for tracker in ["mprotect", "auto"] {
+        let run = Run::new(root.path(), tracker);
+        let o = run
+            .command(&exe, &[s(&input)])
+            .env("REX_TRACKER", tracker)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{tracker}: {}\n{err}", o.status);
+        let job = std::fs::read(&run.out).unwrap();
+        let mut want = bytes.clone();
+        want[4101..4107].copy_from_slice(b"device");
+        assert!(
+            job == want,
+            "{tracker}: the job's region is not what it read and wrote"
+        );
+        let img = root.path().join(format!("{tracker}.img"));
+        ok(&[
+            "restore",
+            "--l1",
+            s(&run.l1),
+            "--l2",
+            s(&run.l2),
+            "--region",
+            "1",
+            "--raw",
+            "-o",
+            s(&img),
+        ]);
+        assert!(
+            std::fs::read(&img).unwrap() == job,
+            "{tracker}: the restored region differs from the job's"
+        );
+    }
 }
 
 // ---- The Rust API, and the tracker as a property ----
@@ -919,17 +984,43 @@ mod rust_api {
         );
 
         static RODATA: [u8; 64] = [1; 64];
-        let mut m = Mem::new(2 * 4096);
-        // SAFETY: unmapping the second page of our own mapping; Mem's drop
-        // then unmaps the first only. (Unmapping both again was not
-        // harmless: another test's thread may have mapped the freed page
-        // meanwhile, a tracker's bitmap, and lost it: a SIGSEGV in CI.)
-        unsafe { libc::munmap((m.base + 4096) as *mut libc::c_void, 4096) };
-        m.len = 4096;
+        let m = Mem::new(4096);
+        // A page mapped far from where the kernel places mappings, so that
+        // the page after it stays unmapped: a page unmapped here could be
+        // mapped again by another test's thread at any time (it was, once,
+        // and "not mapped" memory registered).
+        let lone = (1usize << 45..)
+            .step_by(1 << 32)
+            .take(64)
+            .find_map(|hint| {
+                // SAFETY: a fresh private anonymous page at an address no
+                // mapping holds (MAP_FIXED_NOREPLACE fails rather than
+                // replace one).
+                let p = unsafe {
+                    libc::mmap(
+                        hint as *mut libc::c_void,
+                        4096,
+                        libc::PROT_READ | libc::PROT_WRITE,
+                        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+                        -1,
+                        0,
+                    )
+                };
+                if p != libc::MAP_FAILED && p as usize != hint {
+                    // An old kernel took the flag for a hint: not there.
+                    // SAFETY: the page just mapped, ours.
+                    unsafe { libc::munmap(p, 4096) };
+                }
+                (p as usize == hint).then_some(Mem {
+                    base: hint,
+                    len: 4096,
+                })
+            })
+            .expect("a free page far from the others");
         for (what, ptr, size) in [
             ("read-only", RODATA.as_ptr() as usize, RODATA.len()),
-            ("not mapped", m.base + 4096, 100),
-            ("not mapped", m.base, 2 * 4096),
+            ("not mapped", lone.base + 4096, 100),
+            ("not mapped", lone.base, 2 * 4096),
         ] {
             // SAFETY: refused before anything is protected.
             let e = unsafe { rex.protect(5, ptr as *mut u8, size) }.unwrap_err();

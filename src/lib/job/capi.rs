@@ -52,6 +52,12 @@ pub const REX_EL2: c_int = -10;
 /// userfaultfd, vm.max_map_count).
 pub const REX_ETRACK: c_int = -11;
 
+/// `rex_protect_flags`: every checkpoint carries the whole region, which
+/// is never write-protected: for memory devices or the kernel write where
+/// no tracker sees it (RDMA, buffers registered with io_uring, GPU peer
+/// memory), which then needs no `rex_dirty`.
+pub const REX_WHOLE: u32 = 1;
+
 static REX: Mutex<Option<Rex>> = Mutex::new(None);
 
 thread_local! {
@@ -230,12 +236,33 @@ unsafe fn init_with(
 /// alignment). The id, not the address, names the region in checkpoints.
 #[unsafe(no_mangle)]
 pub extern "C" fn rex_protect(id: c_int, ptr: *mut c_void, size: usize) -> c_int {
+    rex_protect_flags(id, ptr, size, 0)
+}
+
+/// As `rex_protect`, with `flags`: 0 (`rex_protect` itself) or
+/// `REX_WHOLE`. Other bits are refused with `REX_EINVAL`.
+#[unsafe(no_mangle)]
+pub extern "C" fn rex_protect_flags(id: c_int, ptr: *mut c_void, size: usize, flags: u32) -> c_int {
     with_rex(|g| {
         let rex = started(g)?;
         let id = region_id(id)?;
+        if flags & !REX_WHOLE != 0 {
+            return Err((
+                REX_EINVAL,
+                format!("region {id}: unknown flags {flags:#x} (known: REX_WHOLE = {REX_WHOLE})"),
+            ));
+        }
+        let ptr = ptr as *mut u8;
         // SAFETY: the caller registers memory it owns for as long as the
         // region is registered (rex.h, rex(3)).
-        unsafe { rex.protect(id, ptr as *mut u8, size) }.map_err(|e| fail(e, REX_EINVAL))?;
+        unsafe {
+            if flags & REX_WHOLE != 0 {
+                rex.protect_whole(id, ptr, size)
+            } else {
+                rex.protect(id, ptr, size)
+            }
+        }
+        .map_err(|e| fail(e, REX_EINVAL))?;
         Ok(REX_OK)
     })
 }

@@ -5,7 +5,9 @@
 //! ([`Rex::protect`], [`Rex::alloc`]), and each [`Rex::checkpoint`] writes
 //! one REX-IC file with the pages written since the previous one, found by
 //! a dirty-page [`tracker`] (the paper's mprotect tracking, or userfaultfd
-//! write-protect). The C API in [`capi`] (`rex.h`) is a thin layer over
+//! write-protect). A region registered with [`Rex::protect_whole`] is never
+//! tracked and goes whole into every checkpoint: no tracker sees a device's
+//! DMA into a buffer. The C API in [`capi`] (`rex.h`) is a thin layer over
 //! [`Rex`].
 //!
 //! Where the time goes, and why:
@@ -81,6 +83,9 @@ struct RegionState {
     range: Range,
     /// Memory from [`Rex::alloc`] (unmapped by [`Rex::unprotect`]).
     owned: bool,
+    /// Carried whole by every checkpoint, never write-tracked
+    /// ([`Rex::protect_whole`]): memory written where no tracker sees it.
+    whole: bool,
     /// Registered since the last checkpoint: all its pages go into the next.
     fresh: bool,
     /// One bit per tracked page: the region's bytes on it were all zero at
@@ -90,6 +95,11 @@ struct RegionState {
 }
 
 impl RegionState {
+    /// The range the tracker holds, or `None` for a region carried whole.
+    fn tracked(&self) -> Option<Range> {
+        (!self.whole).then_some(self.range)
+    }
+
     /// The region's page count in checkpoints.
     fn pages(&self, ps: usize) -> usize {
         self.size.div_ceil(ps)
@@ -457,10 +467,30 @@ impl Rex {
     /// write-protected between checkpoints: kernel writes into it need
     /// [`Rex::dirty`] first.
     pub unsafe fn protect(&mut self, id: u32, ptr: *mut u8, size: usize) -> Result<()> {
-        self.protect_inner(id, ptr as usize, size, false)
+        self.protect_inner(id, ptr as usize, size, false, false)
     }
 
-    fn protect_inner(&mut self, id: u32, ptr: usize, size: usize, owned: bool) -> Result<()> {
+    /// Registers `size` bytes at `ptr` as region `id`, carried whole by
+    /// every checkpoint and never write-protected: for memory that devices
+    /// or the kernel write where no tracker sees it (RDMA, buffers
+    /// registered with io_uring, GPU peer memory), or that changes wholesale
+    /// between checkpoints anyway. Each L1 checkpoint then holds all its
+    /// pages; the push's deduplication keeps those unchanged out of L2.
+    ///
+    /// # Safety
+    /// As [`Rex::protect`], except that nothing is write-protected.
+    pub unsafe fn protect_whole(&mut self, id: u32, ptr: *mut u8, size: usize) -> Result<()> {
+        self.protect_inner(id, ptr as usize, size, false, true)
+    }
+
+    fn protect_inner(
+        &mut self,
+        id: u32,
+        ptr: usize,
+        size: usize,
+        owned: bool,
+        whole: bool,
+    ) -> Result<()> {
         if self.restored.is_some() {
             return Err(Error::Invalid(
                 "a region cannot be registered between rex_restart_test and rex_restart".into(),
@@ -489,19 +519,25 @@ impl Rex {
         }
         let start = ptr & !(self.ps - 1);
         let page_end = end.div_ceil(self.ps) * self.ps;
+        // The ranges the tracker keeps read-only (none of a region carried
+        // whole).
         let others: Vec<(usize, usize)> = self
             .regions
             .values()
-            .map(|r| (r.range.start, r.range.start + r.range.pages * self.ps))
+            .filter_map(RegionState::tracked)
+            .map(|t| (t.start, t.start + t.pages * self.ps))
             .collect();
         if let Some(why) = audit::unregistrable(start, page_end, &others)? {
             return Err(Error::Invalid(format!(
                 "region {id} ({ptr:#x}, {size} bytes) is not tracked: {why} (a region must be writable memory of this process)"
             )));
         }
-        let range = self
-            .tracker
-            .track(Range::new(start, (end - start).div_ceil(self.ps)))?;
+        let range = Range::new(start, (end - start).div_ceil(self.ps));
+        let range = if whole {
+            range
+        } else {
+            self.tracker.track(range)?
+        };
         self.regions.insert(
             id,
             RegionState {
@@ -509,6 +545,7 @@ impl Rex {
                 size,
                 range,
                 owned,
+                whole,
                 fresh: true,
                 zero: Vec::new(),
             },
@@ -525,7 +562,7 @@ impl Rex {
         let len = size.div_ceil(self.ps) * self.ps;
         let p =
             tracker::map_anonymous(len).map_err(|e| Error::Invalid(format!("region {id}: {e}")))?;
-        if let Err(e) = self.protect_inner(id, p, size, true) {
+        if let Err(e) = self.protect_inner(id, p, size, true, false) {
             // SAFETY: the mapping made just above, not handed out.
             unsafe { tracker::unmap_anonymous(p, len) };
             return Err(e);
@@ -539,7 +576,9 @@ impl Rex {
         let Some(r) = self.regions.remove(&id) else {
             return Err(Error::Invalid(format!("region {id} is not registered")));
         };
-        self.tracker.untrack(r.range)?;
+        if let Some(t) = r.tracked() {
+            self.tracker.untrack(t)?;
+        }
         if r.owned {
             // SAFETY: the mapping `alloc` made for this region; the caller
             // gave it back by unprotecting it.
@@ -570,7 +609,10 @@ impl Rex {
             if a < e && s < b {
                 let first = (a.max(s) - s) / self.ps;
                 let last = (b.min(e) - 1 - s) / self.ps;
-                self.tracker.mark_dirty(r.range, first, last - first + 1)?;
+                // A region carried whole has nothing to mark.
+                if let Some(t) = r.tracked() {
+                    self.tracker.mark_dirty(t, first, last - first + 1)?;
+                }
                 hit = true;
             }
         }
@@ -675,7 +717,9 @@ impl Rex {
         let mut collected = Vec::with_capacity(self.regions.len());
         for r in self.regions.values() {
             let mut tracked = Vec::new();
-            self.tracker.collect(r.range, &mut tracked)?;
+            if let Some(t) = r.tracked() {
+                self.tracker.collect(t, &mut tracked)?;
+            }
             collected.push(tracked);
         }
         let mut unseen = Vec::new();
@@ -683,17 +727,19 @@ impl Rex {
         let memory = audit::Memory::read(ps)?;
         for ((&id, r), mut tracked) in self.regions.iter_mut().zip(collected) {
             unseen.clear();
-            memory.unseen(
-                r.range,
-                self.tracker.vma_protected(r.range),
-                |k| r.was_zero(k),
-                &mut unseen,
-            )?;
+            if let Some(t) = r.tracked() {
+                memory.unseen(
+                    t,
+                    self.tracker.vma_protected(t),
+                    |k| r.was_zero(k),
+                    &mut unseen,
+                )?;
+            }
             tracked.extend_from_slice(&unseen);
             tracked.sort_unstable();
             tracked.dedup();
             let n = r.pages(ps);
-            let all = full || r.fresh;
+            let all = full || r.fresh || r.whole;
             let which: Vec<usize> = if all {
                 (0..n).collect()
             } else {
@@ -717,13 +763,15 @@ impl Rex {
                 r.copy_page(ps, i, &mut data[at..]);
                 pages.push(page_number(id, i as u64));
             }
-            if all {
-                r.note_zero(ps, 0..r.range.pages);
-            } else {
-                r.note_zero(ps, tracked.iter().copied());
+            if let Some(t) = r.tracked() {
+                if all {
+                    r.note_zero(ps, 0..r.range.pages);
+                } else {
+                    r.note_zero(ps, tracked.iter().copied());
+                }
+                // Copied: from now on their writes fault again.
+                self.tracker.protect_again(t, &unseen)?;
             }
-            // Copied: from now on their writes fault again.
-            self.tracker.protect_again(r.range, &unseen)?;
             r.fresh = false;
         }
         // Regions forgotten or shrunk since the previous checkpoint.
@@ -1261,7 +1309,9 @@ impl Rex {
         let mut scratch = Vec::new();
         for r in self.regions.values_mut() {
             scratch.clear();
-            self.tracker.collect(r.range, &mut scratch)?;
+            if let Some(t) = r.tracked() {
+                self.tracker.collect(t, &mut scratch)?;
+            }
             r.fresh = false;
         }
         self.seq = Some(report.seq);
@@ -1288,7 +1338,9 @@ impl Rex {
         let ids: Vec<u32> = self.regions.keys().copied().collect();
         for id in ids {
             let reg = self.regions.remove(&id).expect("listed");
-            self.tracker.untrack(reg.range)?;
+            if let Some(t) = reg.tracked() {
+                self.tracker.untrack(t)?;
+            }
         }
         r?;
         if let Some(e) = l2 {
@@ -1310,7 +1362,9 @@ impl Drop for Rex {
             t.stop();
         }
         for r in self.regions.values() {
-            let _ = self.tracker.untrack(r.range);
+            if let Some(t) = r.tracked() {
+                let _ = self.tracker.untrack(t);
+            }
         }
     }
 }
