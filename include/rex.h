@@ -124,6 +124,15 @@ int rex_protect(int id, void *ptr, size_t size);
 int rex_protect_flags(int id, void *ptr, size_t size, uint32_t flags);
 
 /**
+ * How region `id` is watched, as rex.toml names trackers:
+ * "userfaultfd" (the kernel resolving its write faults),
+ * "userfaultfd-thread", "mprotect" (a system call writing into it needs
+ * `rex_dirty` first), or "whole" (`REX_WHOLE`). A static string; NULL
+ * when no region `id` is registered (`rex_last_error` says why).
+ */
+const char *rex_region_tracker(int id);
+
+/**
  * Allocates `size` bytes of zeroed, page-aligned memory registered as
  * region `id`; NULL on failure (`rex_last_error` says why).
  */

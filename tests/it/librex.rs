@@ -96,6 +96,7 @@ fn c_header_is_current() {
         "rex_protect",
         "rex_protect_flags",
         "REX_WHOLE",
+        "rex_region_tracker",
         "rex_alloc",
         "rex_unprotect",
         "rex_dirty",
@@ -407,7 +408,8 @@ fn kv_table_under_userfaultfd_survives_kills_bit_for_bit() {
 }
 
 /// A buffer registered with `REX_WHOLE` (a C program, `tests/it/c/whole.c`)
-/// is in every checkpoint whole, whatever writes it: a `read(2)` with no
+/// is in every checkpoint whole, whatever writes it (and
+/// `rex_region_tracker` says how each region is watched): a `read(2)` with no
 /// `rex_dirty` (which fails with EFAULT on memory the mprotect tracker
 /// protects) and a write through `/proc/self/mem` (which the mprotect
 /// tracker does not see, as it does not see a device's DMA). The region
@@ -431,6 +433,18 @@ fn a_region_carried_whole_needs_no_tracking_of_its_writes() {
             .unwrap();
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(o.status.success(), "{tracker}: {}\n{err}", o.status);
+        // Under auto, the kernel-resolved userfaultfd mode where it exists.
+        let by_uffd =
+            rexctl::job::uffd::UffdTracker::with_mode(rexctl::job::uffd::UffdMode::Async).is_ok();
+        let holder = match tracker {
+            "auto" if by_uffd => "userfaultfd",
+            _ => "mprotect",
+        };
+        assert_eq!(
+            String::from_utf8_lossy(&o.stdout).trim(),
+            format!("region 2: {holder}"),
+            "{tracker}"
+        );
         let job = std::fs::read(&run.out).unwrap();
         let mut want = bytes.clone();
         want[4101..4107].copy_from_slice(b"device");

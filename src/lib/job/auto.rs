@@ -130,6 +130,14 @@ impl Tracker for AutoTracker {
     fn protect_again(&self, r: Range, pages: &[usize]) -> Result<()> {
         self.of(r)?.protect_again(r, pages)
     }
+
+    fn holder(&self, r: Range) -> &'static str {
+        if self.by_userfaultfd(r) {
+            "userfaultfd"
+        } else {
+            "mprotect"
+        }
+    }
 }
 
 #[cfg(test)]
@@ -159,6 +167,8 @@ mod tests {
         let check = |p: usize, uffd: bool| {
             let r = t.track(Range::new(p, 4)).unwrap();
             assert_eq!(t.by_userfaultfd(r), uffd);
+            let holder = if uffd { "userfaultfd" } else { "mprotect" };
+            assert_eq!(t.holder(r), holder);
             assert_eq!(t.vma_protected(r), !uffd);
             let mut out = Vec::new();
             t.collect(r, &mut out).unwrap();

@@ -267,6 +267,36 @@ pub extern "C" fn rex_protect_flags(id: c_int, ptr: *mut c_void, size: usize, fl
     })
 }
 
+/// How region `id` is watched, as rex.toml names trackers:
+/// "userfaultfd" (the kernel resolving its write faults),
+/// "userfaultfd-thread", "mprotect" (a system call writing into it needs
+/// `rex_dirty` first), or "whole" (`REX_WHOLE`). A static string; NULL
+/// when no region `id` is registered (`rex_last_error` says why).
+#[unsafe(no_mangle)]
+pub extern "C" fn rex_region_tracker(id: c_int) -> *const c_char {
+    let mut out: *const c_char = std::ptr::null();
+    with_rex(|g| {
+        let rex = started(g)?;
+        let id = region_id(id)?;
+        let name = rex
+            .region_tracker(id)
+            .ok_or_else(|| (REX_EINVAL, format!("region {id} is not registered")))?;
+        // Static strings: the caller keeps the pointer as long as it likes.
+        out = [c"userfaultfd", c"userfaultfd-thread", c"mprotect", c"whole"]
+            .into_iter()
+            .find(|c| c.to_bytes() == name.as_bytes())
+            .ok_or_else(|| {
+                (
+                    REX_EIO,
+                    format!("region {id}: a tracker with no C name: {name}"),
+                )
+            })?
+            .as_ptr();
+        Ok(REX_OK)
+    });
+    out
+}
+
 /// Allocates `size` bytes of zeroed, page-aligned memory registered as
 /// region `id`; NULL on failure (`rex_last_error` says why).
 #[unsafe(no_mangle)]

@@ -458,6 +458,20 @@ impl Rex {
         self.tracker.faults()
     }
 
+    /// How region `id` is watched: `userfaultfd` (the kernel resolving its
+    /// write faults), `userfaultfd-thread`, `mprotect`, or `whole` (carried
+    /// whole by every checkpoint, [`Rex::protect_whole`]); `None` when no
+    /// region `id` is registered. Under `tracker = "auto"` it says which
+    /// tracker took the region: a system call writing into it needs
+    /// [`Rex::dirty`] first under `mprotect`.
+    pub fn region_tracker(&self, id: u32) -> Option<&'static str> {
+        let r = self.regions.get(&id)?;
+        Some(match r.tracked() {
+            None => "whole",
+            Some(t) => self.tracker.holder(t),
+        })
+    }
+
     /// Registers `size` bytes at `ptr` as region `id`.
     ///
     /// # Safety

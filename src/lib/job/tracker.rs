@@ -105,6 +105,13 @@ pub trait Tracker: Send + Sync {
     /// unseen (`audit.rs`) and has just copied, so that later writes to
     /// them are seen.
     fn protect_again(&self, r: Range, pages: &[usize]) -> Result<()>;
+    /// The way `r` is watched, as rex.toml names trackers: this tracker's
+    /// name, or for one that chooses per region (`auto`) the one it chose;
+    /// `userfaultfd-thread` where the library's thread resolves the faults.
+    fn holder(&self, r: Range) -> &'static str {
+        let _ = r;
+        self.name()
+    }
 }
 
 /// The system's page size.

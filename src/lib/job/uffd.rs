@@ -669,6 +669,13 @@ impl Tracker for UffdTracker {
         let ps = self.shared.ps;
         runs(pages, |i, n| self.shared.wp(r.start + i * ps, n * ps, true))
     }
+
+    fn holder(&self, _: Range) -> &'static str {
+        match self.mode() {
+            UffdMode::Async => "userfaultfd",
+            UffdMode::Thread => "userfaultfd-thread",
+        }
+    }
 }
 
 #[cfg(test)]
@@ -697,6 +704,11 @@ pub(crate) mod tests {
             match UffdTracker::with_mode(mode) {
                 Ok(t) => {
                     assert_eq!(t.mode(), mode);
+                    let holder = match mode {
+                        UffdMode::Async => "userfaultfd",
+                        UffdMode::Thread => "userfaultfd-thread",
+                    };
+                    assert_eq!(t.holder(Range::new(0, 1)), holder);
                     crate::job::tracker::tests::exercise(&t)
                 }
                 Err(e) if std::env::var_os("REX_REQUIRE_UFFD").is_none() => {

@@ -6,6 +6,9 @@
  * /proc/self/mem, which bypasses the page protection as a device's DMA does
  * (the mprotect tracker does not see it).
  *
+ * It also asks rex_region_tracker how each region is watched, and prints
+ * the tracked region's ("region 2: NAME").
+ *
  * Usage: whole INPUT OUT
  *   INPUT  a file of at least 3 * 4096 + 100 bytes, read into the region
  *   OUT    written with the region's bytes as its last checkpoint has them
@@ -60,6 +63,18 @@ int main(int argc, char **argv)
     if (!tracked)
         die("rex_alloc", REX_EINVAL);
     tracked[0] = 7;
+    /* How each region is watched: region 1 whole, region 2 by the tracker
+     * rex.toml names (auto: the one it chose), no region 3. */
+    const char *t1 = rex_region_tracker(1), *t2 = rex_region_tracker(2);
+    const char *want = getenv("REX_TRACKER") ? getenv("REX_TRACKER") : "auto";
+    if (!t1 || strcmp(t1, "whole") != 0 || !t2 || rex_region_tracker(3) != NULL ||
+        (strcmp(want, "auto") == 0 ? strcmp(t2, "userfaultfd") != 0 && strcmp(t2, "mprotect") != 0
+                                   : strcmp(t2, want) != 0)) {
+        fprintf(stderr, "whole: regions watched as %s, %s (tracker %s)\n", t1 ? t1 : "NULL",
+                t2 ? t2 : "NULL", want);
+        return 1;
+    }
+    printf("region 2: %s\n", t2);
     if ((rc = rex_checkpoint()) != REX_OK)
         die("rex_checkpoint", rc);
 
