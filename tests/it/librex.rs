@@ -472,6 +472,40 @@ fn a_region_carried_whole_needs_no_tracking_of_its_writes() {
     }
 }
 
+/// A job's own SIGSEGV handler (`tests/it/c/own_handler.c`: SA_NODEFER,
+/// left by `siglongjmp` without restoring the mask) gets every fault of a
+/// guard page it made unreadable in a registered region, as without
+/// librex: librex's handler passes them on with the mask the kernel would
+/// have set (helper-55: SIGSEGV stayed blocked, the second fault killed the
+/// job), and the writes it tracks still work.
+#[test]
+fn the_job_s_own_sigsegv_handler_gets_its_faults_as_without_librex() {
+    let root = tempfile::tempdir().unwrap();
+    let exe = build_c_file("cc", &repo().join("tests/it/c/own_handler.c"), root.path());
+    for (tracker, use_rex) in [("none", "0"), ("mprotect", "1"), ("auto", "1")] {
+        let run = Run::new(root.path(), tracker);
+        let o = Command::new(&exe)
+            .arg(use_rex)
+            .env("REX_L1", &run.l1)
+            .env("REX_L2", &run.l2)
+            .env("REX_TRACKER", tracker)
+            .env_remove("REX_CONFIG")
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{tracker}: {}\n{}",
+            o.status,
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&o.stdout).trim(),
+            "probes caught: 3",
+            "{tracker}"
+        );
+    }
+}
+
 // ---- The Rust API, and the tracker as a property ----
 
 mod rust_api {
@@ -1180,18 +1214,32 @@ mod rust_api {
 
     /// Registered memory the job made unreadable fails the checkpoint
     /// with an error, under every tracker (helper-53: the userfaultfd
-    /// trackers crashed the job copying it); readable again, the next one
+    /// trackers crashed the job copying it), and in a region carried whole;
+    /// readable again, the next one
     /// works and carries the page.
     #[test]
     fn unreadable_registered_memory_fails_the_checkpoint_not_the_job() {
-        for tracker in [TrackerChoice::Auto, TrackerChoice::Mprotect] {
+        // A region carried whole (`REX_WHOLE`) is copied whole, with no
+        // tracker: the same under every tracker; checked under auto.
+        for (tracker, whole) in [
+            (TrackerChoice::Auto, false),
+            (TrackerChoice::Mprotect, false),
+            (TrackerChoice::Auto, true),
+        ] {
             let ps = page_size();
             let d = tempfile::tempdir().unwrap();
             let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
             let m = Mem::new(4 * ps);
             let mut rex = Rex::with_config(config(&l1, &l2, false, tracker)).unwrap();
             // SAFETY: our mapping outlives the registration.
-            unsafe { rex.protect(1, m.base as *mut u8, 4 * ps) }.unwrap();
+            unsafe {
+                if whole {
+                    rex.protect_whole(1, m.base as *mut u8, 4 * ps)
+                } else {
+                    rex.protect(1, m.base as *mut u8, 4 * ps)
+                }
+            }
+            .unwrap();
             rex.checkpoint().unwrap();
             let page = (m.base + ps) as *mut libc::c_void;
             // SAFETY: a page of our own mapping, written, then made
@@ -1207,7 +1255,7 @@ mod rust_api {
                 && rexctl::job::uffd::UffdTracker::with_mode(rexctl::job::uffd::UffdMode::Async)
                     .is_ok();
             let first = rex.checkpoint();
-            if by_uffd {
+            if by_uffd || whole {
                 let e = first.unwrap_err().to_string();
                 assert!(e.contains("not readable"), "{tracker:?}: {e}");
             } else {

@@ -232,6 +232,17 @@ impl Memory {
     /// the tracker keeps clean pages in read-only mappings (mprotect);
     /// `was_zero(k)`: the region's bytes on page `k` were all zero at the
     /// last checkpoint that copied them.
+    /// Fails when a page of `r` lies in memory the job made unreadable
+    /// (`PROT_NONE`), which the copy of a region carried whole would fault
+    /// on; `unseen` checks the same for a tracked region.
+    pub(crate) fn readable(&self, r: Range) -> Result<()> {
+        let (start, end) = (r.start, r.start + r.pages * self.ps);
+        match self.maps.within(start, end)?.iter().find(|v| !v.readable) {
+            Some(v) => Err(not_readable(v.start.max(start), v.end.min(end))),
+            None => Ok(()),
+        }
+    }
+
     pub(crate) fn unseen(
         &self,
         r: Range,
@@ -247,9 +258,7 @@ impl Memory {
             if !v.readable {
                 // The job's own mprotect(PROT_NONE): the copy would fault
                 // (helper-53: the userfaultfd trackers crashed the job).
-                return Err(Error::Invalid(format!(
-                    "registered memory {a:#x}..{b:#x} is not readable (the job's mprotect PROT_NONE?): leave the protection of registered memory to the library, or unregister the region first"
-                )));
+                return Err(not_readable(a, b));
             }
             let pages = (a - start) / ps..(b - start).div_ceil(ps);
             if v.shared || (vma_protected && v.writable) {
@@ -471,6 +480,14 @@ pub(crate) struct Select {
     pub(crate) mask: u64,
     pub(crate) anyof: u64,
     pub(crate) returned: u64,
+}
+
+/// The error of a checkpoint that meets registered memory the job made
+/// unreadable, `a .. b`.
+fn not_readable(a: usize, b: usize) -> Error {
+    Error::Invalid(format!(
+        "registered memory {a:#x}..{b:#x} is not readable (the job's mprotect PROT_NONE?): leave the protection of registered memory to the library, or unregister the region first"
+    ))
 }
 
 /// Why `start .. end` (page-aligned) cannot be registered, if it cannot:

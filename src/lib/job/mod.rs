@@ -741,13 +741,14 @@ impl Rex {
         let memory = audit::Memory::read(ps)?;
         for ((&id, r), mut tracked) in self.regions.iter_mut().zip(collected) {
             unseen.clear();
-            if let Some(t) = r.tracked() {
-                memory.unseen(
+            match r.tracked() {
+                Some(t) => memory.unseen(
                     t,
                     self.tracker.vma_protected(t),
                     |k| r.was_zero(k),
                     &mut unseen,
-                )?;
+                )?,
+                None => memory.readable(r.range)?,
             }
             tracked.extend_from_slice(&unseen);
             tracked.sort_unstable();

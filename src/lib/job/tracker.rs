@@ -22,7 +22,10 @@
 //!   unreadable, where the CPU tells reads from writes; any fault in memory
 //!   the userfaultfd tracker holds, whose protection there is the job's own)
 //!   go to the handler installed before ours:
-//!   its `sa_sigaction` or `sa_handler` is called; if it was the default,
+//!   its `sa_sigaction` or `sa_handler` is called, with the signal mask the
+//!   kernel would have given it (its `sa_mask`; SIGSEGV unless it asked
+//!   for `SA_NODEFER`, which a handler leaving by `siglongjmp` relies on);
+//!   if it was the default,
 //!   the default is restored and the faulting instruction re-runs, so the
 //!   process dies of SIGSEGV with its core dump, as without rexctl.
 //! * **Several threads** may write at once: two threads faulting on one page
@@ -617,8 +620,10 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
     // Not ours: the previous handler's business.
     // SAFETY: OLD_ACTION was written before this handler was installed and
     // is never written again; calling the previous handler with the
-    // kernel's arguments is what the kernel would have done without us;
-    // sigaction is async-signal-safe.
+    // kernel's arguments and the mask the kernel would have set is what
+    // the kernel would have done without us; the ucontext_t is the
+    // kernel's (valid for an SA_SIGINFO handler); sigaction, the sigset
+    // functions and sigprocmask are async-signal-safe.
     unsafe {
         let old = std::ptr::read(&raw const OLD_ACTION).assume_init();
         let h = old.sa_sigaction;
@@ -629,13 +634,42 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
             dfl.sa_sigaction = libc::SIG_DFL;
             libc::sigemptyset(&mut dfl.sa_mask);
             libc::sigaction(libc::SIGSEGV, &dfl, std::ptr::null_mut());
-        } else if old.sa_flags & libc::SA_SIGINFO != 0 {
-            let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
-                std::mem::transmute(h);
-            f(sig, info, ctx);
         } else {
-            let f: extern "C" fn(libc::c_int) = std::mem::transmute(h);
-            f(sig);
+            // The signal mask the kernel would have given that handler:
+            // the interrupted code's, plus its `sa_mask`, plus SIGSEGV
+            // unless it asked for SA_NODEFER. Ours blocks SIGSEGV while it
+            // runs; a handler that leaves by `siglongjmp` without restoring
+            // the mask (SA_NODEFER and `sigsetjmp(env, 0)`) would otherwise
+            // leave SIGSEGV blocked, and its next fault would kill the job
+            // (helper-55). A normal return restores the interrupted mask,
+            // as always.
+            let mut mask: libc::sigset_t = std::mem::zeroed();
+            if ctx.is_null() {
+                libc::sigemptyset(&mut mask);
+            } else {
+                mask = (*(ctx as *const libc::ucontext_t)).uc_sigmask;
+            }
+            // Every signal number Linux has (1..=64).
+            for s in 1..65 {
+                if libc::sigismember(&old.sa_mask, s) == 1 {
+                    libc::sigaddset(&mut mask, s);
+                }
+            }
+            if old.sa_flags & libc::SA_NODEFER == 0 {
+                libc::sigaddset(&mut mask, libc::SIGSEGV);
+            } else {
+                libc::sigdelset(&mut mask, libc::SIGSEGV);
+            }
+            // The calling thread's mask (sigprocmask is per thread on Linux).
+            libc::sigprocmask(libc::SIG_SETMASK, &mask, std::ptr::null_mut());
+            if old.sa_flags & libc::SA_SIGINFO != 0 {
+                let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+                    std::mem::transmute(h);
+                f(sig, info, ctx);
+            } else {
+                let f: extern "C" fn(libc::c_int) = std::mem::transmute(h);
+                f(sig);
+            }
         }
     }
 }
