@@ -9,13 +9,16 @@
 //! * **Job stop per checkpoint**: the time `checkpoint()` keeps the job
 //!   stopped (collect and copy the dirty pages; the file is written in the
 //!   background), for 2 %, 10 % and 100 % of 64 MiB dirty, against a plain
-//!   copy of the whole 64 MiB (what a full-copy library stops for).
+//!   copy of the whole 64 MiB (what a full-copy library stops for); and for
+//!   the same memory registered whole (`REX_WHOLE`: no tracking, every page
+//!   copied at every checkpoint).
 //! * **Heat stencil slowdown**: a 2-D Jacobi stencil on a 1024 x 1024 grid
 //!   (2 x 8 MiB), run without checkpointing, and checkpointing every N steps
 //!   with the background L1 writer and L2 thread (pushes to a local
 //!   directory), with the default tracker (`auto`: userfaultfd resolved by
-//!   the kernel where it can) and the paper's (mprotect). The paper reports
-//!   under 3 % with a dedicated L2 thread.
+//!   the kernel where it can), the paper's (mprotect), and the grids
+//!   registered whole. The paper reports under 3 % with a dedicated L2
+//!   thread.
 //!
 //! Run: `cargo bench --bench librex` (`REX_BENCH_DIR` picks the directory of
 //! L1 and L2, default the system's temporary directory). The figures are
@@ -93,14 +96,52 @@ fn bench_dir() -> tempfile::TempDir {
     }
 }
 
+/// How the bench's memory is registered: tracked by a tracker, or carried
+/// whole by every checkpoint (`REX_WHOLE`).
+#[derive(Clone, Copy, Debug)]
+enum Watch {
+    Tracked(TrackerChoice),
+    Whole,
+}
+
+impl Watch {
+    fn name(self) -> String {
+        match self {
+            Watch::Tracked(t) => format!("{t:?}").to_lowercase(),
+            Watch::Whole => "whole".into(),
+        }
+    }
+
+    /// `n` bytes registered as region `id` this way (never freed: the
+    /// bench's process ends soon).
+    fn alloc(self, rex: &mut Rex, id: u32, n: usize) -> *mut u8 {
+        match self {
+            Watch::Tracked(_) => rex.alloc(id, n).unwrap(),
+            Watch::Whole => {
+                let p = map(n) as *mut u8;
+                // SAFETY: a fresh mapping of `n` bytes, never unmapped.
+                unsafe { rex.protect_whole(id, p, n) }.unwrap();
+                p
+            }
+        }
+    }
+
+    fn tracker(self) -> TrackerChoice {
+        match self {
+            Watch::Tracked(t) => t,
+            Watch::Whole => TrackerChoice::Auto,
+        }
+    }
+}
+
 /// Median job stop (seconds) of `checkpoint()` with `share` of 64 MiB
 /// dirty, and of a plain copy of the whole 64 MiB.
-fn stop_times(tracker: TrackerChoice, share: f64) -> (f64, f64) {
+fn stop_times(watch: Watch, share: f64) -> (f64, f64) {
     let d = bench_dir();
-    let mut rex = Rex::with_config(config(d.path(), tracker, false)).unwrap();
+    let mut rex = Rex::with_config(config(d.path(), watch.tracker(), false)).unwrap();
     let n = 64 << 20;
     let ps = page_size();
-    let p = rex.alloc(0, n).unwrap();
+    let p = watch.alloc(&mut rex, 0, n);
     // SAFETY: `n` bytes from rex.alloc.
     let buf = unsafe { std::slice::from_raw_parts_mut(p, n) };
     rex.checkpoint().unwrap(); // the FULL one
@@ -130,17 +171,13 @@ fn stop_times(tracker: TrackerChoice, share: f64) -> (f64, f64) {
 
 /// Seconds for `steps` Jacobi steps on an `n` x `n` grid, checkpointing
 /// every `every` steps (never with `None`).
-fn heat(n: usize, steps: usize, ckpt: Option<(usize, TrackerChoice)>) -> (f64, u64, u64) {
+fn heat(n: usize, steps: usize, ckpt: Option<(usize, Watch)>) -> (f64, u64, u64) {
     let d = bench_dir();
-    let mut rex = Rex::with_config(config(
-        d.path(),
-        ckpt.map_or(TrackerChoice::Mprotect, |c| c.1),
-        true,
-    ))
-    .unwrap();
+    let watch = ckpt.map_or(Watch::Tracked(TrackerChoice::Mprotect), |c| c.1);
+    let mut rex = Rex::with_config(config(d.path(), watch.tracker(), true)).unwrap();
     let bytes = n * n * 8;
-    let a = rex.alloc(1, bytes).unwrap() as *mut f64;
-    let b = rex.alloc(2, bytes).unwrap() as *mut f64;
+    let a = watch.alloc(&mut rex, 1, bytes) as *mut f64;
+    let b = watch.alloc(&mut rex, 2, bytes) as *mut f64;
     // SAFETY: two grids of n*n doubles from rex.alloc.
     let (ga, gb) = unsafe {
         (
@@ -212,7 +249,7 @@ fn main() {
     drop(trackers);
 
     if quick {
-        let (s, c) = stop_times(TrackerChoice::Mprotect, 0.1);
+        let (s, c) = stop_times(Watch::Tracked(TrackerChoice::Mprotect), 0.1);
         println!("quick run: stop {s:.4}s, copy {c:.4}s");
         return;
     }
@@ -223,12 +260,17 @@ fn main() {
     );
     // The default (userfaultfd resolved by the kernel where it can) and
     // the paper's.
-    for tr in [TrackerChoice::Auto, TrackerChoice::Mprotect] {
+    // And memory carried whole (REX_WHOLE): every page every time.
+    for w in [
+        Watch::Tracked(TrackerChoice::Auto),
+        Watch::Tracked(TrackerChoice::Mprotect),
+        Watch::Whole,
+    ] {
         for share in [0.02, 0.1, 1.0] {
-            let (s, c) = stop_times(tr, share);
+            let (s, c) = stop_times(w, share);
             println!(
                 "{:<12} {:>6.0}% {:>10.2} {:>14.2} {:>8.2}",
-                format!("{tr:?}").to_lowercase(),
+                w.name(),
                 share * 100.0,
                 s * 1e3,
                 c * 1e3,
@@ -247,12 +289,16 @@ fn main() {
         "{:<34} {:>8.3} {:>9} {:>7} {:>9}",
         "no checkpointing", base, "-", 0, 0
     );
-    for tr in [TrackerChoice::Auto, TrackerChoice::Mprotect] {
+    for w in [
+        Watch::Tracked(TrackerChoice::Auto),
+        Watch::Tracked(TrackerChoice::Mprotect),
+        Watch::Whole,
+    ] {
         for every in [100, 50, 20] {
-            let (s, pushes, faults) = heat(1024, 400, Some((every, tr)));
+            let (s, pushes, faults) = heat(1024, 400, Some((every, w)));
             println!(
                 "{:<34} {:>8.3} {:>8.1}% {:>7} {:>9}",
-                format!("{} every {every} steps", format!("{tr:?}").to_lowercase()),
+                format!("{} every {every} steps", w.name()),
                 s,
                 (s / base - 1.0) * 100.0,
                 pushes,
