@@ -472,37 +472,61 @@ fn a_region_carried_whole_needs_no_tracking_of_its_writes() {
     }
 }
 
-/// A job's own SIGSEGV handler (`tests/it/c/own_handler.c`: SA_NODEFER,
-/// left by `siglongjmp` without restoring the mask) gets every fault of a
-/// guard page it made unreadable in a registered region, as without
-/// librex: librex's handler passes them on with the mask the kernel would
-/// have set (helper-55: SIGSEGV stayed blocked, the second fault killed the
-/// job), and the writes it tracks still work.
+/// A job's own SIGSEGV dispositions (`tests/it/c/own_handler.c`) behave
+/// with librex, whichever tracker holds its memory, as without it: a
+/// handler that leaves by `siglongjmp` without restoring the mask
+/// (SA_NODEFER) gets every fault of its guard page (helper-55: SIGSEGV
+/// stayed blocked, the second killed the job); a SA_RESETHAND crash
+/// reporter runs once and the fault then kills the job (helper-56: it
+/// looped for ever); a SIGSEGV sent by kill(2) is ignored when the job
+/// ignores it, and kills it where it lands with the default action
+/// (helper-56: swallowed, or a later tracked write killed the job).
 #[test]
-fn the_job_s_own_sigsegv_handler_gets_its_faults_as_without_librex() {
+fn the_job_s_own_sigsegv_handling_is_as_without_librex() {
+    use std::os::unix::process::ExitStatusExt;
     let root = tempfile::tempdir().unwrap();
     let exe = build_c_file("cc", &repo().join("tests/it/c/own_handler.c"), root.path());
-    for (tracker, use_rex) in [("none", "0"), ("mprotect", "1"), ("auto", "1")] {
-        let run = Run::new(root.path(), tracker);
-        let o = Command::new(&exe)
-            .arg(use_rex)
-            .env("REX_L1", &run.l1)
-            .env("REX_L2", &run.l2)
-            .env("REX_TRACKER", tracker)
-            .env_remove("REX_CONFIG")
-            .output()
-            .unwrap();
-        assert!(
-            o.status.success(),
-            "{tracker}: {}\n{}",
-            o.status,
-            String::from_utf8_lossy(&o.stderr)
-        );
-        assert_eq!(
-            String::from_utf8_lossy(&o.stdout).trim(),
-            "probes caught: 3",
-            "{tracker}"
-        );
+    for mode in ["guard", "resethand", "kill-ignored", "kill-default"] {
+        let mut outcomes = Vec::new();
+        for (tracker, use_rex) in [("none", "0"), ("mprotect", "1"), ("auto", "1")] {
+            let run = Run::new(root.path(), &format!("{mode}-{tracker}"));
+            let mut child = Command::new(&exe)
+                .args([use_rex, mode])
+                .env("REX_L1", &run.l1)
+                .env("REX_L2", &run.l2)
+                .env("REX_TRACKER", tracker)
+                .env_remove("REX_CONFIG")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while child.try_wait().unwrap().is_none() {
+                if Instant::now() > deadline {
+                    let _ = child.kill();
+                    panic!("{mode}, {tracker}: still running after 30 s");
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let o = child.wait_with_output().unwrap();
+            let err = String::from_utf8_lossy(&o.stderr).into_owned();
+            assert!(!err.contains("own_handler:"), "{mode}, {tracker}: {err}");
+            outcomes.push((
+                tracker,
+                o.status.code(),
+                o.status.signal(),
+                String::from_utf8_lossy(&o.stdout).into_owned(),
+            ));
+        }
+        let want = match mode {
+            "guard" => (Some(0), None, "probes caught: 3\n"),
+            "resethand" => (None, Some(libc::SIGSEGV), "crash reported\n"),
+            "kill-ignored" => (Some(0), None, "alive\n"),
+            _ => (None, Some(libc::SIGSEGV), ""),
+        };
+        for (tracker, code, signal, out) in outcomes {
+            assert_eq!((code, signal, out.as_str()), want, "{mode}, {tracker}");
+        }
     }
 }
 

@@ -22,10 +22,12 @@
 //!   unreadable, where the CPU tells reads from writes; any fault in memory
 //!   the userfaultfd tracker holds, whose protection there is the job's own)
 //!   go to the handler installed before ours:
-//!   its `sa_sigaction` or `sa_handler` is called, with the signal mask the
-//!   kernel would have given it (its `sa_mask`; SIGSEGV unless it asked
-//!   for `SA_NODEFER`, which a handler leaving by `siglongjmp` relies on);
-//!   if it was the default,
+//!   its `sa_sigaction` or `sa_handler` is called as the kernel would have
+//!   called it: with its `sa_mask` and SIGSEGV blocked unless it asked for
+//!   `SA_NODEFER` (which a handler leaving by `siglongjmp` relies on), on
+//!   the alternate stack only if it asked for `SA_ONSTACK` (ours then
+//!   runs there too), once only with `SA_RESETHAND`; a SIGSEGV sent by
+//!   `kill` that it ignores is ignored. If it was the default,
 //!   the default is restored and the faulting instruction re-runs, so the
 //!   process dies of SIGSEGV with its core dump, as without rexctl.
 //! * **Several threads** may write at once: two threads faulting on one page
@@ -161,6 +163,10 @@ static PAGE: AtomicUsize = AtomicUsize::new(4096);
 static INSTALLED: AtomicBool = AtomicBool::new(false);
 /// The SIGSEGV action before ours, written once before ours is installed.
 static mut OLD_ACTION: std::mem::MaybeUninit<libc::sigaction> = std::mem::MaybeUninit::uninit();
+/// The action before ours had `SA_RESETHAND` and has run once: the kernel
+/// would have reset it to the default, so it is not called again (ours
+/// stays installed for the tracker's own faults).
+static OLD_RESET: AtomicBool = AtomicBool::new(false);
 /// Serializes slot changes (never taken by the handler).
 static TABLE: Mutex<()> = Mutex::new(());
 
@@ -458,7 +464,24 @@ impl MprotectTracker {
                 sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_ONSTACK;
                 libc::sigemptyset(&mut sa.sa_mask);
                 let old = &raw mut OLD_ACTION;
-                if libc::sigaction(libc::SIGSEGV, &sa, (*old).as_mut_ptr()) != 0 {
+                if libc::sigaction(libc::SIGSEGV, std::ptr::null(), (*old).as_mut_ptr()) != 0 {
+                    return Err(Error::Invalid(format!(
+                        "cannot read the SIGSEGV action: {}",
+                        std::io::Error::last_os_error()
+                    )));
+                }
+                // The previous handler runs inside ours: on the alternate
+                // signal stack only if it asked for it (helper-56: one
+                // without SA_ONSTACK overflowed a small one). With no
+                // handler before, ours takes it where the thread has one.
+                let prev = (*old).assume_init_ref();
+                if prev.sa_sigaction != libc::SIG_DFL
+                    && prev.sa_sigaction != libc::SIG_IGN
+                    && prev.sa_flags & libc::SA_ONSTACK == 0
+                {
+                    sa.sa_flags &= !libc::SA_ONSTACK;
+                }
+                if libc::sigaction(libc::SIGSEGV, &sa, std::ptr::null_mut()) != 0 {
                     return Err(Error::Invalid(format!(
                         "cannot install the SIGSEGV handler: {}",
                         std::io::Error::last_os_error()
@@ -626,15 +649,37 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
     // functions and sigprocmask are async-signal-safe.
     unsafe {
         let old = std::ptr::read(&raw const OLD_ACTION).assume_init();
-        let h = old.sa_sigaction;
-        if h == libc::SIG_DFL || h == libc::SIG_IGN {
+        let h = if OLD_RESET.load(Ordering::SeqCst) {
+            libc::SIG_DFL
+        } else {
+            old.sa_sigaction
+        };
+        // Sent (kill, raise, sigqueue: si_code <= 0), not raised by a
+        // fault: it does not come again when this handler returns
+        // (helper-56: swallowed, or with SIG_IGN a later fault killed a
+        // healthy job).
+        let sent = (*info).si_code <= 0;
+        if h == libc::SIG_IGN && sent {
+            // SAFETY (as above): restoring this thread's errno.
+            *libc::__errno_location() = errno;
+        } else if h == libc::SIG_DFL || h == libc::SIG_IGN {
             // Restore the default and return: the instruction faults again
-            // and the process dies of SIGSEGV, with its core dump.
+            // (a fault is never ignored) and the process dies of SIGSEGV,
+            // with its core dump; a signal sent is sent again, pending
+            // until this handler returns.
             let mut dfl: libc::sigaction = std::mem::zeroed();
             dfl.sa_sigaction = libc::SIG_DFL;
             libc::sigemptyset(&mut dfl.sa_mask);
             libc::sigaction(libc::SIGSEGV, &dfl, std::ptr::null_mut());
+            if sent {
+                libc::raise(libc::SIGSEGV);
+            }
         } else {
+            // The kernel resets a SA_RESETHAND action as it calls it: the
+            // job's next fault of its own takes the default action.
+            if old.sa_flags & libc::SA_RESETHAND != 0 {
+                OLD_RESET.store(true, Ordering::SeqCst);
+            }
             // The signal mask the kernel would have given that handler:
             // the interrupted code's, plus its `sa_mask`, plus SIGSEGV
             // unless it asked for SA_NODEFER. Ours blocks SIGSEGV while it
