@@ -164,7 +164,8 @@ enum PageSource<'a> {
     },
 }
 
-/// How the `i`-th pattern of a page is resolved (see [`Unit::page`]).
+/// How the `i`-th pattern of a page is resolved (decided by
+/// [`Unit::prepare`], carried out by [`Unit::commit`]).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Way {
     /// Probe the DeD-Table with the hash computed for it.
