@@ -227,14 +227,9 @@ impl Memory {
         })
     }
 
-    /// Appends to `out` the indexes (from `r.start`) of the pages of `r`
-    /// that may have changed unseen (module doc), ascending; `vma_protected`:
-    /// the tracker keeps clean pages in read-only mappings (mprotect);
-    /// `was_zero(k)`: the region's bytes on page `k` were all zero at the
-    /// last checkpoint that copied them.
     /// Fails when a page of `r` lies in memory the job made unreadable
     /// (`PROT_NONE`), which the copy of a region carried whole would fault
-    /// on; `unseen` checks the same for a tracked region.
+    /// on; [`unseen`](Self::unseen) checks the same for a tracked region.
     pub(crate) fn readable(&self, r: Range) -> Result<()> {
         let (start, end) = (r.start, r.start + r.pages * self.ps);
         match self.maps.within(start, end)?.iter().find(|v| !v.readable) {
@@ -243,6 +238,12 @@ impl Memory {
         }
     }
 
+    /// Appends to `out` the indexes (from `r.start`) of the pages of `r`
+    /// that may have changed unseen (module doc), ascending; `vma_protected`:
+    /// the tracker keeps clean pages in read-only mappings (mprotect);
+    /// `was_zero(k)`: the region's bytes on page `k` were all zero at the
+    /// last checkpoint that copied them; fails on memory the job made
+    /// unreadable.
     pub(crate) fn unseen(
         &self,
         r: Range,
