@@ -667,6 +667,40 @@ pub fn fill_pages_parallel(
         .collect())
 }
 
+/// Blocks in the calling thread every asynchronous signal: all but the
+/// faults (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS) and SIGABRT,
+/// which are the thread's own. For the threads the library starts that
+/// outlive the call that started them (librex's writer, L2 and fault
+/// threads, an S3 store's runtime): a signal sent to the process then goes
+/// to one of the program's threads, as it would without them, even one the
+/// program blocks after they started, to collect with `sigwait` or
+/// `signalfd` (helper-57: its default action killed a librex job from one
+/// of those threads). Threads they start inherit the mask. Returns the
+/// mask before.
+pub fn block_async_signals() -> libc::sigset_t {
+    // SAFETY: sigset_t values initialised by sigfillset and by
+    // pthread_sigmask before use; pthread_sigmask changes only the calling
+    // thread's mask.
+    unsafe {
+        let mut quiet: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut quiet);
+        for s in [
+            libc::SIGSEGV,
+            libc::SIGBUS,
+            libc::SIGFPE,
+            libc::SIGILL,
+            libc::SIGTRAP,
+            libc::SIGSYS,
+            libc::SIGABRT,
+        ] {
+            libc::sigdelset(&mut quiet, s);
+        }
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::pthread_sigmask(libc::SIG_BLOCK, &quiet, &mut old);
+        old
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -480,13 +480,22 @@ fn a_region_carried_whole_needs_no_tracking_of_its_writes() {
 /// reporter runs once and the fault then kills the job (helper-56: it
 /// looped for ever); a SIGSEGV sent by kill(2) is ignored when the job
 /// ignores it, and kills it where it lands with the default action
-/// (helper-56: swallowed, or a later tracked write killed the job).
+/// (helper-56: swallowed, or a later tracked write killed the job); and
+/// signals the job blocks after `rex_init` to collect with `sigtimedwait`
+/// reach it, not one of librex's threads (helper-57: the default action
+/// killed the job there).
 #[test]
 fn the_job_s_own_sigsegv_handling_is_as_without_librex() {
     use std::os::unix::process::ExitStatusExt;
     let root = tempfile::tempdir().unwrap();
     let exe = build_c_file("cc", &repo().join("tests/it/c/own_handler.c"), root.path());
-    for mode in ["guard", "resethand", "kill-ignored", "kill-default"] {
+    for mode in [
+        "guard",
+        "resethand",
+        "kill-ignored",
+        "kill-default",
+        "sigwait",
+    ] {
         let mut outcomes = Vec::new();
         for (tracker, use_rex) in [("none", "0"), ("mprotect", "1"), ("auto", "1")] {
             let run = Run::new(root.path(), &format!("{mode}-{tracker}"));
@@ -522,6 +531,7 @@ fn the_job_s_own_sigsegv_handling_is_as_without_librex() {
             "guard" => (Some(0), None, "probes caught: 3\n"),
             "resethand" => (None, Some(libc::SIGSEGV), "crash reported\n"),
             "kill-ignored" => (Some(0), None, "alive\n"),
+            "sigwait" => (Some(0), None, "waited for 2 signals\n"),
             _ => (None, Some(libc::SIGSEGV), ""),
         };
         for (tracker, code, signal, out) in outcomes {

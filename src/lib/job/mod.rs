@@ -219,14 +219,37 @@ struct L2Thread {
     handle: Option<JoinHandle<()>>,
 }
 
+/// Spawns a thread of the library's own with the asynchronous signals
+/// blocked ([`crate::durable::block_async_signals`]) from its creation, so
+/// that no signal sent to the process lands on it before it could block
+/// them itself; the threads it starts (a push's encoders and uploads)
+/// inherit the mask.
+pub(crate) fn spawn_quiet<F, T>(
+    b: std::thread::Builder,
+    f: F,
+) -> std::io::Result<std::thread::JoinHandle<T>>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    let old = crate::durable::block_async_signals();
+    let h = b.spawn(f);
+    // SAFETY: `old` is the mask pthread_sigmask returned; this puts the
+    // calling thread's own mask back (a signal that arrived meanwhile
+    // stays pending for it, and is delivered now).
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    h
+}
+
 impl L2Thread {
     fn start(cfg: Config) -> L2Thread {
         let shared = Arc::new((Mutex::new(L2State::default()), Condvar::new()));
         let s = shared.clone();
-        let handle = std::thread::Builder::new()
-            .name("rex-l2".into())
-            .spawn(move || l2_loop(cfg, s))
-            .expect("spawn the L2 thread");
+        let handle = spawn_quiet(
+            std::thread::Builder::new().name("rex-l2".into()),
+            move || l2_loop(cfg, s),
+        )
+        .expect("spawn the L2 thread");
         L2Thread {
             shared,
             handle: Some(handle),
@@ -823,9 +846,9 @@ impl Rex {
         let time_ns = now_ns();
         let l2 = self.l2.as_ref().map(|t| t.shared.clone());
         let ps32 = ps as u32;
-        let writer = std::thread::Builder::new()
-            .name("rex-l1".into())
-            .spawn(move || -> Result<Vec<u8>> {
+        let writer = spawn_quiet(
+            std::thread::Builder::new().name("rex-l1".into()),
+            move || -> Result<Vec<u8>> {
                 let mut w =
                     IcWriter::create_ext(&path, ps32, seq, full, time_ns, &ext, pages, drops)?;
                 for page in data.chunks_exact(ps32 as usize) {
@@ -838,8 +861,9 @@ impl Rex {
                     cv.notify_all();
                 }
                 Ok(data)
-            })
-            .map_err(|e| Error::Invalid(format!("cannot start the L1 writer thread: {e}")))?;
+            },
+        )
+        .map_err(|e| Error::Invalid(format!("cannot start the L1 writer thread: {e}")))?;
         self.writer = Some(writer);
         self.seq = Some(seq);
         self.chain = Some(chain);

@@ -362,10 +362,11 @@ impl UffdTracker {
             wp_unpopulated,
         });
         let s = shared.clone();
-        let thread = std::thread::Builder::new()
-            .name("rex-uffd".into())
-            .spawn(move || fault_loop(&s, rd))
-            .map_err(|e| Error::Invalid(format!("userfaultfd: start thread: {e}")))?;
+        let thread = super::spawn_quiet(
+            std::thread::Builder::new().name("rex-uffd".into()),
+            move || fault_loop(&s, rd),
+        )
+        .map_err(|e| Error::Invalid(format!("userfaultfd: start thread: {e}")))?;
         Ok(UffdTracker {
             shared,
             resolver: Resolver::Thread {

@@ -167,23 +167,17 @@ impl std::fmt::Debug for S3Store {
     }
 }
 
-/// Blocks `SIGPIPE` in the calling thread (the runtime's threads, which
-/// write to sockets). The binary restores its default action, so that
-/// `rexctl status | head` ends quietly; but a server that closes a
-/// connection while a request body is written with `writev` (which, unlike
-/// `send`, cannot say `MSG_NOSIGNAL`) would then kill the process instead
-/// of failing that request with `EPIPE`, which is retried. A blocked
-/// `SIGPIPE` stays pending on the thread and is never delivered.
+/// Blocks the asynchronous signals in the calling thread (the runtime's
+/// threads, which write to sockets): `SIGPIPE` among them. The binary
+/// restores its default action, so that `rexctl status | head` ends
+/// quietly; but a server that closes a connection while a request body is
+/// written with `writev` (which, unlike `send`, cannot say `MSG_NOSIGNAL`)
+/// would then kill the process instead of failing that request with
+/// `EPIPE`, which is retried. A blocked `SIGPIPE` stays pending on the
+/// thread and is never delivered. The others go to the program's threads
+/// ([`crate::durable::block_async_signals`]).
 fn block_sigpipe() {
-    // SAFETY: `set` is a properly initialised signal set owned by this
-    // frame; `pthread_sigmask` only changes the calling thread's mask and
-    // accepts a null pointer for the old mask.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGPIPE);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-    }
+    crate::durable::block_async_signals();
 }
 
 /// The whole text of an error and its sources (object_store puts the

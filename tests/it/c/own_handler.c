@@ -16,6 +16,10 @@
  *                 tracked writes go on. Prints "alive".
  *   kill-default  the default action, a kill(2) of SIGSEGV: the process
  *                 ends there, "alive" is never printed.
+ *   sigwait       not SIGSEGV: the job blocks SIGUSR1 and SIGTERM after
+ *                 rex_init and collects them with sigtimedwait (librex's
+ *                 threads, started before, must not take them). Prints
+ *                 "waited for 2 signals".
  */
 #define _GNU_SOURCE
 #include <setjmp.h>
@@ -26,6 +30,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "rex.h"
@@ -81,7 +86,7 @@ int main(int argc, char **argv)
         sa.sa_flags = SA_RESETHAND;
     } else if (strcmp(mode, "kill-ignored") == 0) {
         sa.sa_handler = SIG_IGN;
-    } else if (strcmp(mode, "kill-default") == 0) {
+    } else if (strcmp(mode, "kill-default") == 0 || strcmp(mode, "sigwait") == 0) {
         sa.sa_handler = SIG_DFL;
     } else {
         fprintf(stderr, "own_handler: unknown mode %s\n", mode);
@@ -121,6 +126,25 @@ int main(int argc, char **argv)
             return 1;
         }
         printf("probes caught: %d\n", (int)caught);
+    } else if (strcmp(mode, "sigwait") == 0) {
+        sigset_t set;
+        sigemptyset(&set);
+        sigaddset(&set, SIGUSR1);
+        sigaddset(&set, SIGTERM);
+        if (sigprocmask(SIG_BLOCK, &set, NULL) != 0) {
+            perror("sigprocmask");
+            return 1;
+        }
+        ((volatile unsigned char *)m)[2 * 4096] = 1; /* tracked */
+        if (use)
+            check("rex_checkpoint", rex_checkpoint());
+        kill(getpid(), SIGUSR1);
+        kill(getpid(), SIGTERM);
+        struct timespec wait = {5, 0};
+        int got = 0;
+        for (int i = 0; i < 2; i++)
+            got += sigtimedwait(&set, NULL, &wait) > 0;
+        printf("waited for %d signals\n", got);
     } else if (strcmp(mode, "resethand") == 0) {
         ((volatile unsigned char *)m)[2 * 4096] = 1; /* tracked */
         volatile uintptr_t bad = 16;
