@@ -199,16 +199,11 @@ mod tests {
     }
 
     /// What [`faults_of_the_job_s_own_protections_still_kill_it`] runs in
-    /// a child process (named by `REX_FAULT_CHILD`): each case ends in a
-    /// fault the job's own protection causes, which must kill the process
-    /// with SIGSEGV as it would without librex; a case that survives it
-    /// returns normally (exit 0), a case that cannot run here exits 77.
-    #[test]
-    #[ignore = "run in a child process by faults_of_the_job_s_own_protections_still_kill_it"]
-    fn fault_child() {
-        let Some(case) = std::env::var_os("REX_FAULT_CHILD") else {
-            return;
-        };
+    /// a child process, case `case`: each ends in a fault the job's own
+    /// protection causes, which must kill the process with SIGSEGV as it
+    /// would without librex; a case that survives it returns normally
+    /// (exit 0), a case that cannot run here exits 77.
+    fn fault_child(case: &std::ffi::OsStr) {
         let no_core = libc::rlimit {
             rlim_cur: 0,
             rlim_max: 0,
@@ -280,6 +275,11 @@ mod tests {
     #[test]
     fn faults_of_the_job_s_own_protections_still_kill_it() {
         use std::os::unix::process::ExitStatusExt;
+        // In the child: this test again, with the case to run.
+        if let Some(case) = std::env::var_os("REX_FAULT_CHILD") {
+            fault_child(&case);
+            return;
+        }
         let exe = std::env::current_exe().unwrap();
         for (case, dies) in [
             ("mprotect-write", false),
@@ -287,7 +287,10 @@ mod tests {
             ("userfaultfd-write-read-only", true),
         ] {
             let out = std::process::Command::new(&exe)
-                .args(["--exact", "job::auto::tests::fault_child", "--ignored"])
+                .args([
+                    "--exact",
+                    "job::auto::tests::faults_of_the_job_s_own_protections_still_kill_it",
+                ])
                 .args(["--nocapture", "--test-threads=1"])
                 .env("REX_FAULT_CHILD", case)
                 .output()
