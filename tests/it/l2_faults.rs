@@ -2094,3 +2094,153 @@ fn a_refused_fallback_says_why_each_older_generation_was_refused() {
         "{err}"
     );
 }
+
+/// A manifest whose `last_seq` was raised past the checkpoints it lists
+/// (`seq_times`), CRC and all forged, in L2 and in L1's copy: pending
+/// checkpoints 6 and 7 then looked pushed. The restore gave generation 3's
+/// state labelled seq 7 with exit 0, and a push said "nothing to push" and
+/// deleted them (helper-59). Now the manifest is refused as inconsistent
+/// (exit 3, naming `seq_times`): the push keeps them, and `--fallback`
+/// restores generation 2 with them on top refused too (they do not
+/// continue it), never generation 3 as seq 7.
+#[test]
+fn a_last_seq_raised_past_its_checkpoints_is_refused_and_nothing_is_deleted() {
+    let c = chain3(59);
+    let (_w, l1, l2) = chain_copy(&c);
+    for dir in [l2.clone(), l1.join("rex")] {
+        let path = dir.join(manifest_name(3));
+        let mut m = Manifest::decode(&path, &std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(m.seq_times.last().map(|t| t.0), Some(5));
+        m.last_seq = 7;
+        std::fs::write(&path, m.encode()).unwrap();
+    }
+    let pending = || {
+        names_in(&l1)
+            .into_iter()
+            .filter(|n| n.ends_with(".rexic"))
+            .collect::<Vec<_>>()
+    };
+    let before = pending();
+    assert_eq!(before.len(), 2, "{before:?}");
+    let out = d_out(&l1);
+    let r = rex(
+        &["restore", "--l1", s(&l1), "--l2", s(&l2), "-o", s(&out)],
+        None,
+    );
+    assert_eq!(r.status.code(), Some(3), "restore: {}", show(&[], &r));
+    assert!(stderr(&r).contains("seq_times"), "{}", stderr(&r));
+    assert!(!out.exists(), "restore left {}", out.display());
+    let p = rex(&push_args(&l1, &l2, &[]), None);
+    assert_eq!(p.status.code(), Some(3), "push: {}", show(&[], &p));
+    assert_eq!(pending(), before, "the push deleted pending checkpoints");
+    let st = rex(&["status", "--l1", s(&l1), "--l2", s(&l2)], None);
+    assert_ne!(st.status.code(), Some(0), "status: {}", show(&[], &st));
+}
+
+fn d_out(l1: &Path) -> PathBuf {
+    l1.parent().unwrap().join("out.rexic")
+}
+
+/// A pointer of a page generation 2 wrote that names one of generation 3's
+/// patterns (Pointer File rewritten, CRCs forged): the chain's pattern
+/// space holds it, the generation's does not (FORMAT.md §3.2.4). `verify`
+/// refused it and `restore` took the pattern, which did not exist when the
+/// page was written (helper-59, who forged the page's CRC too). Both now
+/// refuse it, naming the Pointer File and the generation's pattern space.
+#[test]
+fn a_pointer_into_a_newer_generations_patterns_is_refused() {
+    use rexctl::format::chunked::{ChunkedFile, ChunkedWriter, Kind};
+    use rexctl::format::manifest::Role;
+    let c = chain3(60);
+    let (_w, l1, l2) = chain_copy(&c);
+    let store = DirStore::open(&l2).unwrap();
+    let index = ChainIndex::load(&store).unwrap();
+    let chain = OpenChain::open(&store, &index, 3).unwrap();
+    let (base2, base3) = (
+        chain.gens[1].manifest.pattern_base,
+        chain.gens[2].manifest.pattern_base,
+    );
+    let lp = chain
+        .live_pages()
+        .into_iter()
+        .find(|lp| lp.layer == 1)
+        .expect("a page generation 2 wrote is live");
+    drop(chain);
+    let pf_path = gen_file(&l2, 2, "pf");
+    let pf = ChunkedFile::open(&pf_path, Kind::Pf).unwrap();
+    let header = *pf.header();
+    let mut ptrs = pf.payload().unwrap().to_vec();
+    let at = (lp.pos * u64::from(header.aux) * 4) as usize;
+    ptrs[at..at + 4].copy_from_slice(&(base3 as u32 + 1).to_le_bytes());
+    drop(pf);
+    let mut w = ChunkedWriter::create(&pf_path, header).unwrap();
+    w.set_next_new(base2 as u32);
+    w.write(&ptrs).unwrap();
+    let (bytes, crc32) = w.finish().unwrap();
+    let mpath = l2.join(manifest_name(2));
+    let mut m = Manifest::decode(&mpath, &std::fs::read(&mpath).unwrap()).unwrap();
+    let e = m.files.iter_mut().find(|f| f.role == Role::Pf).unwrap();
+    (e.bytes, e.crc32) = (bytes, crc32);
+    std::fs::write(&mpath, m.encode()).unwrap();
+
+    let out = d_out(&l1);
+    for args in [
+        vec!["restore", "--l2", s(&l2), "--l2-only", "-o", s(&out)],
+        vec!["verify", "--l2", s(&l2)],
+    ] {
+        let r = rex(&args, None);
+        let err = stderr(&r);
+        assert_eq!(r.status.code(), Some(3), "{}", show(&args, &r));
+        assert!(
+            err.contains("g00000002.pf") && err.contains("outside the generation's pattern space"),
+            "{}",
+            show(&args, &r)
+        );
+        assert!(!out.exists(), "restore left {}", out.display());
+    }
+}
+
+/// A pending incremental checkpoint with another page size than L2's
+/// newest generation: push and restore refused it, `status` and `verify`
+/// said all was well (helper-59). All four refuse it now, naming the file.
+#[test]
+fn a_pending_incremental_of_another_page_size_is_refused_by_every_command() {
+    use rexctl::format::ic::IcWriter;
+    let c = chain3(61);
+    let (_w, l1, l2) = chain_copy(&c);
+    let p6 = l1.join(rexctl::l1::ic_file_name(6));
+    let m6 = IcMeta::read(&p6).unwrap();
+    std::fs::remove_file(l1.join(rexctl::l1::ic_file_name(7))).unwrap();
+    std::fs::remove_file(&p6).unwrap();
+    let page = m6.pages.first().copied().unwrap_or(0x1000) / 2;
+    let mut w = IcWriter::create_in_chain(
+        &p6,
+        8192,
+        6,
+        false,
+        m6.header.time_ns,
+        m6.chain_id,
+        vec![page],
+        Vec::new(),
+    )
+    .unwrap();
+    w.push_page(&[7u8; 8192]).unwrap();
+    w.finish().unwrap();
+    let out = d_out(&l1);
+    for args in [
+        vec!["status", "--l1", s(&l1), "--l2", s(&l2)],
+        vec!["verify", "--l1", s(&l1), "--l2", s(&l2)],
+        vec!["restore", "--l1", s(&l1), "--l2", s(&l2), "-o", s(&out)],
+        push_args(&l1, &l2, &[]),
+    ] {
+        let r = rex(&args, None);
+        assert_eq!(r.status.code(), Some(3), "{}", show(&args, &r));
+        let err = stderr(&r);
+        assert!(
+            err.contains("ckpt-00000006") && err.contains("page size"),
+            "{}",
+            show(&args, &r)
+        );
+    }
+    assert!(p6.exists(), "the checkpoint was deleted");
+}

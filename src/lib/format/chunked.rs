@@ -839,10 +839,20 @@ impl ChunkedFile {
                     "the payload exceeds the address space",
                 )
             })?;
+            // Address space, not memory: pages come as chunks are decoded,
+            // and with MAP_NORESERVE nothing is charged for the rest, so a
+            // header claiming a huge payload (2^32 records of zstd frames
+            // of zeros in 4.6 MB: helper-59) costs no more than the chunks
+            // a reader decodes. Without it the kernel's overcommit
+            // heuristic refused such a map outright.
             let mut m = memmap2::MmapOptions::new()
                 .len(len)
+                .no_reserve_swap()
                 .map_anon()
-                .ctx(path, "map memory for the decoded payload")?;
+                .ctx(
+                    path,
+                    "map memory for the decoded payload (the header's record_count x record_size)",
+                )?;
             // Huge pages where the kernel offers them: a restore decodes
             // hundreds of MiB into these maps, and 4 KiB faults (57 000 for
             // a 123 MiB image) cost more system time than the writes. Only
@@ -1740,6 +1750,20 @@ impl Contexts {
     }
 }
 
+/// Chunks a writer may have sent to its encoders and not yet written, per
+/// encoder thread (with 256 KiB chunks, 2 MiB per encoder), and chunks
+/// queued for the encoders, per encoder. Chunks take unequal times (a
+/// group at the stronger level, a chunk stored raw), and the writer must
+/// write them in order: with two in flight per encoder, the unit waited
+/// for the oldest chunk while the other encoders ran dry, and both cores
+/// idled for a third of a push (`perf sched`: the unit thread slept 2.0 s
+/// of a 3.7 s complete push of 196 608 pages). Eight per encoder (and a
+/// writer queue of [`Sink::DEPTH`]) took 14 % off that push and 11 % off a
+/// Δ push, for about 5 MB more resident memory (docs/PERFORMANCE.md,
+/// *Deeper queues between the push's stages*).
+const IN_FLIGHT: usize = 8;
+const JOBS_QUEUED: usize = 4;
+
 /// A job for the encoder threads.
 struct Job {
     idx: u64,
@@ -1758,7 +1782,7 @@ struct Pool {
 
 impl Pool {
     fn new(threads: usize, coding: Coding) -> Result<Pool> {
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Job>(threads);
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Job>(JOBS_QUEUED * threads);
         let rx = Arc::new(Mutex::new(rx));
         let mut workers = Vec::new();
         for n in 0..threads {
@@ -1875,8 +1899,10 @@ impl Drop for WriterThread {
 }
 
 impl Sink {
-    /// Chunks queued for the writer thread at most.
-    const DEPTH: usize = 4;
+    /// Chunks queued for the writer thread at most (8 MiB of 256 KiB
+    /// chunks). A short queue made the unit wait whenever the writer
+    /// thread waited for a core: see [`IN_FLIGHT`].
+    const DEPTH: usize = 32;
 
     /// `out`, written on a thread of its own.
     fn thread(out: AtomicFile) -> Result<Sink> {
@@ -2180,8 +2206,8 @@ impl ChunkedWriter {
 
     /// Writes the encoded chunks that are next in order; with `all`, waits
     /// for every chunk sent. Otherwise waits only while more chunks are in
-    /// flight than the queue bound (twice the encoders), which bounds the
-    /// writer's memory.
+    /// flight than [`IN_FLIGHT`] per encoder, which bounds the writer's
+    /// memory.
     fn drain(&mut self, all: bool) -> Result<()> {
         loop {
             let v = self.v2.as_mut().expect("version 2");
@@ -2203,7 +2229,10 @@ impl ChunkedWriter {
             }
             let v = self.v2.as_mut().expect("version 2");
             let in_flight = v.sent - v.written;
-            let bound = v.pool.as_ref().map_or(0, |p| 2 * p.workers.len() as u64);
+            let bound = v
+                .pool
+                .as_ref()
+                .map_or(0, |p| (IN_FLIGHT * p.workers.len()) as u64);
             if in_flight == 0 || (!all && in_flight <= bound) {
                 return Ok(());
             }

@@ -456,6 +456,22 @@ impl Manifest {
                 ),
             );
         }
+        // A push lists the checkpoint of `last_seq` last, with the time it
+        // also records as `time_ns` (a batch ends with it; a generation
+        // without a batch carries its parent's). A `last_seq` beyond it
+        // would make later checkpoints look pushed, and their files be
+        // deleted from L1 (helper-59).
+        if let Some(&(q, t)) = self.seq_times.last()
+            && (q, t) != (self.last_seq, self.time_ns)
+        {
+            return bad(
+                "seq_times",
+                format!(
+                    "the newest entry is seq {q} taken at {t} ns, but the generation holds up to seq {} taken at {} ns",
+                    self.last_seq, self.time_ns
+                ),
+            );
+        }
         if let Some(s) = self.instances.last()
             && s.from_seq > self.last_seq
         {
@@ -770,19 +786,23 @@ mod tests {
         decode(&manifest()).unwrap();
     }
     /// `seq_times` is read back, and refused out of order, past
-    /// `last_seq` or too long.
+    /// `last_seq`, too long, or when its newest entry is not `last_seq`
+    /// at `time_ns` (helper-59: a `last_seq` raised past it made later
+    /// checkpoints look pushed).
     #[test]
     fn seq_times_ascend_up_to_the_last_seq() {
         let mut m = manifest();
-        let l = m.last_seq;
-        m.seq_times = vec![(l - 1, 50), (l, 40)];
+        let (l, t) = (m.last_seq, m.time_ns);
+        m.seq_times = vec![(l - 1, t + 10), (l, t)];
         assert_eq!(decode(&m).unwrap(), m);
         let text = String::from_utf8(m.encode()).unwrap();
         assert!(text.contains("\"seq_times\""), "{text}");
         for bad in [
-            vec![(l, 1), (l - 1, 2)],
-            vec![(l, 1), (l, 2)],
-            vec![(l + 1, 1)],
+            vec![(l, t), (l - 1, 2)],
+            vec![(l, 1), (l, t)],
+            vec![(l + 1, t)],
+            vec![(l - 2, 1), (l - 1, t)],
+            vec![(l - 1, 1), (l, t + 1)],
             (0..=MAX_SEQ_TIMES as u64).map(|q| (q, q)).collect(),
         ] {
             m.seq_times = bad;

@@ -51,6 +51,9 @@ pub struct Covered {
     /// Which instance wrote which seqs (the manifest's spans; empty when it
     /// predates them).
     pub instances: Vec<InstanceSpan>,
+    /// The generation's page size: an incremental that continues it has
+    /// the same (only a FULL checkpoint changes it).
+    pub page_size: u32,
 }
 
 impl From<&Manifest> for Covered {
@@ -61,6 +64,7 @@ impl From<&Manifest> for Covered {
             time_ns: m.time_ns,
             seq_times: m.seq_times.clone(),
             instances: m.instances.clone(),
+            page_size: m.page_size,
         }
     }
 }
@@ -214,6 +218,20 @@ fn cannot_continue(dir: &Path, cov: &Covered, first: &IcMeta) -> Option<(&'stati
                     first.seq(),
                     run_name(first.chain_id),
                     first.seq()
+                ),
+            ),
+        ));
+    }
+    if !first.is_full() && first.header.page_size != cov.page_size {
+        // What push and restore refuse, said by `status` and `verify` too
+        // (helper-59: they passed such a directory).
+        return Some((
+            "another page size",
+            Error::chain(
+                &first.path,
+                format!(
+                    "an incremental checkpoint of {}-byte pages, but L2's newest generation has {}-byte pages: only a FULL checkpoint may change the page size; not pushed, kept",
+                    first.header.page_size, cov.page_size
                 ),
             ),
         ));

@@ -695,15 +695,44 @@ impl OpenChain {
 
     /// The `alpha` pointers of a live page, CRC-checked; a Pointer File
     /// that refers to previous versions (coding 2) has its holes filled
-    /// from the page's previous versions (FORMAT.md §3.5.3).
+    /// from the page's previous versions (FORMAT.md §3.5.3). Each must lie
+    /// in the pattern space of the generation that wrote the page, never
+    /// a newer one's (§3.2.4): the chain's end alone would let a page of
+    /// an older generation read patterns that did not exist when it was
+    /// written (helper-59: `verify` refused such a chain, `restore` took
+    /// it).
     pub fn pointers(&self, lp: LivePage) -> Result<Cow<'_, [u8]>> {
         let alpha = self.alpha() as u64;
         let g = &self.gens[lp.layer as usize];
         let raw = g.pf.records(lp.pos.saturating_mul(alpha), alpha)?;
-        if g.pf_prev() && raw.chunks_exact(4).any(|p| p == HOLE_LE) {
-            return self.fill_holes(lp, raw).map(Cow::Owned);
+        let ptrs = if g.pf_prev() && raw.chunks_exact(4).any(|p| p == HOLE_LE) {
+            Cow::Owned(self.fill_holes(lp, raw)?)
+        } else {
+            Cow::Borrowed(raw)
+        };
+        let end = g.manifest.pattern_end();
+        let beyond = |p: &[u8]| u64::from(u32::from_le_bytes(p.try_into().expect("4"))) >= end;
+        // One pass without a branch per pointer; the position only on
+        // failure. A page another rank stores has zero pointers, never read.
+        let max = ptrs
+            .chunks_exact(4)
+            .map(|p| u32::from_le_bytes(p.try_into().expect("4")))
+            .fold(0, u32::max);
+        if u64::from(max) >= end && g.xref_at(lp.pos).is_none() {
+            let i = ptrs.chunks_exact(4).position(beyond).unwrap_or(0) as u64;
+            return Err(Error::corrupt(
+                g.pf.path(),
+                chunked_offset((lp.pos.saturating_mul(alpha) + i).saturating_mul(4)),
+                "pointer",
+                format!(
+                    "page {:#x} of generation {}: pointer {} (position {i}) lies outside the generation's pattern space 0..{end}",
+                    lp.page,
+                    g.manifest.generation,
+                    u32::from_le_bytes(ptrs[i as usize * 4..][..4].try_into().expect("4")),
+                ),
+            ));
         }
-        Ok(Cow::Borrowed(raw))
+        Ok(ptrs)
     }
 
     /// `raw`, the pointers of live page `lp` with holes, with each hole
