@@ -664,7 +664,32 @@ pub struct ChunkedFile {
     /// For a file opened with [`ChunkedFile::open_lazy`]: what fills its
     /// chunks.
     fill: Option<Box<dyn ChunkFill>>,
+    /// The stored bytes of chunks decoded since their mapped pages were
+    /// last given back ([`ChunkedFile::release_stored`]).
+    released: Mutex<Decoding>,
 }
+
+/// Chunks decoded since the last [`ChunkedFile::release_stored`]: the span
+/// of their stored bytes and how many bytes they hold.
+struct Decoding {
+    lo: u64,
+    hi: u64,
+    bytes: u64,
+}
+
+impl Default for Decoding {
+    fn default() -> Self {
+        Decoding {
+            lo: u64::MAX,
+            hi: 0,
+            bytes: 0,
+        }
+    }
+}
+
+/// Stored bytes of decoded chunks given back at a time
+/// ([`ChunkedFile::release_stored`]).
+const RELEASE_STEP: u64 = 8 << 20;
 
 impl std::fmt::Debug for ChunkedFile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -886,6 +911,7 @@ impl ChunkedFile {
             decoded,
             locks,
             fill: None,
+            released: Mutex::default(),
         })
     }
 
@@ -1169,6 +1195,9 @@ impl ChunkedFile {
                 slots[i].store(buf, Ordering::Release);
             }
         }
+        if self.decoded.is_some() {
+            self.release_stored(i);
+        }
         self.ever[i].store(true, Ordering::Relaxed);
         self.verified[i].store(true, Ordering::Release);
         Ok(())
@@ -1267,7 +1296,32 @@ impl ChunkedFile {
             d.resize((end - start) as usize, 0);
             self.check_decoded(i, stored, &mut d)
         })?;
+        self.release_stored(i);
         Ok(true)
+    }
+
+    /// After chunk `i` is decoded: its stored bytes are read again only if
+    /// it is decoded again, so the mapped pages of the stored bytes of the
+    /// chunks decoded lately are given back ([`super::release_mapped`])
+    /// once [`RELEASE_STEP`] of them have accumulated: the span from the
+    /// lowest to the highest (a chain of deltas stores several times the
+    /// image; mapped, it all stayed resident: a restore of 196 608 pages
+    /// peaked at 638 MiB, 462 of them the chain's stored chunks). In steps,
+    /// not per chunk: each release is a system call that flushes the other
+    /// threads' TLBs, which per chunk cost a restore 6 %. A chunk in a span
+    /// decoded later maps its bytes again (the same bytes).
+    fn release_stored(&self, i: usize) {
+        let c = self.chunks[i];
+        let span = {
+            let mut r = self.released.lock().unwrap_or_else(|e| e.into_inner());
+            r.lo = r.lo.min(c.off);
+            r.hi = r.hi.max(c.off + u64::from(c.len));
+            r.bytes += u64::from(c.len);
+            (r.bytes >= RELEASE_STEP).then(|| std::mem::take(&mut *r))
+        };
+        if let Some(r) = span {
+            super::release_mapped(&self.map, r.lo, r.hi);
+        }
     }
 
     /// Decodes one chunk's stored bytes into `dst` (exactly).

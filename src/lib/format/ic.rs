@@ -904,6 +904,14 @@ impl IcFile {
         Some(&self.map[start..end])
     }
 
+    /// Takes the mapped pages of bytes `from .. to` out of the process,
+    /// leaving them in the page cache ([`super::release_mapped`]): a
+    /// reader that has moved past them keeps its resident set to what it
+    /// still reads. A later read maps them again, with the same contents.
+    pub fn release(&self, from: u64, to: u64) {
+        super::release_mapped(&self.map, from, to);
+    }
+
     /// Checks the padding and every page's CRC.
     pub fn verify(&self) -> Result<()> {
         self.verify_padding()?;

@@ -226,3 +226,40 @@ pub(crate) fn check_header_crc(path: &Path, b: &[u8; HEADER_LEN], at: usize) -> 
     }
     Ok(())
 }
+
+/// Drops the page table entries of bytes `from .. to` of `map`
+/// (`MADV_DONTNEED`, widened to 64 KiB boundaries: a multiple of every
+/// memory page size Linux uses), leaving the file's pages in the page
+/// cache: they no longer count in the process's resident set until read
+/// again, when they are mapped again with the same contents. Only a hint:
+/// an error changes nothing and is ignored.
+///
+/// For readers of files mapped by [`ic::IcFile`] and
+/// [`chunked::ChunkedFile`] that have moved past bytes (the push's
+/// checkpoints, a chain's stored chunks once decoded): without it, a push
+/// of 11 GB of checkpoints had 11.5 GB resident at its peak.
+pub(crate) fn release_mapped(map: &memmap2::Mmap, from: u64, to: u64) {
+    const STEP: u64 = 64 << 10;
+    let from = from / STEP * STEP;
+    let to = to.div_ceil(STEP).saturating_mul(STEP).min(map.len() as u64);
+    if to <= from {
+        return;
+    }
+    // SAFETY: MADV_DONTNEED on a read-only shared mapping of a file only
+    // drops page table entries: the mapping stays valid, and every later
+    // access faults the file's bytes in again. The files mapped here are
+    // never modified in place once their bytes are read (published files
+    // are replaced by rename, not rewritten; a lazily filled cache file
+    // writes each byte once, before any reader takes it: see the SAFETY
+    // notes where they are mapped), so no slice handed out from the map
+    // changes or becomes invalid, whatever range is released, including
+    // bytes another thread is reading at that moment (it faults them in
+    // again).
+    let _ = unsafe {
+        map.unchecked_advise_range(
+            memmap2::UncheckedAdvice::DontNeed,
+            from as usize,
+            (to - from) as usize,
+        )
+    };
+}

@@ -71,6 +71,12 @@ pub enum HashChoice {
 
 /// Buffer size for the streamed RPS and PF.
 const FLUSH: usize = 1 << 20;
+
+/// A checkpoint's mapped pages are given back in steps of this many bytes
+/// behind the page being read, less [`RELEASE_MARGIN`] (the pages prepared
+/// and committed around it).
+const RELEASE_STEP: u64 = 8 << 20;
+const RELEASE_MARGIN: u64 = 1 << 20;
 /// Default ceiling of the DeD-Table and the source locations, bytes
 /// (rex.toml `dedup_memory`).
 pub const DEFAULT_DEDUP_MEMORY: u64 = 2 << 30;
@@ -1006,6 +1012,15 @@ fn run<H: PatternHasher>(
     ];
     let mut pending: Option<Pending<'_>> = None;
     let mut xref_pages: Vec<u64> = Vec::new();
+    // How far each checkpoint's mapped pages have been given back
+    // (`IcFile::release`): the unit's resident memory is then the table
+    // and a window of each file, not every checkpoint of the batch (the
+    // kernel maps 64 KiB around each fault, so superseded copies of pages
+    // beside the ones read were mapped too).
+    let mut released: Vec<u64> = ic
+        .iter()
+        .map(|f| f.as_ref().map_or(0, |f| f.meta().layout.data_off))
+        .collect();
     // The old chain's RPS chunks are given back after the last page that
     // reads them (its previous version, or the old page itself for a
     // complete coalescence), as a restore does: the push's memory is then
@@ -1069,6 +1084,14 @@ fn run<H: PatternHasher>(
                 let f = ic[e.chk as usize]
                     .as_ref()
                     .expect("referenced files are open");
+                // Pages of a file come in ascending order: what lies well
+                // behind this one is read again only to confirm a hit.
+                let at = f.page_offset(e.pp as usize);
+                let done = &mut released[e.chk as usize];
+                if at >= *done + RELEASE_STEP + RELEASE_MARGIN {
+                    f.release(*done, at - RELEASE_MARGIN);
+                    *done = at - RELEASE_MARGIN;
+                }
                 let data = f.page(e.pp as usize)?;
                 unit.prepare(slot, data, *prev)?;
                 Pending::Ic {
