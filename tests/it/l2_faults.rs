@@ -1048,6 +1048,7 @@ fn lib_push<H: PatternHasher>(l1: &Path, l2: &DirStore, hasher: H) -> Manifest {
         job_generation: None,
         instances: Vec::new(),
         seq_times: Vec::new(),
+        other_runs: Vec::new(),
     };
     m.check(&l2.root().join(manifest_name(generation))).unwrap();
     l2.put_bytes(&manifest_name(generation), &m.encode())
@@ -2243,4 +2244,41 @@ fn a_pending_incremental_of_another_page_size_is_refused_by_every_command() {
         );
     }
     assert!(p6.exists(), "the checkpoint was deleted");
+}
+
+/// A batch of two runs: the job's run A continued L2's generation (seq 4
+/// and 5), then it restarted as run B, whose FULL checkpoint (seq 6) makes
+/// the generation a full one of run B. A push killed after its commit,
+/// before it deleted its batch, left run A's checkpoints in L1, which no
+/// rule counted as pushed (another run's) and none could continue: every
+/// later push, `status` and `verify` failed (exit 3), and so did a librex
+/// restart, until someone deleted them by hand (helper-60). The generation
+/// now records the other runs' checkpoints its batch coalesced
+/// (`other_runs`), and the push after the crash takes them as pushed.
+#[test]
+fn crash_after_committing_a_batch_of_two_runs_recovers() {
+    let d = tempfile::tempdir().unwrap();
+    let t = d.path().join("template");
+    let (l1, l2, truth) = (t.join("l1"), t.join("l2"), d.path().join("truth"));
+    let t0 = 1_800_000_000_000_000_000;
+    let mut a = workload("balanced", 64, 63);
+    let old = take_until_at(&mut a, &l1, 3, &truth, t0);
+    rex_ok(&push_args(&l1, &l2, &[]));
+    take_until_at(&mut a, &l1, 5, &truth, t0);
+    let mut b = workload("balanced", 64, 64);
+    for _ in 0..2 {
+        let mut c = b.step();
+        c.seq += 6;
+        b.write(&c, &l1, t0 + 100_000_000_000 + c.seq).unwrap();
+    }
+    let new = truth.join("run-b-seq-7.rexic");
+    b.write_image(&new).unwrap();
+    run_crash_case(&CrashCase {
+        name: "batch of two runs",
+        template: t,
+        push_args: vec![],
+        old: Some(old),
+        new,
+        max_l2_chains: 2,
+    });
 }

@@ -424,6 +424,37 @@ fn ranks_sharing_memory_store_it_once_and_every_rank_restores_bit_identically() 
         assert!(!out.exists());
     }
     std::fs::write(&j2, &good).unwrap();
+    // Nor when no regular file is left under its name: a dangling link,
+    // a directory (helper-60: the job's listing dropped such names, and
+    // the older job generation restored with exit 0).
+    for how in ["a dangling link", "a directory"] {
+        std::fs::remove_file(&j2).unwrap();
+        if how == "a directory" {
+            std::fs::create_dir(&j2).unwrap();
+        } else {
+            std::os::unix::fs::symlink(t.path().join("gone"), &j2).unwrap();
+        }
+        let out = t.path().join("stale.rexic");
+        let o = restore_rank(&l2, 0, &out, &[]);
+        assert_eq!(
+            o.status.code(),
+            Some(3),
+            "{how}: {}",
+            show(&["restore"], &o)
+        );
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains("job generation 2, the newest, is invalid"),
+            "{how}: {err}"
+        );
+        assert!(!out.exists());
+        if how == "a directory" {
+            std::fs::remove_dir(&j2).unwrap();
+        } else {
+            std::fs::remove_file(&j2).unwrap();
+        }
+        std::fs::write(&j2, &good).unwrap();
+    }
 
     // A complete coalescence on every rank rewrites the pages other ranks
     // stored (read from them) and chooses the shared pages again.

@@ -195,6 +195,25 @@ pub struct InstanceSpan {
     pub forgotten: bool,
 }
 
+/// A checkpoint of another run that a generation's batch coalesced: the
+/// job restarted as a new run within the batch, whose FULL checkpoint
+/// made the generation a full one of the new run (docs/FORMAT.md §3.4).
+/// The covered rule (§3.1.6) takes a file with exactly these fields as
+/// pushed, so that a push that stopped after its commit, before deleting
+/// its batch, does not leave files no later push can use or delete.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OtherRun {
+    /// The run's chain id.
+    pub chain_id: ChainId,
+    /// The checkpoint's seq.
+    pub seq: u64,
+    /// Its capture time (its REX-IC `time_ns`).
+    pub time_ns: u64,
+    /// The instance that wrote it (absent: the file names none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<InstanceId>,
+}
+
 /// Who wrote a seq of a generation's run, by its spans.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Writer {
@@ -300,6 +319,12 @@ pub struct Manifest {
     /// manifests written before it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub seq_times: Vec<(u64, u64)>,
+    /// The checkpoints of other runs (version 2 files) that the
+    /// generation's batch coalesced, ascending by seq (the newest
+    /// [`MAX_SEQ_TIMES`]); empty unless the job restarted as a new run
+    /// within the batch. Absent in manifests written before it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub other_runs: Vec<OtherRun>,
 }
 
 /// The most `seq_times` a manifest carries: a batch of more checkpoints
@@ -469,6 +494,20 @@ impl Manifest {
                 format!(
                     "the newest entry is seq {q} taken at {t} ns, but the generation holds up to seq {} taken at {} ns",
                     self.last_seq, self.time_ns
+                ),
+            );
+        }
+        if self.other_runs.len() > MAX_SEQ_TIMES
+            || self
+                .other_runs
+                .iter()
+                .any(|o| Some(o.chain_id) == self.chain_id)
+        {
+            return bad(
+                "other_runs",
+                format!(
+                    "{} entries: at most {MAX_SEQ_TIMES}, none of the generation's own run",
+                    self.other_runs.len()
                 ),
             );
         }
@@ -720,6 +759,7 @@ pub(crate) fn test_manifest() -> Manifest {
         job_generation: None,
         instances: Vec::new(),
         seq_times: Vec::new(),
+        other_runs: Vec::new(),
     }
 }
 
@@ -812,6 +852,49 @@ mod tests {
                     e,
                     Error::Corrupt {
                         field: "seq_times",
+                        ..
+                    }
+                ),
+                "{e}"
+            );
+        }
+    }
+
+    /// `other_runs` is read back (each entry whole), and refused when it
+    /// names the generation's own run or is too long.
+    #[test]
+    fn other_runs_name_other_runs_only() {
+        let mut m = manifest();
+        m.chain_id = Some(ChainId([0xA; 16]));
+        let other = OtherRun {
+            chain_id: ChainId([0xB; 16]),
+            seq: 3,
+            time_ns: 7,
+            instance: id(2),
+        };
+        m.other_runs = vec![
+            other,
+            OtherRun {
+                instance: None,
+                seq: 4,
+                ..other
+            },
+        ];
+        assert_eq!(decode(&m).unwrap(), m);
+        for bad in [
+            vec![OtherRun {
+                chain_id: ChainId([0xA; 16]),
+                ..other
+            }],
+            vec![other; MAX_SEQ_TIMES + 1],
+        ] {
+            m.other_runs = bad;
+            let e = decode(&m).unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    Error::Corrupt {
+                        field: "other_runs",
                         ..
                     }
                 ),

@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, IoContext, Result};
 use crate::format::ic::{ChainId, EXTENSION, IcMeta, InstanceId};
-use crate::format::manifest::{InstanceSpan, Manifest, Writer, instance_at};
+use crate::format::manifest::{InstanceSpan, Manifest, OtherRun, Writer, instance_at};
 
 /// What an L2 generation already holds of an L1 directory: the checkpoints
 /// of run `chain_id` up to `last_seq`, written by the instances `instances`
@@ -54,6 +54,9 @@ pub struct Covered {
     /// The generation's page size: an incremental that continues it has
     /// the same (only a FULL checkpoint changes it).
     pub page_size: u32,
+    /// Checkpoints of other runs its batch coalesced (the manifest's
+    /// `other_runs`): covered when a file is exactly one of them.
+    pub other_runs: Vec<OtherRun>,
 }
 
 impl From<&Manifest> for Covered {
@@ -65,6 +68,7 @@ impl From<&Manifest> for Covered {
             seq_times: m.seq_times.clone(),
             instances: m.instances.clone(),
             page_size: m.page_size,
+            other_runs: m.other_runs.clone(),
         }
     }
 }
@@ -126,7 +130,20 @@ impl Covered {
     /// no later than the generation's last checkpoint. Any other checkpoint of the run with such a seq is a fork
     /// (a restarted job that continued the run elsewhere while this
     /// generation was pushed from another copy): never taken as pushed.
+    /// A checkpoint of another run is held only if the generation's batch
+    /// coalesced that very file (`other_runs`).
     pub fn covers(&self, m: &IcMeta) -> bool {
+        // A checkpoint of another run the batch coalesced (a push that
+        // stopped after its commit left it: helper-60), by all it says of
+        // itself: its run's 128-bit id, seq, time and writer.
+        if self.other_runs.iter().any(|o| {
+            Some(o.chain_id) == m.chain_id
+                && o.seq == m.seq()
+                && o.time_ns == m.header.time_ns
+                && o.instance == m.instance
+        }) {
+            return true;
+        }
         let by_time = match self.seq_times.binary_search_by_key(&m.seq(), |&(q, _)| q) {
             Ok(i) => m.header.time_ns == self.seq_times[i].1,
             Err(_) => m.header.time_ns <= self.time_ns,

@@ -57,7 +57,7 @@ use crate::error::{Error, IoContext, Result};
 use crate::format::chunked::WriteFormat;
 use crate::format::ic::{ChainId, IcMeta};
 use crate::format::manifest::{
-    FileEntry, GenKind, MAX_SEQ_TIMES, Manifest, Timings, manifest_name,
+    FileEntry, GenKind, MAX_SEQ_TIMES, Manifest, OtherRun, Timings, manifest_name,
 };
 use crate::format::xref::Xref;
 use crate::l1::coalesce::{CList, CoalesceStats};
@@ -846,7 +846,9 @@ fn seal(
         job_generation: coll.map(|(_, j)| j),
         instances: Vec::new(),
         seq_times: Vec::new(),
+        other_runs: Vec::new(),
     };
+    manifest.other_runs = other_runs(manifest.chain_id, batch);
     manifest.seq_times = seq_times(
         chain.as_ref().map(|c| c.manifest()),
         manifest.chain_id,
@@ -917,6 +919,27 @@ fn seq_times(
     let keep = t.len().saturating_sub(MAX_SEQ_TIMES);
     t.drain(..keep);
     t
+}
+
+/// The checkpoints of `batch` of runs other than `chain` (version 2 files:
+/// a version 1 file names no run to tell apart), the newest
+/// [`MAX_SEQ_TIMES`]: the manifest's `other_runs`.
+fn other_runs(chain: Option<ChainId>, batch: &[IcMeta]) -> Vec<OtherRun> {
+    let mut v: Vec<OtherRun> = batch
+        .iter()
+        .filter_map(|m| {
+            let c = m.chain_id.filter(|&c| Some(c) != chain)?;
+            Some(OtherRun {
+                chain_id: c,
+                seq: m.seq(),
+                time_ns: m.header.time_ns,
+                instance: m.instance,
+            })
+        })
+        .collect();
+    let keep = v.len().saturating_sub(MAX_SEQ_TIMES);
+    v.drain(..keep);
+    v
 }
 
 /// After the commit, before the pending checkpoints are deleted: checks

@@ -537,11 +537,17 @@ impl Store for DirStore {
                     bytes: md.len(),
                     modified: md.modified().ok(),
                 }),
-                _ if generation_of(&name).is_some() => out.push(ObjectInfo {
-                    name,
-                    bytes: 0,
-                    modified: None,
-                }),
+                // A job manifest too (helper-60: a dangling link under a
+                // job manifest's name passed the newest job generation over).
+                _ if generation_of(&name).is_some()
+                    || crate::format::job_manifest::parse_job_manifest_name(&name).is_some() =>
+                {
+                    out.push(ObjectInfo {
+                        name,
+                        bytes: 0,
+                        modified: None,
+                    })
+                }
                 _ => {}
             }
         }
