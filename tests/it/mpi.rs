@@ -455,6 +455,30 @@ fn ranks_sharing_memory_store_it_once_and_every_rank_restores_bit_identically() 
         }
         std::fs::write(&j2, &good).unwrap();
     }
+    // A job manifest naming a rank's older generation, CRCs and all: that
+    // generation is not the rank's part of the job generation when a newer
+    // one of the rank belongs to it (helper-60: rank 0 restored seq 3's
+    // state with exit 0).
+    {
+        use rexctl::format::job_manifest::JobManifest;
+        let mut jm = JobManifest::decode(&j2, &good).unwrap();
+        let g1 = std::fs::read(l2.join("0/g00000001.manifest")).unwrap();
+        let m0 = jm.members.iter_mut().find(|m| m.rank == 0).unwrap();
+        assert_eq!(m0.generation, 2);
+        m0.generation = 1;
+        m0.manifest_crc32 = crc32fast::hash(&g1);
+        std::fs::write(&j2, jm.encode()).unwrap();
+        let out = t.path().join("stale.rexic");
+        let o = restore_rank(&l2, 0, &out, &[]);
+        assert_eq!(o.status.code(), Some(3), "{}", show(&["restore"], &o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains("names rank 0's generation 1, but its generation 2"),
+            "{err}"
+        );
+        assert!(!out.exists());
+        std::fs::write(&j2, &good).unwrap();
+    }
 
     // A complete coalescence on every rank rewrites the pages other ranks
     // stored (read from them) and chooses the shared pages again.

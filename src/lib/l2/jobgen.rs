@@ -127,6 +127,28 @@ pub fn check_member(store: &dyn Store, jm: &JobManifest, rank: u32) -> Result<u6
         ));
     }
     read_manifest(store, g)?;
+    // The rank's newest generation within the job generation: one that a
+    // later generation of the rank belonging to it or an older one would
+    // supersede was not this rank's part of it (a job manifest naming an
+    // older generation, CRC and all: helper-60). Generation numbers grow
+    // with job generations, and a rank writes one generation per job
+    // generation, so no push leaves such a pair.
+    let index = ChainIndex::load(store)?;
+    if let Some(m) = index
+        .manifests
+        .values()
+        .find(|m| m.generation > g && m.job_generation.is_some_and(|j| j <= jm.job_generation))
+    {
+        return Err(Error::chain(
+            store.describe(),
+            format!(
+                "job generation {} names rank {rank}'s generation {g}, but its generation {} of job generation {} is newer",
+                jm.job_generation,
+                m.generation,
+                m.job_generation.unwrap_or(0)
+            ),
+        ));
+    }
     Ok(g)
 }
 
