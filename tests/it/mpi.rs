@@ -860,6 +860,11 @@ fn partner_copies_are_pruned_by_what_their_sender_pushed() {
         }
     }
     release(&later, &l1);
+    // The checkpoints after a push are incrementals whose FULL checkpoint
+    // L2 holds: they are replicated all the same (helper-58: "no FULL
+    // checkpoint", exit 3 on every rank).
+    let o = mpirun(&["replicate", "--l1", s(&l1), "--replicas", "2"], None);
+    success(&o, "replicate after a push");
     // Rank 1's node is lost: its L1 directory is empty.
     std::fs::remove_dir_all(l1.join("1")).unwrap();
     std::fs::create_dir(l1.join("1")).unwrap();
@@ -878,9 +883,35 @@ fn partner_copies_are_pruned_by_what_their_sender_pushed() {
     let o = mpirun(&push, None);
     drop(held);
     let err = String::from_utf8_lossy(&o.stderr);
+    // The busy rank exits 4, the others 1 (another rank failed); it was 5
+    // on every rank (helper-58).
     assert!(
-        matches!(o.status.code(), Some(1 | 4 | 5)) && err.contains("busy"),
+        matches!(o.status.code(), Some(1 | 4)) && err.contains("busy"),
         "{:?}: {err}",
         o.status.code()
     );
+    // A job keeps its number of ranks: a push by 3 of its 4 ranks is
+    // refused by every rank, before anything is written or deleted
+    // (helper-58: fewer ranks pruned what an absent rank's chain reads).
+    let before: Vec<Vec<String>> = (0..RANKS)
+        .map(|r| names_in(&l1.join(r.to_string())))
+        .collect();
+    let mut c = Command::new("mpirun");
+    c.args(["--oversubscribe", "--timeout", "120", "-np", "3"]);
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        c.arg("--allow-run-as-root");
+    }
+    let o = c
+        .arg(env!("CARGO_BIN_EXE_rexctl"))
+        .args(push)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(err.contains("a job keeps its number of ranks"), "{err}");
+    let after: Vec<Vec<String>> = (0..RANKS)
+        .map(|r| names_in(&l1.join(r.to_string())))
+        .collect();
+    assert_eq!(before, after);
 }

@@ -1126,7 +1126,10 @@ impl Rex {
                 })
                 .map_err(|e| e.report());
             let comm = self.comm.as_deref().expect("an MPI job");
-            crate::l2::partners::recover(comm, l1, lost)?;
+            let (_, skipped) = crate::l2::partners::recover(comm, l1, lost)?;
+            for why in skipped {
+                eprintln!("librex: left out {why}");
+            }
         }
         let job = open_job(&self.cfg, self.job_root.as_ref());
         let local = job.and_then(|job| {

@@ -267,6 +267,25 @@ pub fn push_collective(
     let start = begin_writing(job, "push-l2 --collective").and_then(|w| {
         let jobs = JobIndex::load(root.job_store(true)?.as_ref())?;
         let committed = jobs.newest().map(|m| m.job_generation);
+        // A job keeps its ranks: the pages of one rank may be stored by
+        // any other, so a push by fewer ranks would prune (or a complete
+        // coalescence rewrite) the generations an absent rank's chain
+        // reads, and the absent rank could never be restored again
+        // (helper-58: 3 ranks, then 2 with `--full` twice, then 3, lost
+        // rank 2's checkpoints). Every rank reads the same job manifest,
+        // so every rank refuses.
+        if let Some(jm) = jobs.newest().filter(|m| m.ranks != comm.size()) {
+            return Err(Error::chain(
+                root.describe(),
+                format!(
+                    "job generation {} has {} ranks, this push {}: a job's ranks store each other's pages, so a job keeps its number of ranks (push a job of {} ranks under another job name or location)",
+                    jm.job_generation,
+                    jm.ranks,
+                    comm.size(),
+                    comm.size()
+                ),
+            ));
+        }
         // A damaged job manifest is never taken for one that was not
         // written: rolling its generations back would lose checkpoints.
         if let Some((j, e)) = jobs.invalid.iter().find(|(j, _)| Some(*j) > committed) {
@@ -297,7 +316,10 @@ pub fn push_collective(
             w
         }
         Err(e) => {
-            hooks.agree(Err(e.report()))?;
+            // This rank's own error (its exit code: busy, a chain refused),
+            // not the agreement's word that some rank failed (helper-58:
+            // exit 5 where 4 or 3 was due).
+            let _ = hooks.agree(Err(e.report()));
             return Err(e);
         }
     };

@@ -506,8 +506,9 @@ pub fn remove_stale_temps(l1: &Path) -> Result<usize> {
 
 /// After a restart on every rank: each rank whose L1 directory lost its
 /// checkpoints (`lost`) gets back every copy another rank holds, written
-/// into its L1 directory. Returns how many files this rank got back.
-pub fn recover(comm: &dyn Comm, l1: &Path, lost: Local<bool>) -> Result<u64> {
+/// into its L1 directory. Returns how many files this rank got back, and
+/// a line per copy it left out because it failed its check.
+pub fn recover(comm: &dyn Comm, l1: &Path, lost: Local<bool>) -> Result<(u64, Vec<String>)> {
     let n = comm.size() as usize;
     let me = comm.rank();
     let flags = agree(
@@ -551,10 +552,11 @@ pub fn recover(comm: &dyn Comm, l1: &Path, lost: Local<bool>) -> Result<u64> {
     }
     let got = comm.all_to_all(&send);
     let mut n_files = 0;
+    let mut skipped = Vec::new();
     if lost {
         for b in got {
             if local.is_ok()
-                && let Err(e) = unpack(l1, &b, &mut n_files)
+                && let Err(e) = unpack(l1, &b, &mut n_files, &mut skipped)
             {
                 local = Err(e);
             }
@@ -567,12 +569,18 @@ pub fn recover(comm: &dyn Comm, l1: &Path, lost: Local<bool>) -> Result<u64> {
     );
     local?;
     done?;
-    Ok(n_files)
+    Ok((n_files, skipped))
 }
 
 /// Writes the copies of one partner's message (name, bytes pairs) into
-/// the L1 directory `l1`, each checked whole; counts them in `n`.
-fn unpack(l1: &Path, b: &[u8], n: &mut u64) -> Result<()> {
+/// the L1 directory `l1`, each checked whole; counts them in `n`. A copy
+/// that fails its check is left out, and why is added to `skipped`: the
+/// others (of this partner, and of the next, which may hold a good copy
+/// of the same seq) are still written, and the restart uses what is
+/// whole, as it would with a damaged checkpoint of its own (helper-58: the
+/// first bad copy failed the recovery, and the copies after it were never
+/// fetched again).
+fn unpack(l1: &Path, b: &[u8], n: &mut u64, skipped: &mut Vec<String>) -> Result<()> {
     let mut at = 0usize;
     let mut take = |k: usize| -> Result<&[u8]> {
         let s = b
@@ -602,7 +610,8 @@ fn unpack(l1: &Path, b: &[u8], n: &mut u64) -> Result<()> {
             .and_then(|()| IcFile::open(&path).and_then(|f| f.verify()));
         if let Err(e) = written {
             let _ = durable::remove_file(&path);
-            return Err(e);
+            skipped.push(format!("a partner's copy of {name}: {}", e.report()));
+            continue;
         }
         *n += 1;
     }
@@ -612,6 +621,49 @@ fn unpack(l1: &Path, b: &[u8], n: &mut u64) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A partner's copy that fails its check is left out, with why, and
+    /// the copies after it are still written (helper-58: the first bad
+    /// copy failed the whole recovery).
+    #[test]
+    fn a_damaged_copy_is_left_out_and_the_others_are_written() {
+        let d = tempfile::tempdir().unwrap();
+        let src = d.path().join("src");
+        std::fs::create_dir(&src).unwrap();
+        let mut msg = Vec::new();
+        for seq in [3u64, 4] {
+            let p = src.join(ic_file_name(seq));
+            crate::format::ic::write_ic(
+                &p,
+                4096,
+                seq,
+                seq == 3,
+                1,
+                &[(seq, &[seq as u8; 4096])],
+                &[],
+            )
+            .unwrap();
+            let mut bytes = std::fs::read(&p).unwrap();
+            if seq == 3 {
+                let n = bytes.len();
+                bytes[n - 100] ^= 1;
+            }
+            let name = ic_file_name(seq);
+            msg.extend_from_slice(&(name.len() as u64).to_le_bytes());
+            msg.extend_from_slice(name.as_bytes());
+            msg.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+            msg.extend_from_slice(&bytes);
+        }
+        let l1 = d.path().join("l1");
+        std::fs::create_dir(&l1).unwrap();
+        let (mut n, mut skipped) = (0, Vec::new());
+        unpack(&l1, &msg, &mut n, &mut skipped).unwrap();
+        assert_eq!(n, 1);
+        assert_eq!(skipped.len(), 1, "{skipped:?}");
+        assert!(skipped[0].contains(&ic_file_name(3)), "{skipped:?}");
+        assert!(!l1.join(ic_file_name(3)).exists());
+        assert!(l1.join(ic_file_name(4)).is_file());
+    }
 
     /// What r would send p: its pages p lacks (exact sets).
     fn costs(ranks: &[Vec<u128>]) -> Vec<Vec<u64>> {

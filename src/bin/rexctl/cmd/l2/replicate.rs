@@ -44,8 +44,11 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     // there: a push's recovery then leaves their temporaries alone, and a
     // librex job cannot replicate into the same directory at once. The
     // seqs of every rank, which must agree.
+    // Every checkpoint in L1, as a chain or not: after the job's first
+    // push, L1 holds incrementals whose FULL checkpoint L2 holds
+    // (helper-58: a scan that wanted a chain from a FULL file refused them).
     let files = rexctl::l1::lock::JobLock::acquire_producer(&l1, "rexctl replicate")
-        .and_then(|lock| rexctl::l1::L1Dir::scan(&l1).map(|d| (lock, d.files)));
+        .and_then(|lock| rexctl::l1::read_all(&l1).map(|f| (lock, f)));
     let seqs = files
         .as_ref()
         .map(|(_, f)| f.iter().flat_map(|m| m.seq().to_le_bytes()).collect())
