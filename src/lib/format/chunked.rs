@@ -869,7 +869,13 @@ impl ChunkedFile {
             // header claiming a huge payload (2^32 records of zstd frames
             // of zeros in 4.6 MB: helper-59) costs no more than the chunks
             // a reader decodes. Without it the kernel's overcommit
-            // heuristic refused such a map outright.
+            // heuristic refused such a map outright. The price: a reader
+            // that really decodes more than the machine's memory is stopped
+            // by the OOM killer while decoding, not refused here (readers
+            // that hold a chain's chunks, a restore and a push, decode into
+            // a pool whose chunks are released after their last use).
+            // (Under strict overcommit, mode 2, the flag is ignored and the
+            // map fails as before: exit 1, naming the file.)
             let mut m = memmap2::MmapOptions::new()
                 .len(len)
                 .no_reserve_swap()

@@ -245,16 +245,20 @@ pub(crate) fn release_mapped(map: &memmap2::Mmap, from: u64, to: u64) {
     if to <= from {
         return;
     }
-    // SAFETY: MADV_DONTNEED on a read-only shared mapping of a file only
-    // drops page table entries: the mapping stays valid, and every later
-    // access faults the file's bytes in again. The files mapped here are
-    // never modified in place once their bytes are read (published files
-    // are replaced by rename, not rewritten; a lazily filled cache file
-    // writes each byte once, before any reader takes it: see the SAFETY
-    // notes where they are mapped), so no slice handed out from the map
-    // changes or becomes invalid, whatever range is released, including
-    // bytes another thread is reading at that moment (it faults them in
-    // again).
+    // SAFETY: every map passed here is a read-only MAP_SHARED map of a
+    // file (memmap2's `Mmap::map`), never MAP_PRIVATE: MADV_DONTNEED only
+    // drops its page table entries, the mapping stays valid, and a later
+    // access faults the page cache's current bytes of the file in again.
+    // The file's bytes change only through the file itself, never through
+    // the map, and it is never truncated while mapped: published L1 and L2
+    // files are not modified at all (replaced by rename), and a lazily
+    // filled cache file (`ChunkedFile::open_lazy`) is written with
+    // `pwrite` into the same page cache, holes included (a chunk re-fetched
+    // after a failed check or a release is rewritten the same way). So
+    // whatever range is released, including bytes another thread is
+    // reading or a fill has not written yet, every read sees what it would
+    // have seen without the release. (On a MAP_PRIVATE map that had been
+    // written, the advice would discard the writes: never pass one.)
     let _ = unsafe {
         map.unchecked_advise_range(
             memmap2::UncheckedAdvice::DontNeed,
