@@ -906,9 +906,9 @@ impl IcFile {
 
     /// Takes the mapped pages of bytes `from .. to` out of the process,
     /// leaving them in the page cache (`MADV_DONTNEED`, widened to 64 KiB
-    /// boundaries): a
-    /// reader that has moved past them keeps its resident set to what it
-    /// still reads. A later read maps them again, with the same contents.
+    /// boundaries): a reader that has moved past them keeps its resident
+    /// set to what it still reads. A later read maps them again, with the
+    /// same contents.
     pub fn release(&self, from: u64, to: u64) {
         super::release_mapped(&self.map, from, to);
     }
