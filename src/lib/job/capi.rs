@@ -87,6 +87,18 @@ fn code_of(e: &Error, invalid: c_int) -> c_int {
     }
 }
 
+/// The code of a failed restart: another rank's failure in an MPI job's
+/// collective restart is `REX_EIO` (a rank could not read its L1 or L2;
+/// its error is the message), not `REX_EL2`, which says a push failed
+/// (helper-58: the example then reported a "background L2 push" that never
+/// ran).
+fn fail_restart(e: Error) -> (c_int, String) {
+    match e {
+        Error::Peer(_) => (REX_EIO, e.report()),
+        e => fail(e, REX_EINVAL),
+    }
+}
+
 /// Runs `f` on the job under the lock, catching panics; records the
 /// message of a failure for `rex_last_error`.
 fn with_rex(f: impl FnOnce(&mut Option<Rex>) -> Result<c_int, (c_int, String)>) -> c_int {
@@ -383,7 +395,7 @@ pub unsafe extern "C" fn rex_restart_test(seq: *mut u64) -> c_int {
                 "rex_restart_test after a checkpoint: restart before the first checkpoint".into(),
             ));
         }
-        match rex.restart_test().map_err(|e| fail(e, REX_EINVAL))? {
+        match rex.restart_test().map_err(fail_restart)? {
             Some(s) => {
                 // SAFETY: checked non-NULL; the caller passes a writable
                 // uint64_t.
@@ -421,7 +433,10 @@ pub extern "C" fn rex_restart() -> c_int {
             }
             Err(e) => return Err(fail(e, REX_EINVAL)),
         }
-        let report = rex.restart().map_err(|e| fail(e, REX_EREGION))?;
+        let report = rex.restart().map_err(|e| match e {
+            e @ Error::Peer(_) => fail_restart(e),
+            e => fail(e, REX_EREGION),
+        })?;
         if let Some(why) = &report.fell_back {
             eprintln!("librex: WARNING: restarted from an older state: {why}");
         }
@@ -477,4 +492,26 @@ pub extern "C" fn rex_strerror(code: c_int) -> *const c_char {
 #[unsafe(no_mangle)]
 pub extern "C" fn rex_last_error() -> *const c_char {
     LAST.with(|l| l.borrow().as_ptr())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Another rank's failure in a collective restart is REX_EIO with its
+    /// message, not REX_EL2 (no push ran: helper-58); a rank's own errors
+    /// keep their codes.
+    #[test]
+    fn a_peer_failure_in_a_restart_is_an_io_error_not_an_l2_one() {
+        let peer = Error::Peer(crate::error::PeerFailure {
+            rank: 1,
+            stage: "restoring lost L1 checkpoints from partners",
+            reason: "l1/1/ckpt-00000006.rexic: bad".into(),
+        });
+        let (code, msg) = fail_restart(peer);
+        assert_eq!(code, REX_EIO);
+        assert!(msg.contains("rank 1 failed"), "{msg}");
+        let own = Error::chain("l2", "no generation");
+        assert_eq!(fail_restart(own).0, REX_ECORRUPT);
+    }
 }
