@@ -21,7 +21,7 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::format::job_manifest::{JobManifest, job_manifest_name, parse_job_manifest_name};
-use crate::format::manifest::{Manifest, manifest_name};
+use crate::format::manifest::{Manifest, manifest_name, parse_manifest_name};
 use crate::format::xref::Xref;
 use crate::l2::chain::{ChainIndex, LivePage, OpenChain, XrefSource, read_manifest};
 use crate::l2::push::Job;
@@ -133,11 +133,17 @@ pub fn check_member(store: &dyn Store, jm: &JobManifest, rank: u32) -> Result<u6
     // older generation, CRC and all: helper-60). Generation numbers grow
     // with job generations, and a rank writes one generation per job
     // generation, so no push leaves such a pair.
-    let index = ChainIndex::load(store)?;
-    if let Some(m) = index
-        .manifests
-        .values()
-        .find(|m| m.generation > g && m.job_generation.is_some_and(|j| j <= jm.job_generation))
+    // Only the manifests above `g` are read (usually none but the
+    // uncommitted ones): a restore loads the rank's index itself, and on
+    // a bucket each manifest is a GET.
+    let newer = store
+        .list()?
+        .into_iter()
+        .filter_map(|o| parse_manifest_name(&o.name).filter(|&n| n > g))
+        .filter_map(|n| read_manifest(store, n).ok());
+    if let Some(m) = newer
+        .filter(|m| m.job_generation.is_some_and(|j| j <= jm.job_generation))
+        .min_by_key(|m| m.generation)
     {
         return Err(Error::chain(
             store.describe(),
