@@ -105,8 +105,10 @@ pub enum Error {
 }
 
 /// Another rank of an MPI job failed during a collective operation, so
-/// this rank did not commit either (exit code 1: the next collective push
-/// rolls back and tries again).
+/// this rank did not commit either (the next collective push rolls back
+/// and tries again). Its exit code is that rank's: every rank of a failed
+/// collective command exits alike, so `mpirun`'s status does not depend on
+/// which rank ends first.
 #[derive(Debug, thiserror::Error)]
 #[error("rank {rank} failed ({stage}): {reason}")]
 pub struct PeerFailure {
@@ -116,6 +118,56 @@ pub struct PeerFailure {
     pub stage: &'static str,
     /// That rank's error.
     pub reason: String,
+    /// The exit code of that rank's error ([`Error::exit_code`]).
+    pub exit_code: i32,
+}
+
+/// A rank's own failure as the other ranks of its job learn it in a
+/// collective step: its message, and the exit code its command exits with
+/// (which theirs then exit with too, as [`PeerFailure`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failure {
+    /// The error with its causes ([`Error::report`]).
+    pub reason: String,
+    /// [`Error::exit_code`] of that error.
+    pub exit_code: i32,
+}
+
+impl Failure {
+    /// A failure that is no [`Error`] of this rank's, with the exit code it
+    /// stands for.
+    pub fn new(exit_code: i32, reason: impl Into<String>) -> Failure {
+        Failure {
+            reason: reason.into(),
+            exit_code,
+        }
+    }
+}
+
+impl Failure {
+    /// This rank's own failure as an error of its own: reported as the
+    /// others report it, with its exit code, where the original error is
+    /// not at hand any more.
+    pub fn into_error(self, rank: u32, stage: &'static str) -> Error {
+        Error::Peer(PeerFailure {
+            rank,
+            stage,
+            reason: self.reason,
+            exit_code: self.exit_code,
+        })
+    }
+}
+
+impl From<&Error> for Failure {
+    fn from(e: &Error) -> Failure {
+        Failure::new(e.exit_code(), e.report())
+    }
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Failure {
+        Failure::from(&e)
+    }
 }
 
 /// What kind of remote storage failure an [`Error::Remote`] is.
@@ -175,7 +227,8 @@ impl Error {
             Error::Corrupt { .. } | Error::Chain { .. } => exit::DATA,
             Error::Invalid(_) => exit::CONFIG,
             Error::Busy { .. } => exit::BUSY,
-            Error::Process { .. } | Error::Peer(_) => exit::FAILURE,
+            Error::Process { .. } => exit::FAILURE,
+            Error::Peer(p) => p.exit_code,
             Error::Remote { kind, .. } => match kind {
                 RemoteKind::Config => exit::CONFIG,
                 RemoteKind::NotFound | RemoteKind::Conflict => exit::DATA,
@@ -259,6 +312,7 @@ impl Error {
                 rank: p.rank,
                 stage: p.stage,
                 reason: p.reason.clone(),
+                exit_code: p.exit_code,
             }),
         }
     }

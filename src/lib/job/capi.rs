@@ -507,6 +507,7 @@ mod tests {
             rank: 1,
             stage: "restoring lost L1 checkpoints from partners",
             reason: "l1/1/ckpt-00000006.rexic: bad".into(),
+            exit_code: crate::error::exit::DATA,
         });
         let (code, msg) = fail_restart(peer);
         assert_eq!(code, REX_EIO);

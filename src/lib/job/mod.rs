@@ -58,7 +58,7 @@ use serde::Serialize;
 
 use crate::control::config::{Config, ConfigLayer, TrackerChoice};
 use crate::control::flush::flush;
-use crate::error::{Error, Result};
+use crate::error::{Error, Failure, Result};
 use crate::format::ic::{ChainId, DropRange, IcExt, IcFile, IcWriter, InstanceId, now_ns};
 use crate::format::region::{Region, RegionTable, page_number, split_page};
 use crate::l1::ic_file_name;
@@ -415,7 +415,7 @@ impl Rex {
             JobRoot::new(&cfg.l2, &cfg.store).and_then(|root| Self::build(cfg, Some((root, rank))));
         let agreed = agree(
             comm.as_ref(),
-            built.as_ref().map(|_| Vec::new()).map_err(Error::report),
+            built.as_ref().map(|_| Vec::new()).map_err(Failure::from),
             "starting librex",
         );
         let mut rex = built?;
@@ -711,7 +711,7 @@ impl Rex {
                     local_seq
                         .as_ref()
                         .map(|s| s.to_le_bytes().to_vec())
-                        .map_err(Error::report),
+                        .map_err(Failure::from),
                     "numbering the checkpoint",
                 );
                 let mine = local_seq?;
@@ -896,7 +896,7 @@ impl Rex {
                 .unwrap_or_default();
             let local = match &written {
                 Ok(()) => Ok(path.as_path()),
-                Err(e) => Err(e.report()),
+                Err(e) => Err(Failure::from(e)),
             };
             crate::l2::partners::replicate(comm, &self.cfg.l1, local, self.cfg.replicas)
                 .map_err(|e| Error::Invalid(format!("L2: partner copies: {}", e.report())))?;
@@ -915,7 +915,7 @@ impl Rex {
                 b.extend_from_slice(d.full_reason.as_deref().unwrap_or_default().as_bytes());
                 b
             })
-            .map_err(Error::report);
+            .map_err(Failure::from);
         let all = agree(comm, local, "deciding the L2 checkpoint");
         decision?;
         let all = all?;
@@ -1124,7 +1124,7 @@ impl Rex {
                     ))?;
                     Ok(f.is_empty() && chain.manifests.is_empty())
                 })
-                .map_err(|e| e.report());
+                .map_err(Failure::from);
             let comm = self.comm.as_deref().expect("an MPI job");
             let (_, skipped) = crate::l2::partners::recover(comm, l1, lost)?;
             for why in skipped {
@@ -1158,7 +1158,7 @@ impl Rex {
         };
         let all = agree(
             comm,
-            local.as_ref().map(|(_, s)| msg(*s)).map_err(Error::report),
+            local.as_ref().map(|(_, s)| msg(*s)).map_err(Failure::from),
             "finding the state to restart from",
         );
         let (job, mine) = local?;
@@ -1207,7 +1207,7 @@ impl Rex {
             _ => None,
         };
         let local = match (&redo, &partners) {
-            (_, Err(e)) | (Some((_, Err(e))), _) => Err(e.report()),
+            (_, Err(e)) | (Some((_, Err(e))), _) => Err(Failure::from(e)),
             (Some((_, Ok(s))), _) => Ok(msg(*s)),
             (None, _) => Ok(msg(mine)),
         };

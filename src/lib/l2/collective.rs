@@ -41,7 +41,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::error::{Error, PeerFailure, Result};
+use crate::error::{Error, Failure, PeerFailure, Result};
 use crate::format::job_manifest::{
     FORMAT as JOB_FORMAT, JobManifest, JobMember, job_manifest_name,
 };
@@ -319,7 +319,7 @@ pub fn push_collective(
             // This rank's own error (its exit code: busy, a chain refused),
             // not the agreement's word that some rank failed (helper-58:
             // exit 5 where 4 or 3 was due).
-            let _ = hooks.agree(Err(e.report()));
+            let _ = hooks.agree(Err(Failure::from(&e)));
             return Err(e);
         }
     };
@@ -355,7 +355,7 @@ pub fn agree(comm: &dyn Comm, local: Local<Vec<u8>>, stage: &'static str) -> Res
 /// (its L1 directory or L2 store cannot be opened), so that the other ranks
 /// fail with its error instead of waiting for it.
 pub fn fail_early(comm: &dyn Comm, e: &Error) {
-    let _ = agree(comm, Err(e.report()), "starting the collective push");
+    let _ = agree(comm, Err(Failure::from(e)), "starting the collective push");
 }
 
 struct Hooks<'a> {
@@ -371,30 +371,36 @@ struct Hooks<'a> {
     covered: Vec<Option<u64>>,
 }
 
-/// A rank's message in an all-gather: `1` and the payload, or `0` and its
-/// error.
-fn outcome(local: std::result::Result<Vec<u8>, String>) -> Vec<u8> {
+/// A rank's message in an all-gather: `1` and the payload, or `0`, its
+/// exit code (one byte) and its error.
+fn outcome(local: Local<Vec<u8>>) -> Vec<u8> {
     match local {
         Ok(mut b) => {
             b.insert(0, 1);
             b
         }
         Err(e) => {
-            let mut b = vec![0];
-            b.extend_from_slice(e.as_bytes());
+            let mut b = vec![0, u8::try_from(e.exit_code).unwrap_or(1)];
+            b.extend_from_slice(e.reason.as_bytes());
             b
         }
     }
 }
 
-/// The payloads of every rank, or the lowest failed rank's error.
+/// The payloads of every rank, or the lowest failed rank's error, with its
+/// exit code.
 fn payloads(all: Vec<Vec<u8>>, stage: &'static str) -> Result<Vec<Vec<u8>>> {
     for (r, b) in all.iter().enumerate() {
         if b.first() != Some(&1) {
             return Err(PeerFailure {
                 rank: r as u32,
                 stage,
-                reason: String::from_utf8_lossy(b.get(1..).unwrap_or_default()).into_owned(),
+                reason: String::from_utf8_lossy(b.get(2..).unwrap_or_default()).into_owned(),
+                // An empty message (a rank's all-gather that carried
+                // nothing) is a failure of unknown kind.
+                exit_code: b
+                    .get(1)
+                    .map_or(crate::error::exit::FAILURE, |&c| i32::from(c)),
             }
             .into());
         }
@@ -410,16 +416,12 @@ pub(crate) fn le64(b: &[u8], at: usize) -> u64 {
 }
 
 impl Hooks<'_> {
-    fn gather(
-        &self,
-        local: std::result::Result<Vec<u8>, String>,
-        stage: &'static str,
-    ) -> Result<Vec<Vec<u8>>> {
+    fn gather(&self, local: Local<Vec<u8>>, stage: &'static str) -> Result<Vec<Vec<u8>>> {
         let failed = local.as_ref().err().cloned();
         let all = agree(self.comm, local, stage);
         match failed {
-            // This rank's own error is reported by its caller.
-            Some(e) => Err(Error::Invalid(e)),
+            // This rank's own error, which its caller reports instead.
+            Some(e) => Err(e.into_error(self.comm.rank(), stage)),
             None => all,
         }
     }
@@ -429,7 +431,7 @@ impl Hooks<'_> {
     fn choose(
         &mut self,
         mine: Option<(u64, &PlanPages<'_>)>,
-        failed: Option<String>,
+        failed: Option<Failure>,
     ) -> Result<Vec<Xref>> {
         let comm = self.comm;
         let (me, n) = (comm.rank() as usize, comm.size() as usize);
@@ -497,7 +499,7 @@ impl Hooks<'_> {
         msg.extend_from_slice(&unique.to_le_bytes());
         msg.extend_from_slice(&bits);
         let local = match (&local_err, failed) {
-            (Some(e), _) => Err(e.report()),
+            (Some(e), _) => Err(Failure::from(e)),
             (None, Some(e)) => Err(e),
             (None, None) => Ok(msg),
         };
@@ -601,7 +603,7 @@ impl Hooks<'_> {
         // Whether every rank read its pages: a failure in the exchange
         // fails every rank here, before any of them writes.
         let done = match &local_err {
-            Some(e) => Err(e.report()),
+            Some(e) => Err(Failure::from(e)),
             None => Ok(Vec::new()),
         };
         let all = self.gather(done, "comparing the shared pages");
@@ -679,6 +681,8 @@ impl Collective for Hooks<'_> {
                     rank: r as u32,
                     stage: "agreeing on the push",
                     reason: "it has no checkpoint (no generation and no pending checkpoint): every rank checkpoints before the first collective push".into(),
+                    // No checkpoint where one is needed.
+                    exit_code: crate::error::exit::DATA,
                 }
                 .into());
             }
@@ -718,12 +722,14 @@ impl Collective for Hooks<'_> {
         // This rank's member: its new generation, or its newest one, with
         // the CRC of the manifest bytes L2 holds.
         let member = local.and_then(|m| {
-            let m = m.or(newest).ok_or("no generation to name".to_string())?;
+            let m = m.or(newest).ok_or_else(|| {
+                Failure::new(crate::error::exit::FAILURE, "no generation to name")
+            })?;
             let bytes = self
                 .job
                 .l2
                 .read(&manifest_name(m.generation))
-                .map_err(|e| e.report())?;
+                .map_err(Failure::from)?;
             let mut b = Vec::new();
             b.extend_from_slice(&m.generation.to_le_bytes());
             b.extend_from_slice(&m.chain_base.to_le_bytes());
@@ -745,7 +751,7 @@ impl Collective for Hooks<'_> {
         let written = if self.comm.rank() == 0 {
             self.write_job_manifest(members)
                 .map(|()| Vec::new())
-                .map_err(|e| e.report())
+                .map_err(Failure::from)
         } else {
             Ok(Vec::new())
         };
@@ -805,7 +811,7 @@ pub fn restore_job(
     let seq_of = |r: &Result<crate::l2::restore::RestoreReport>| -> Local<Vec<u8>> {
         r.as_ref()
             .map(|r| r.seq.to_le_bytes().to_vec())
-            .map_err(Error::report)
+            .map_err(Failure::from)
     };
     let result = (|| {
         let first = restore(opts);
@@ -878,6 +884,44 @@ mod tests {
         let mut bad = a.encode();
         bad[0..4].copy_from_slice(&9u32.to_le_bytes());
         assert_eq!(HashTable::decode(&bad), None);
+    }
+
+    /// A failed rank's exit code travels with its message, so that every
+    /// rank of the job exits with it (helper-60: peers exited 1 while the
+    /// busy rank exited 4, and `mpirun` reported whichever ended first);
+    /// the lowest failed rank's is the one reported.
+    #[test]
+    fn every_rank_learns_the_failed_ranks_exit_code() {
+        use crate::error::exit;
+        let busy = Error::Busy {
+            path: "l1/2".into(),
+            holder: "a test".into(),
+        };
+        let all = vec![
+            outcome(Ok(vec![7])),
+            outcome(Err(Failure::from(&busy))),
+            outcome(Err(Failure::new(exit::DATA, "bad"))),
+        ];
+        let e = payloads(all, "a step").unwrap_err();
+        assert_eq!(e.exit_code(), exit::BUSY);
+        let Error::Peer(p) = &e else { panic!("{e:?}") };
+        assert_eq!((p.rank, p.reason.as_str()), (1, busy.report().as_str()));
+        // A message that carries nothing is a failure of unknown kind.
+        let e = payloads(vec![vec![1, 9], Vec::new()], "a step").unwrap_err();
+        assert_eq!(e.exit_code(), exit::FAILURE);
+        // A rank's own failure, turned back into an error, keeps its code.
+        assert_eq!(
+            Failure::from(&busy).into_error(2, "a step").exit_code(),
+            exit::BUSY
+        );
+        assert_eq!(
+            payloads(
+                vec![outcome(Ok(vec![7])), outcome(Ok(Vec::new()))],
+                "a step"
+            )
+            .unwrap(),
+            vec![vec![7], Vec::new()]
+        );
     }
 
     proptest! {

@@ -33,7 +33,7 @@ use cuckoofilter::{CuckooFilter, ExportedCuckooFilter};
 use serde::Serialize;
 
 use crate::durable;
-use crate::error::{Error, Result};
+use crate::error::{Error, Failure, Result};
 use crate::format::ic::IcFile;
 use crate::l1::{ic_file_name, list_ic_files, seq_of_file_name};
 use crate::l2::collective::{Comm, agree};
@@ -153,8 +153,8 @@ pub fn replicate(comm: &dyn Comm, l1: &Path, file: Local<&Path>, k: u32) -> Resu
     let n = comm.size() as usize;
     let me = comm.rank() as usize;
     let mine = file.and_then(|p| {
-        let f = IcFile::open(p).map_err(|e| e.report())?;
-        let h = hashes_of(&f).map_err(|e| e.report())?;
+        let f = IcFile::open(p).map_err(Failure::from)?;
+        let h = hashes_of(&f).map_err(Failure::from)?;
         let own: HashMap<u128, usize> = h.iter().enumerate().map(|(i, &x)| (x, i)).collect();
         let view = encode_view(&f, &page_filter(&own));
         Ok((f, h, own, view))
@@ -164,7 +164,8 @@ pub fn replicate(comm: &dyn Comm, l1: &Path, file: Local<&Path>, k: u32) -> Resu
         mine.as_ref().map(|m| m.3.clone()).map_err(|e| e.clone()),
         "replicating checkpoints",
     );
-    let (f, my_hashes, own, view) = mine.map_err(Error::Invalid)?;
+    let (f, my_hashes, own, view) =
+        mine.map_err(|e| e.into_error(me as u32, "replicating checkpoints"))?;
     let all = all?;
     let views = all
         .iter()
@@ -185,7 +186,7 @@ pub fn replicate(comm: &dyn Comm, l1: &Path, file: Local<&Path>, k: u32) -> Resu
     });
     let rows = agree(
         comm,
-        row.map_err(Error::report),
+        row.map_err(Failure::from),
         "choosing partners for checkpoint copies",
     );
     let views = views?;
@@ -274,7 +275,7 @@ pub fn replicate(comm: &dyn Comm, l1: &Path, file: Local<&Path>, k: u32) -> Resu
     }
     let done = agree(
         comm,
-        stored.as_ref().map(|_| Vec::new()).map_err(Error::report),
+        stored.as_ref().map(|_| Vec::new()).map_err(Failure::from),
         "storing partner copies",
     );
     report.stored = stored?;
@@ -516,7 +517,7 @@ pub fn recover(comm: &dyn Comm, l1: &Path, lost: Local<bool>) -> Result<(u64, Ve
         lost.clone().map(|l| vec![u8::from(l)]),
         "finding lost L1 directories",
     );
-    let lost = lost.map_err(Error::Invalid)?;
+    let lost = lost.map_err(|e| e.into_error(me, "finding lost L1 directories"))?;
     let flags = flags?;
     // What this rank holds for each lost rank: (name, bytes) pairs.
     let mut send: Vec<Vec<u8>> = vec![Vec::new(); n];
@@ -564,7 +565,7 @@ pub fn recover(comm: &dyn Comm, l1: &Path, lost: Local<bool>) -> Result<(u64, Ve
     }
     let done = agree(
         comm,
-        local.as_ref().map(|_| Vec::new()).map_err(Error::report),
+        local.as_ref().map(|_| Vec::new()).map_err(Failure::from),
         "restoring lost L1 checkpoints from partners",
     );
     local?;

@@ -53,7 +53,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use crate::durable;
-use crate::error::{Error, IoContext, Result};
+use crate::error::{Error, Failure, IoContext, Result};
 use crate::format::chunked::WriteFormat;
 use crate::format::ic::{ChainId, IcMeta};
 use crate::format::manifest::{
@@ -366,8 +366,8 @@ pub fn push_locked(
 }
 
 /// A rank's own outcome of a step, handed to a collective step: its error
-/// as text, which the other ranks report.
-pub type Local<T> = std::result::Result<T, String>;
+/// as text and exit code, which the other ranks report and exit with.
+pub type Local<T> = std::result::Result<T, Failure>;
 
 /// What one rank proposes to the others before a collective push.
 #[derive(Clone, Debug, Default)]
@@ -531,7 +531,7 @@ pub fn push_with(
             prep
         }
         Some(c) => {
-            let proposal = prep.as_ref().map(Prep::proposal).map_err(Error::report);
+            let proposal = prep.as_ref().map(Prep::proposal).map_err(Failure::from);
             let agreed = c.agree(proposal.as_ref().map_err(Clone::clone));
             let mut prep = prep?;
             let agreed = agreed?;
@@ -618,7 +618,7 @@ pub fn push_with(
             });
             let x = c.xrefs(match (&pages, &generation) {
                 (Some(Ok((g, p))), _) => Ok(Some((*g, p))),
-                (Some(Err(e)), _) | (None, Err(e)) => Err(e.report()),
+                (Some(Err(e)), _) | (None, Err(e)) => Err(Failure::from(e)),
                 (None, Ok(_)) => unreachable!("pages are listed for every generation number"),
             });
             // This rank's own error first, then another rank's.
@@ -663,7 +663,7 @@ pub fn push_with(
     );
     if let Some(c) = coll {
         let done = c.commit(
-            sealed.as_ref().map(|(_, m)| Some(m)).map_err(Error::report),
+            sealed.as_ref().map(|(_, m)| Some(m)).map_err(Failure::from),
             rec.newest.as_ref(),
         );
         // This rank's own error first, then another rank's.

@@ -52,7 +52,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let seqs = files
         .as_ref()
         .map(|(_, f)| f.iter().flat_map(|m| m.seq().to_le_bytes()).collect())
-        .map_err(|e| e.report());
+        .map_err(rexctl::error::Failure::from);
     let all = agree(&comm, seqs, "listing the checkpoints");
     let (_producer, files) = files?;
     let all = all?;

@@ -300,7 +300,11 @@ fn collective(a: &Args, s: &Settings, opts: &RestoreOptions) -> anyhow::Result<i
         Ok(r) => r,
         Err(e) => {
             // The other ranks fail with this error instead of waiting.
-            let _ = agree(&comm, Err(e.report()), "starting the collective restore");
+            let _ = agree(
+                &comm,
+                Err(rexctl::error::Failure::from(&e)),
+                "starting the collective restore",
+            );
             return Err(e.into());
         }
     };
