@@ -151,6 +151,42 @@ fn success(o: &Output, what: &str) {
     );
 }
 
+/// A rank with no checkpoint at the job's first collective push fails it on
+/// every rank alike, with exit 3 (no checkpoint where one is needed): the
+/// ranks' statuses differed before, and this case had no test.
+#[test]
+fn a_rank_without_a_checkpoint_fails_the_first_collective_push_alike_on_every_rank() {
+    let _one_at_a_time = crate::util::exclusive();
+    let t = tempfile::tempdir().unwrap();
+    let (l1, l2) = (t.path().join("l1"), t.path().join("l2"));
+    gen_ranks(&l1, "0.5", "64", "1", &t.path().join("truth"));
+    for e in std::fs::read_dir(l1.join("3")).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_file() {
+            std::fs::remove_file(p).unwrap();
+        }
+    }
+    std::fs::create_dir_all(&l2).unwrap();
+    let o = mpirun(
+        &["push-l2", "--collective", "--l1", s(&l1), "--l2", s(&l2)],
+        None,
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(err.contains("rank 3 failed"), "{err}");
+    assert!(err.contains("it has no checkpoint"), "{err}");
+    assert!(!l2.join("job/j00000001.job").exists());
+    // Nothing pushed, so nothing deleted: each other rank's FULL
+    // checkpoint and its incremental are still in L1.
+    for r in 0..3 {
+        let ckpts = names_in(&l1.join(r.to_string()))
+            .into_iter()
+            .filter(|n| n.starts_with("ckpt-"))
+            .count();
+        assert_eq!(ckpts, 2, "rank {r}");
+    }
+}
+
 #[test]
 fn ranks_sharing_memory_store_it_once_and_every_rank_restores_bit_identically() {
     let _one_at_a_time = crate::util::exclusive();
