@@ -38,7 +38,7 @@
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 
 use linux_raw_sys::general as k;
@@ -60,11 +60,15 @@ const WRITEPROTECT_MODE_DONTWAKE: u64 = 2;
 /// could lie in a write-protected heap page, or it would wait on itself).
 static FAULTS: AtomicU64 = AtomicU64::new(0);
 
-/// What the fault thread reads (never writes).
+/// What the fault thread reads (and writes once, `looping`, before any
+/// region is protected).
 struct Shared {
     fd: OwnedFd,
     ps: usize,
     wp_unpopulated: bool,
+    /// The fault thread has entered its loop ([`UffdTracker::with_mode`]
+    /// returns only then).
+    looping: AtomicBool,
 }
 
 /// Who resolves a write fault on a protected page.
@@ -336,6 +340,7 @@ impl UffdTracker {
                     fd,
                     ps,
                     wp_unpopulated,
+                    looping: AtomicBool::new(false),
                 }),
                 resolver: Resolver::Async {
                     pagemap,
@@ -349,24 +354,41 @@ impl UffdTracker {
                 "userfaultfd: this kernel's /proc/self/pagemap does not show the write-protect bit (Linux 5.13 and later do), without which every checkpoint would copy every page: use tracker = \"mprotect\"".into(),
             ));
         }
-        let mut pipe = [0; 2];
-        // SAFETY: pipe2 writes two descriptors into the array.
-        if unsafe { libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-            return Err(os_err("pipe"));
-        }
-        // SAFETY: both descriptors were just created and are owned here.
-        let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(pipe[0]), OwnedFd::from_raw_fd(pipe[1])) };
+        let (rd, wr) = pipe()?;
+        let (ready_rd, ready_wr) = pipe()?;
         let shared = Arc::new(Shared {
             fd,
             ps,
             wp_unpopulated,
+            looping: AtomicBool::new(false),
         });
         let s = shared.clone();
         let thread = super::spawn_quiet(
             std::thread::Builder::new().name("rex-uffd".into()),
-            move || fault_loop(&s, rd),
+            move || fault_loop(&s, rd, ready_wr),
         )
         .map_err(|e| Error::Invalid(format!("userfaultfd: start thread: {e}")))?;
+        // Returns only once the thread runs its loop. Starting a thread
+        // writes the heap on the new thread (the runtime's handle of it,
+        // its thread-locals, a library's dynamic TLS block), after `spawn`
+        // has returned here: a region protected meanwhile whose pages hold
+        // those bytes would make the thread fault on its own watch and wait
+        // for itself, with every writer of that page behind it.
+        let mut b = [0u8; 1];
+        loop {
+            // SAFETY: reads at most one byte into `b`.
+            let n = unsafe { libc::read(ready_rd.as_raw_fd(), b.as_mut_ptr().cast(), 1) };
+            match n {
+                1 => break,
+                0 => {
+                    return Err(Error::Invalid(
+                        "userfaultfd: the fault thread ended before it started".into(),
+                    ));
+                }
+                _ if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => {}
+                _ => return Err(os_err("wait for the fault thread")),
+            }
+        }
         Ok(UffdTracker {
             shared,
             resolver: Resolver::Thread {
@@ -415,7 +437,25 @@ impl Shared {
     }
 }
 
-fn fault_loop(s: &Shared, wake: OwnedFd) {
+/// A pipe, as (read end, write end), closed on exec.
+fn pipe() -> Result<(OwnedFd, OwnedFd)> {
+    let mut pipe = [0; 2];
+    // SAFETY: pipe2 writes two descriptors into the array.
+    if unsafe { libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(os_err("pipe"));
+    }
+    // SAFETY: both descriptors were just created and are owned here.
+    Ok(unsafe { (OwnedFd::from_raw_fd(pipe[0]), OwnedFd::from_raw_fd(pipe[1])) })
+}
+
+/// The fault thread: says on `ready` that it runs (no heap write after
+/// that), then resolves write faults until a byte arrives on `wake`.
+fn fault_loop(s: &Shared, wake: OwnedFd, ready: OwnedFd) {
+    s.looping.store(true, Ordering::Release);
+    // SAFETY: writes one byte from a local to our own pipe; closing it is
+    // a system call, no heap write.
+    unsafe { libc::write(ready.as_raw_fd(), [1u8].as_ptr().cast(), 1) };
+    drop(ready);
     let mut buf = [0u8; 32 * 64];
     loop {
         let mut fds = [
@@ -495,6 +535,9 @@ impl Drop for UffdTracker {
         let Resolver::Thread { wake, thread } = &mut self.resolver else {
             return;
         };
+        // Its end writes the heap again (its result, its handles): the
+        // owner untracks every region first (`Rex` does), so that no page
+        // is protected any more when it does.
         // SAFETY: writes one byte from a local to our own pipe.
         unsafe { libc::write(wake.as_raw_fd(), [1u8].as_ptr() as *const libc::c_void, 1) };
         if let Some(t) = thread.take() {
@@ -693,6 +736,25 @@ pub(crate) mod tests {
                 None
             }
             Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// The fault thread's tracker is returned only once its thread runs
+    /// its loop, past the heap writes of a thread's start, which a region
+    /// protected before them could hold (the thread would wait for itself).
+    /// Without the wait, `spawn` returns before the new thread is scheduled
+    /// and the flag is not set yet.
+    #[test]
+    fn the_fault_thread_runs_its_loop_before_its_tracker_is_returned() {
+        for _ in 0..20 {
+            match UffdTracker::with_mode(UffdMode::Thread) {
+                Ok(t) => assert!(t.shared.looping.load(Ordering::Acquire)),
+                Err(e) if std::env::var_os("REX_REQUIRE_UFFD").is_none() => {
+                    eprintln!("SKIPPED: userfaultfd write-protect unavailable here: {e}");
+                    return;
+                }
+                Err(e) => panic!("{e}"),
+            }
         }
     }
 
