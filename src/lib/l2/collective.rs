@@ -390,17 +390,23 @@ fn outcome(local: Local<Vec<u8>>) -> Vec<u8> {
 /// The payloads of every rank, or the lowest failed rank's error, with its
 /// exit code.
 fn payloads(all: Vec<Vec<u8>>, stage: &'static str) -> Result<Vec<Vec<u8>>> {
+    use crate::error::exit;
     for (r, b) in all.iter().enumerate() {
         if b.first() != Some(&1) {
+            // A code rexctl exits with, then the message. A rank of an
+            // older rexctl sends the message alone (text, never a byte
+            // 1-6), and an empty message is a failure of unknown kind.
+            let (exit_code, text) = match b.get(1) {
+                Some(&c) if (exit::FAILURE..=exit::MISMATCH).contains(&i32::from(c)) => {
+                    (i32::from(c), &b[2..])
+                }
+                _ => (exit::FAILURE, b.get(1..).unwrap_or_default()),
+            };
             return Err(PeerFailure {
                 rank: r as u32,
                 stage,
-                reason: String::from_utf8_lossy(b.get(2..).unwrap_or_default()).into_owned(),
-                // An empty message (a rank's all-gather that carried
-                // nothing) is a failure of unknown kind.
-                exit_code: b
-                    .get(1)
-                    .map_or(crate::error::exit::FAILURE, |&c| i32::from(c)),
+                reason: String::from_utf8_lossy(text).into_owned(),
+                exit_code,
             }
             .into());
         }
@@ -906,9 +912,13 @@ mod tests {
         assert_eq!(e.exit_code(), exit::BUSY);
         let Error::Peer(p) = &e else { panic!("{e:?}") };
         assert_eq!((p.rank, p.reason.as_str()), (1, busy.report().as_str()));
-        // A message that carries nothing is a failure of unknown kind.
+        // A message that carries nothing is a failure of unknown kind; an
+        // older rank's message (no code) is that too, and kept whole.
         let e = payloads(vec![vec![1, 9], Vec::new()], "a step").unwrap_err();
         assert_eq!(e.exit_code(), exit::FAILURE);
+        let e = payloads(vec![vec![1, 9], b"\0busy".to_vec()], "a step").unwrap_err();
+        assert_eq!(e.exit_code(), exit::FAILURE);
+        assert!(e.to_string().ends_with(": busy"), "{e}");
         // A rank's own failure, turned back into an error, keeps its code.
         assert_eq!(
             Failure::from(&busy).into_error(2, "a step").exit_code(),
