@@ -176,6 +176,27 @@ fn a_rank_without_a_checkpoint_fails_the_first_collective_push_alike_on_every_ra
     assert!(err.contains("rank 3 failed"), "{err}");
     assert!(err.contains("it has no checkpoint"), "{err}");
     assert!(!l2.join("job/j00000001.job").exists());
+    // A bad L2 location on rank 2 alone fails every rank with its exit
+    // code; that rank used to return before the agreement, and the others
+    // waited in it until mpirun's timeout (helper-62).
+    let mut c = Command::new("mpirun");
+    c.args(["--oversubscribe", "--timeout", "120", "-np"])
+        .arg(RANKS.to_string());
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        c.arg("--allow-run-as-root");
+    }
+    let script =
+        "if [ \"$OMPI_COMM_WORLD_RANK\" = 2 ]; then export REX_L2=s3://; fi; exec \"$0\" \"$@\"";
+    let o = c
+        .env("REX_L2", &l2)
+        .args(["sh", "-c", script, env!("CARGO_BIN_EXE_rexctl")])
+        .args(["push-l2", "--collective", "--l1", s(&l1)])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(5), "{err}");
+    assert!(err.contains("is not a bucket name"), "{err}");
     // Nothing pushed, so nothing deleted: each other rank's FULL
     // checkpoint and its incremental are still in L1.
     for r in 0..3 {

@@ -105,17 +105,24 @@ fn collective(a: &Args, cfg: &rexctl::control::config::Config) -> anyhow::Result
     use rexctl::l2::collective::{CollectiveOptions, Comm, push_collective};
     let comm = rexctl::l2::mpi::MpiComm::init()?;
     let rank = comm.rank();
-    let root = rexctl::store::JobRoot::new(&cfg.l2, &cfg.store)?;
     let l1 = cfg.l1.join(rank.to_string());
-    // A failure before the push still takes part in its agreement.
-    let job = rexctl::l2::push::check_l1(&l1)
-        .and_then(|()| root.rank_store(rank, true))
-        .and_then(|l2| Job::open(&l1, l2));
-    let job = match job {
-        Ok(j) => j.with_identity(JobIdentity {
-            job: cfg.store.job.clone(),
-            rank: rank.to_string(),
-        }),
+    // A failure before the push still takes part in its agreement, its
+    // L2 location's too: a rank that returned before it left the others
+    // waiting in it for ever (helper-62).
+    let setup = rexctl::store::JobRoot::new(&cfg.l2, &cfg.store).and_then(|root| {
+        rexctl::l2::push::check_l1(&l1)
+            .and_then(|()| root.rank_store(rank, true))
+            .and_then(|l2| Job::open(&l1, l2))
+            .map(|job| (root, job))
+    });
+    let (root, job) = match setup {
+        Ok((root, j)) => (
+            root,
+            j.with_identity(JobIdentity {
+                job: cfg.store.job.clone(),
+                rank: rank.to_string(),
+            }),
+        ),
         Err(e) => {
             rexctl::l2::collective::fail_early(&comm, &e);
             return Err(e.into());
