@@ -142,9 +142,7 @@ impl Failure {
             exit_code,
         }
     }
-}
 
-impl Failure {
     /// This rank's own failure as an error of its own: reported as the
     /// others report it, with its exit code, where the original error is
     /// not at hand any more.

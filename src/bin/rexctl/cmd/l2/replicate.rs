@@ -39,9 +39,6 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let k = s.layer.replicas.unwrap_or(2);
     let comm = rexctl::l2::mpi::MpiComm::init()?;
     let rank = comm.rank();
-    // A missing setting fails in the agreement below, not before it: the
-    // other ranks would wait in it for ever (helper-62).
-    let l1 = s.l1().map(|d| d.join(rank.to_string()));
     // The producer lock of the rank's L1 while it writes partner copies
     // there: a push's recovery then leaves their temporaries alone, and a
     // librex job cannot replicate into the same directory at once. The
@@ -49,20 +46,19 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     // Every checkpoint in L1, as a chain or not: after the job's first
     // push, L1 holds incrementals whose FULL checkpoint L2 holds
     // (helper-58: a scan that wanted a chain from a FULL file refused them).
-    let files = l1
-        .as_ref()
-        .map_err(|e| rexctl::Error::Invalid(e.to_string()))
-        .and_then(|l1| {
-            rexctl::l1::lock::JobLock::acquire_producer(l1, "rexctl replicate")
-                .and_then(|lock| rexctl::l1::read_all(l1).map(|f| (lock, f)))
-        });
+    // A missing setting fails in the agreement below, not before it: the
+    // other ranks would wait in it for ever (helper-62).
+    let files = s.l1().and_then(|d| {
+        let l1 = d.join(rank.to_string());
+        let lock = rexctl::l1::lock::JobLock::acquire_producer(&l1, "rexctl replicate")?;
+        rexctl::l1::read_all(&l1).map(|f| (l1, lock, f))
+    });
     let seqs = files
         .as_ref()
-        .map(|(_, f)| f.iter().flat_map(|m| m.seq().to_le_bytes()).collect())
+        .map(|(_, _, f)| f.iter().flat_map(|m| m.seq().to_le_bytes()).collect())
         .map_err(rexctl::error::Failure::from);
     let all = agree(&comm, seqs, "listing the checkpoints");
-    let (_producer, files) = files?;
-    let l1 = l1?;
+    let (l1, _producer, files) = files?;
     let all = all?;
     if all.iter().any(|b| *b != all[0]) {
         return Err(rexctl::Error::Invalid(
