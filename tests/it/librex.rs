@@ -1486,15 +1486,10 @@ mod rust_api {
         rex.finalize().unwrap();
     }
 
-    /// A damaged newest checkpoint: the restart falls back to the newest
-    /// valid state, says so, and the next checkpoint starts a new run above
-    /// the damaged file, which stays as it was.
-    #[test]
-    fn restart_falls_back_past_a_damaged_checkpoint_and_starts_a_new_run() {
-        let d = tempfile::tempdir().unwrap();
-        let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
-        let n = 8 * 4096;
-        let mut rex = Rex::with_config(config(&l1, &l2, false, TrackerChoice::Mprotect)).unwrap();
+    /// A job that writes 3 checkpoints (seq 0..=2) of an `n`-byte region 4
+    /// into L1 and ends: the region's states.
+    fn three_checkpoints(l1: &Path, l2: &Path, n: usize) -> Vec<Vec<u8>> {
+        let mut rex = Rex::with_config(config(l1, l2, false, TrackerChoice::Mprotect)).unwrap();
         let a = rex.alloc(4, n).unwrap();
         // SAFETY: `n` bytes from rex.alloc.
         let buf = unsafe { std::slice::from_raw_parts_mut(a, n) };
@@ -1505,6 +1500,18 @@ mod rust_api {
             states.push(buf.to_vec());
         }
         rex.finalize().unwrap();
+        states
+    }
+
+    /// A damaged newest checkpoint: the restart falls back to the newest
+    /// valid state, says so, and the next checkpoint starts a new run above
+    /// the damaged file, which stays as it was.
+    #[test]
+    fn restart_falls_back_past_a_damaged_checkpoint_and_starts_a_new_run() {
+        let d = tempfile::tempdir().unwrap();
+        let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
+        let n = 8 * 4096;
+        let states = three_checkpoints(&l1, &l2, n);
         // Damage the page data of seq 2 (its CRC no longer matches).
         let bad = l1.join(rexctl::l1::ic_file_name(2));
         let mut bytes = std::fs::read(&bad).unwrap();
@@ -1527,8 +1534,10 @@ mod rust_api {
             (3, true),
             "a new run above the damaged file"
         );
+        // Set aside, as it was: no scan reads it again.
+        assert!(!bad.exists(), "the damaged file is still pending");
         assert_eq!(
-            std::fs::read(&bad).unwrap(),
+            std::fs::read(aside(&bad)).unwrap(),
             bytes,
             "the damaged file was touched"
         );
@@ -1550,6 +1559,74 @@ mod rust_api {
         // SAFETY: `n` bytes from rex.alloc.
         let got = unsafe { std::slice::from_raw_parts(b, n) };
         assert!(got == &states[1][..], "not the state of seq 1");
+        rex.finalize().unwrap();
+    }
+
+    /// Where [`rexctl::l1::set_aside`] puts the checkpoint `p` (the first
+    /// time).
+    fn aside(p: &Path) -> std::path::PathBuf {
+        let mut name = p.file_name().unwrap().to_os_string();
+        name.push(rexctl::l1::SET_ASIDE_SUFFIX);
+        p.with_file_name(name)
+    }
+
+    /// A pending checkpoint whose header cannot be read, and the one after
+    /// it: the restart falls back past both and sets them aside, and the
+    /// new run's pushes go through, so L2 alone restores its newest state
+    /// (helper-62: every push failed on that header, `rex_checkpoint_wait`
+    /// for ever, and L2 never advanced past the damage).
+    #[test]
+    fn a_restart_sets_unusable_checkpoints_aside_and_l2_advances_again() {
+        let d = tempfile::tempdir().unwrap();
+        let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
+        let n = 8 * 4096;
+        let states = three_checkpoints(&l1, &l2, n);
+        // Seq 1's header CRC fails; seq 2 then has nothing before it.
+        let (one, two) = (
+            l1.join(rexctl::l1::ic_file_name(1)),
+            l1.join(rexctl::l1::ic_file_name(2)),
+        );
+        let mut bytes = std::fs::read(&one).unwrap();
+        bytes[20] ^= 0xff;
+        std::fs::write(&one, &bytes).unwrap();
+        let kept = std::fs::read(&two).unwrap();
+
+        let mut rex = Rex::with_config(config(&l1, &l2, true, TrackerChoice::Mprotect)).unwrap();
+        let b = rex.alloc(4, n).unwrap();
+        assert_eq!(rex.restart_test().unwrap(), Some(0));
+        let rep = rex.restart().unwrap();
+        let note = rep.fell_back.expect("no fallback reported");
+        assert!(note.contains("set aside as"), "{note}");
+        assert_eq!(std::fs::read(aside(&one)).unwrap(), bytes);
+        assert_eq!(std::fs::read(aside(&two)).unwrap(), kept);
+        assert!(!one.exists() && !two.exists(), "still pending");
+        // SAFETY: `n` bytes from rex.alloc.
+        let buf = unsafe { std::slice::from_raw_parts_mut(b, n) };
+        assert!(buf == &states[0][..], "not the state of seq 0");
+        for k in 0..3u8 {
+            buf[4096 + k as usize] = k + 7;
+            let c = rex.checkpoint().unwrap();
+            assert_eq!((c.seq, c.full), (3 + k as u64, k == 0), "the new run");
+        }
+        rex.checkpoint_wait().unwrap();
+        let want = buf.to_vec();
+        rex.finalize().unwrap();
+        let status = crate::util::ok(&["status", "--l1", super::s(&l1), "--l2", super::s(&l2)]);
+        assert!(
+            status.contains("2 L1 checkpoints set aside") && status.contains(".left-out"),
+            "{status}"
+        );
+
+        // L2 alone holds the new run's newest state.
+        std::fs::remove_dir_all(&l1).unwrap();
+        let mut rex = Rex::with_config(config(&l1, &l2, false, TrackerChoice::Mprotect)).unwrap();
+        let b = rex.alloc(4, n).unwrap();
+        assert_eq!(rex.restart_test().unwrap(), Some(5));
+        let rep = rex.restart().unwrap();
+        assert!(rep.fell_back.is_none());
+        // SAFETY: `n` bytes from rex.alloc.
+        let got = unsafe { std::slice::from_raw_parts(b, n) };
+        assert!(got == &want[..], "not the new run's state of seq 5");
         rex.finalize().unwrap();
     }
 }

@@ -361,7 +361,51 @@ fn ranks_sharing_memory_store_it_once_and_every_rank_restores_bit_identically() 
         std::fs::rename(aside.join("2").join(&n), l1.join("2").join(&n)).unwrap();
     }
     std::fs::rename(aside.join("1"), l1.join("1")).unwrap();
-    let o = collective(&pattern, &["-f"]);
+    // A push holds rank 2's L1 directory: the restore waits for it and
+    // says so (helper-62: it waited without a word).
+    let held = rexctl::l1::lock::JobLock::acquire(&l1.join("2"), "a test").unwrap();
+    let o = {
+        let mut c = Command::new("mpirun");
+        c.args(["--oversubscribe", "--timeout", "120", "-np"])
+            .arg(RANKS.to_string());
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        if unsafe { libc::geteuid() } == 0 {
+            c.arg("--allow-run-as-root");
+        }
+        let mut child = c
+            .arg(env!("CARGO_BIN_EXE_rexctl"))
+            .args(["restore", "--collective", "--l1", s(&l1), "--l2", s(&l2)])
+            .args(["-o", s(&pattern), "-f"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            use std::io::BufRead;
+            let mut all = String::new();
+            for line in std::io::BufReader::new(stderr).lines() {
+                let line = line.unwrap_or_default();
+                if line.contains("waiting for") {
+                    let _ = tx.send(());
+                }
+                all.push_str(&line);
+                all.push('\n');
+            }
+            all
+        });
+        let said = rx.recv_timeout(std::time::Duration::from_secs(60));
+        drop(held);
+        let mut o = child.wait_with_output().unwrap();
+        o.stderr = reader.join().unwrap().into_bytes();
+        assert!(
+            said.is_ok(),
+            "no word of the wait: {}",
+            show(&["restore"], &o)
+        );
+        o
+    };
     success(&o, "collective restore, every rank at seq 6");
     for r in 0..RANKS {
         let got = coll.join(format!("image-{r}.rexic"));
@@ -922,8 +966,15 @@ fn partner_copies_are_pruned_by_what_their_sender_pushed() {
     // checkpoint", exit 3 on every rank).
     let o = mpirun(&["replicate", "--l1", s(&l1), "--replicas", "2"], None);
     success(&o, "replicate after a push");
-    // Rank 1's node is lost: its L1 directory is empty.
+    // Rank 1's node is lost. Without its L1 directory, replicate is a
+    // configuration error (exit 5, as for a push) on every rank, named
+    // (helper-62: exit 1, "open lock file").
     std::fs::remove_dir_all(l1.join("1")).unwrap();
+    let o = mpirun(&["replicate", "--l1", s(&l1), "--replicas", "2"], None);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(5), "{err}");
+    assert!(err.contains("L1 directory") && err.contains("/1:"), "{err}");
+    // Its L1 directory is empty.
     std::fs::create_dir(l1.join("1")).unwrap();
     let _ = mpirun(&push, None);
     for c in &copies {
@@ -972,4 +1023,72 @@ fn partner_copies_are_pruned_by_what_their_sender_pushed() {
         .map(|r| names_in(&l1.join(r.to_string())))
         .collect();
     assert_eq!(before, after);
+}
+
+/// A rank that cannot start librex fails every rank's `rex_init_comm` at
+/// once, with the code of that rank's failure: a bad setting on one rank
+/// (helper-62: the others waited in the start's agreement until mpirun's
+/// timeout), and a busy L1 directory (the others got `REX_EL2`, "a
+/// background push failed").
+#[test]
+fn a_rank_that_cannot_start_fails_every_ranks_start_alike() {
+    let _one_at_a_time = crate::util::exclusive();
+    let t = tempfile::tempdir().unwrap();
+    let exe = crate::librex::build_c_file(
+        "mpicc",
+        &crate::librex::repo().join("tests/it/c/mpi_init.c"),
+        t.path(),
+    );
+    let (l1, l2) = (t.path().join("l1"), t.path().join("l2"));
+    let start = |rank2: &str| -> Vec<String> {
+        let mut c = Command::new("mpirun");
+        // Short: the hang this guards against lasted until this timeout.
+        c.args(["--oversubscribe", "--timeout", "60", "-np"])
+            .arg(RANKS.to_string());
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        if unsafe { libc::geteuid() } == 0 {
+            c.arg("--allow-run-as-root");
+        }
+        let script = format!(
+            "if [ \"$OMPI_COMM_WORLD_RANK\" = 2 ]; then export {rank2}; fi; exec \"$0\" \"$@\""
+        );
+        let o = c
+            .args(["sh", "-c", &script])
+            .arg(&exe)
+            .env("REX_L1", &l1)
+            .env("REX_L2", &l2)
+            .env_remove("REX_CONFIG")
+            .env_remove("REX_FAILPOINT")
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{:?}\n{out}\n{err}", o.status);
+        let mut lines: Vec<String> = out.lines().map(String::from).collect();
+        lines.sort();
+        assert_eq!(lines.len(), RANKS as usize, "{out}\n{err}");
+        lines
+    };
+    let every_rank = |lines: &[String], code: i32, own: &str| {
+        for (r, l) in lines.iter().enumerate() {
+            assert!(
+                l.starts_with(&format!("rank {r}: rex_init_comm {code}: ")),
+                "{lines:?}"
+            );
+            let said = if r == 2 || code == 0 { own } else { "rank 2" };
+            assert!(l.contains(said), "{lines:?}");
+        }
+    };
+    // REX_ECONFIG (-3) on every rank.
+    let lines = start("REX_COLLECTIVE_TABLE=3");
+    every_rank(&lines, -3, "collective_table 3");
+    // REX_EBUSY (-5) on every rank: rank 2's L1 directory has a producer.
+    std::fs::create_dir_all(l1.join("2")).unwrap();
+    let held = rexctl::l1::lock::JobLock::acquire_producer(&l1.join("2"), "a test").unwrap();
+    let lines = start("UNUSED=1");
+    drop(held);
+    every_rank(&lines, -5, "busy");
+    // And they start when nothing stops them.
+    let lines = start("UNUSED=1");
+    every_rank(&lines, 0, "");
 }

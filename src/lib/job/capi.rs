@@ -172,9 +172,9 @@ pub unsafe extern "C" fn rex_init(config: *const c_char) -> c_int {
             if crate::l2::mpi::MpiComm::initialized() {
                 let comm = crate::l2::mpi::MpiComm::world_of_program()
                     .map_err(|e| fail(e, REX_ECONFIG))?;
-                return Rex::with_comm(cfg, Box::new(comm)).map_err(|e| fail(e, REX_ECONFIG));
+                return start_collective(cfg, Box::new(comm));
             }
-            Rex::with_config(cfg).map_err(|e| fail(e, REX_ECONFIG))
+            Rex::with_config(cfg.map_err(config_error)?).map_err(|e| fail(e, REX_ECONFIG))
         })
     }
 }
@@ -197,7 +197,7 @@ pub unsafe extern "C" fn rex_init_comm(config: *const c_char, comm: c_int) -> c_
             {
                 let c = crate::l2::mpi::MpiComm::from_fortran(comm)
                     .map_err(|e| fail(e, REX_ECONFIG))?;
-                Rex::with_comm(cfg, Box::new(c)).map_err(|e| fail(e, REX_ECONFIG))
+                start_collective(cfg, Box::new(c))
             }
             #[cfg(not(feature = "mpi"))]
             {
@@ -211,15 +211,52 @@ pub unsafe extern "C" fn rex_init_comm(config: *const c_char, comm: c_int) -> c_
     }
 }
 
+/// Any failure to read the configuration (an unreadable file too) is a
+/// configuration error.
+fn config_error(e: Error) -> (c_int, String) {
+    (REX_ECONFIG, e.report())
+}
+
+/// Starts an MPI job's rank over `comm`, collectively: a rank without a
+/// configuration takes part in the agreement too, and every rank fails
+/// when one does, with the code that rank's failure has (helper-62: they
+/// got `REX_EL2`, "a background push failed", when a rank's L1 directory
+/// was busy or a setting bad).
+#[cfg(feature = "mpi")]
+fn start_collective(
+    cfg: crate::error::Result<crate::control::config::Config>,
+    comm: Box<dyn crate::l2::collective::Comm + Send>,
+) -> Result<Rex, (c_int, String)> {
+    let cfg = match cfg {
+        Ok(c) => c,
+        Err(e) => return Err(config_error(Rex::refuse_start(comm.as_ref(), e))),
+    };
+    Rex::with_comm(cfg, comm).map_err(|e| match &e {
+        Error::Peer(p) => (
+            match p.exit_code {
+                crate::error::exit::BUSY => REX_EBUSY,
+                crate::error::exit::DATA => REX_ECORRUPT,
+                crate::error::exit::FAILURE => REX_EIO,
+                _ => REX_ECONFIG,
+            },
+            e.report(),
+        ),
+        _ => fail(e, REX_ECONFIG),
+    })
+}
+
 /// The part of `rex_init` and `rex_init_comm` they share: the
 /// configuration read from `config` (NULL: the usual layers), refused when
-/// librex is already initialized; `start` makes the job from it.
+/// librex is already initialized; `start` makes the job from it (or from
+/// the error reading it: an MPI rank still takes part in its job's start).
 ///
 /// # Safety
 /// `config` is NULL or a NUL-terminated string.
 unsafe fn init_with(
     config: *const c_char,
-    start: impl FnOnce(crate::control::config::Config) -> Result<Rex, (c_int, String)>,
+    start: impl FnOnce(
+        crate::error::Result<crate::control::config::Config>,
+    ) -> Result<Rex, (c_int, String)>,
 ) -> c_int {
     let path = if config.is_null() {
         None
@@ -235,10 +272,7 @@ unsafe fn init_with(
                 "librex is already initialized (rex_finalize first)".into(),
             ));
         }
-        // Any failure to read the configuration (an unreadable file too)
-        // is a configuration error.
-        let cfg = crate::control::config::Config::load(Default::default(), path.as_deref())
-            .map_err(|e| (REX_ECONFIG, e.report()))?;
+        let cfg = crate::control::config::Config::load(Default::default(), path.as_deref());
         *g = Some(start(cfg)?);
         Ok(REX_OK)
     })

@@ -424,6 +424,16 @@ impl Rex {
         Ok(rex)
     }
 
+    /// Takes part in the agreement of [`Rex::with_comm`] for a rank that
+    /// has no configuration to start with (a bad setting, an unreadable
+    /// rex.toml), so the other ranks fail with its error instead of
+    /// waiting for it (helper-62: one rank's bad `REX_COLLECTIVE_TABLE`
+    /// left the others in `rex_init_comm` for ever). Returns `e`.
+    pub fn refuse_start(comm: &dyn Comm, e: Error) -> Error {
+        let _ = agree(comm, Err(Failure::from(&e)), "starting librex");
+        e
+    }
+
     fn build(cfg: Config, job_root: Option<(JobRoot, u32)>) -> Result<Rex> {
         std::fs::create_dir_all(&cfg.l1)
             .map_err(|e| Error::io(&cfg.l1, "create L1 directory", e))?;
@@ -959,6 +969,31 @@ impl Rex {
     /// The highest seq of any checkpoint in the L1 directory, its chain
     /// copy or L2: a job that starts afresh (no restart) numbers its FULL
     /// checkpoint above it, so it never replaces a file of the run before.
+    /// Sets aside the L1 checkpoints the restart's fallback left out
+    /// ([`crate::l1::set_aside`]), saying so in the report's note: the new
+    /// run above them needs none of them, and one whose header cannot be
+    /// read would stop every later push of this directory (helper-62:
+    /// `rex_checkpoint_wait` failed for ever, L2 never advanced). A file
+    /// that cannot be set aside is said too; the restart stands.
+    fn set_aside_left_out(&self, report: &mut RestoreReport) {
+        let mut said = Vec::new();
+        for p in std::mem::take(&mut report.left_out) {
+            let ours = p.parent() == Some(self.cfg.l1.as_path())
+                && p.extension()
+                    .is_some_and(|e| e == crate::format::ic::EXTENSION);
+            if !ours {
+                continue;
+            }
+            match crate::l1::set_aside(&p) {
+                Ok(to) => said.push(format!("{} set aside as {}", p.display(), to.display())),
+                Err(e) => said.push(format!("{} not set aside: {}", p.display(), e.report())),
+            }
+        }
+        if let (Some(note), false) = (&mut report.fell_back, said.is_empty()) {
+            note.push_str(&format!("; {}", said.join("; ")));
+        }
+    }
+
     fn newest_seq_anywhere(&self) -> Result<Option<u64>> {
         let job = open_job(&self.cfg, self.job_root.as_ref())?;
         let l1 = crate::l1::read_readable(&self.cfg.l1)
@@ -977,7 +1012,13 @@ impl Rex {
             .iter()
             .filter_map(|p| crate::l1::seq_of_file_name(p.file_name()?.to_str()?))
             .max();
-        Ok([l1, copy, l2, named].into_iter().flatten().max())
+        // And those set aside by an earlier restart: a new run's files
+        // never take their seqs.
+        let aside = crate::l1::list_set_aside(&self.cfg.l1)?
+            .iter()
+            .filter_map(|p| crate::l1::set_aside_seq(p.file_name()?.to_str()?))
+            .max();
+        Ok([l1, copy, l2, named, aside].into_iter().flatten().max())
     }
 
     fn join_writer(&mut self) -> Result<()> {
@@ -1368,6 +1409,10 @@ impl Rex {
             // the damaged ones left behind are evidence, never replaced.
             let newest = self.newest_seq_anywhere()?;
             self.seq = newest.max(Some(report.seq));
+        }
+        let mut report = report;
+        if report.fell_back.is_some() {
+            self.set_aside_left_out(&mut report);
         }
         Ok(report)
     }

@@ -296,6 +296,108 @@ pub struct L1Dir {
     pub superseded_why: Option<String>,
 }
 
+/// A file a fallback restore left out of the state it restored, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeftOut {
+    /// The file (the directory itself when it could not be listed).
+    pub path: PathBuf,
+    /// Why, without the path.
+    pub why: String,
+}
+
+impl LeftOut {
+    /// `why` may start with the path (an error's report does): said once.
+    fn new(path: &Path, why: String) -> LeftOut {
+        let shown = format!("{}: ", path.display());
+        let why = match why.strip_prefix(&shown) {
+            Some(rest) => rest.to_string(),
+            None => why,
+        };
+        LeftOut {
+            path: path.to_path_buf(),
+            why,
+        }
+    }
+
+    /// The lines of `left`, joined with "; " ("nothing" when empty).
+    pub fn list(left: &[LeftOut]) -> String {
+        if left.is_empty() {
+            return "nothing".into();
+        }
+        left.iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+}
+
+impl std::fmt::Display for LeftOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.path.display(), self.why)
+    }
+}
+
+/// What a set-aside checkpoint's name ends with (after its own name):
+/// see [`set_aside`].
+pub const SET_ASIDE_SUFFIX: &str = ".left-out";
+
+/// Sets the L1 checkpoint `path` aside: renames it, in its directory, to
+/// `<name>.left-out` (`<name>.left-out.2`, ... when taken), a name no scan,
+/// push, restore or garbage collection reads or deletes, then makes the
+/// rename durable. Returns the new path.
+///
+/// A librex restart that fell back past damaged or unusable checkpoints
+/// sets them aside: it continues as a new run above them, and a file whose
+/// header cannot even be read would otherwise stop every later push (only
+/// the files' own contents say which run they are of). They are kept as
+/// evidence, never deleted: the user decides.
+pub fn set_aside(path: &Path) -> Result<PathBuf> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .ok_or_else(|| Error::chain(path, "not a file name".to_string()))?
+        .to_string_lossy()
+        .into_owned();
+    let mut n = 1u32;
+    let to = loop {
+        let to = dir.join(match n {
+            1 => format!("{name}{SET_ASIDE_SUFFIX}"),
+            n => format!("{name}{SET_ASIDE_SUFFIX}.{n}"),
+        });
+        // The caller holds the producer lock: nothing else creates these
+        // names between the check and the rename.
+        if fs::symlink_metadata(&to).is_err() {
+            break to;
+        }
+        n += 1;
+    };
+    fs::rename(path, &to).ctx(path, "set aside")?;
+    crate::durable::fsync_dir(dir)?;
+    Ok(to)
+}
+
+/// The checkpoints of `dir` that [`set_aside`] set aside, sorted by name.
+pub fn list_set_aside(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for entry in fs::read_dir(dir).ctx(dir, "read directory")? {
+        let entry = entry.ctx(dir, "read directory")?;
+        if set_aside_seq(&entry.file_name().to_string_lossy()).is_some() {
+            out.push(entry.path());
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// The seq in the name of a checkpoint [`set_aside`] set aside, if it is
+/// one.
+pub fn set_aside_seq(name: &str) -> Option<u64> {
+    let (base, tail) = name.split_once(SET_ASIDE_SUFFIX)?;
+    (tail.is_empty() || tail.strip_prefix('.')?.parse::<u32>().is_ok())
+        .then(|| seq_of_file_name(base))
+        .flatten()
+}
+
 /// Lists the `*.rexic` files of `dir` (temporaries excluded), unsorted.
 pub fn list_ic_files(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
@@ -490,7 +592,7 @@ impl L1Dir {
     pub fn valid_prefix_after(
         dir: impl AsRef<Path>,
         covered: Option<Covered>,
-    ) -> (Vec<IcMeta>, Vec<String>) {
+    ) -> (Vec<IcMeta>, Vec<LeftOut>) {
         let dir = dir.as_ref();
         let mut skipped = Vec::new();
         let paths = match fs::read_dir(dir) {
@@ -505,7 +607,7 @@ impl L1Dir {
                 })
                 .collect::<Vec<_>>(),
             Err(e) => {
-                skipped.push(format!("{}: read directory: {e}", dir.display()));
+                skipped.push(LeftOut::new(dir, format!("read directory: {e}")));
                 return (Vec::new(), skipped);
             }
         };
@@ -514,7 +616,7 @@ impl L1Dir {
             match IcMeta::read(&p) {
                 Ok(m) if covered.as_ref().is_none_or(|c| !c.covers(&m)) => metas.push(m),
                 Ok(_) => {}
-                Err(e) => skipped.push(format!("{}: {}", p.display(), e.report())),
+                Err(e) => skipped.push(LeftOut::new(&p, e.report())),
             }
         }
         metas.sort_by_key(|m| m.seq());
@@ -587,7 +689,7 @@ impl L1Dir {
                     .map(|e| e.report())
             };
             if let Some(why) = why {
-                skipped.push(format!("{}: {why}", m.path.display()));
+                skipped.push(LeftOut::new(&m.path, why));
                 broken = true;
                 continue;
             }
@@ -807,4 +909,62 @@ pub fn seq_of_file_name(name: &str) -> Option<u64> {
         .strip_suffix(&format!(".{EXTENSION}"))?
         .parse()
         .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_set_aside_checkpoint_keeps_its_bytes_and_never_takes_an_existing_name() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join(ic_file_name(7));
+        let mut names = Vec::new();
+        for k in 0..3u8 {
+            std::fs::write(&p, [k; 5]).unwrap();
+            let to = set_aside(&p).unwrap();
+            assert!(!p.exists());
+            assert_eq!(std::fs::read(&to).unwrap(), [k; 5]);
+            names.push(to.file_name().unwrap().to_string_lossy().into_owned());
+        }
+        assert_eq!(
+            names,
+            [
+                "ckpt-00000007.rexic.left-out",
+                "ckpt-00000007.rexic.left-out.2",
+                "ckpt-00000007.rexic.left-out.3"
+            ]
+        );
+        assert!(list_ic_files(d.path()).unwrap().is_empty(), "still scanned");
+        let listed = list_set_aside(d.path()).unwrap();
+        assert_eq!(listed.len(), 3);
+        for p in &listed {
+            assert_eq!(
+                set_aside_seq(&p.file_name().unwrap().to_string_lossy()),
+                Some(7)
+            );
+        }
+        for not in [
+            "ckpt-00000007.rexic",
+            "ckpt-00000007.rexic.left-out.x",
+            "other.left-out",
+            "ckpt-00000007.rexic.left-outer",
+        ] {
+            assert_eq!(set_aside_seq(not), None, "{not}");
+        }
+    }
+
+    #[test]
+    fn a_file_left_out_is_named_once() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join(ic_file_name(1));
+        std::fs::write(&p, b"not a checkpoint").unwrap();
+        let (prefix, left) = L1Dir::valid_prefix_after(d.path(), None);
+        assert!(prefix.is_empty());
+        assert_eq!(left.len(), 1);
+        assert_eq!(left[0].path, p);
+        let line = LeftOut::list(&left);
+        assert_eq!(line.matches(&*p.to_string_lossy()).count(), 1, "{line}");
+        assert_eq!(LeftOut::list(&[]), "nothing");
+    }
 }

@@ -41,7 +41,7 @@ use crate::format::ic::{ChainId, IcExt, IcFile, IcMeta, IcWriter, RegionTable};
 use crate::format::manifest::{Manifest, Role, generation_of};
 use crate::format::ptable::PTableDelta;
 use crate::l1::coalesce::{PageLayer, merge_layers};
-use crate::l1::{Covered, L1Dir, same_run};
+use crate::l1::{Covered, L1Dir, LeftOut, same_run};
 use crate::l2::chain::{ChainIndex, LivePage, OpenChain, OpenGeneration, XrefSource};
 use crate::l2::push::Job;
 use crate::store::{Store, file_crc_if_len};
@@ -223,6 +223,9 @@ pub struct RestoreReport {
     pub l2_fallbacks: Vec<String>,
     /// Set when `--fallback` made the restore use an older generation.
     pub fell_back: Option<String>,
+    /// The L1 files a fallback left out of the state it restored (a librex
+    /// restart sets the checkpoints among them aside: [`crate::l1::set_aside`]).
+    pub left_out: Vec<PathBuf>,
     /// Chunks of the chain's RPS files and Pointer Files read (checked and
     /// decoded), and how many they hold: a `--pages` restore reads only
     /// the chunks its pages need.
@@ -584,12 +587,9 @@ impl Attempt<'_> {
                     prefix[i].seq(),
                     prefix[prefix.len() - 1].seq(),
                     prefix[prefix.len() - 1].seq(),
-                    if skipped.is_empty() {
-                        "nothing".into()
-                    } else {
-                        skipped.join("; ")
-                    }
+                    LeftOut::list(&skipped)
                 ));
+                report.left_out = skipped.into_iter().map(|l| l.path).collect();
                 return Ok(report);
             }
             Err(e) => return Err(e),
@@ -625,23 +625,28 @@ impl Attempt<'_> {
                     ..Default::default()
                 };
                 write_state(&chain, &prefix, opts, out, &mut report)?;
-                let base = match prefix.iter().rposition(|p| p.is_full()) {
-                    Some(i) => format!(
-                        "the pending FULL checkpoint of seq {} (which supersedes generation {g})",
-                        prefix[i].seq()
+                // What write_state used: from the newest FULL checkpoint on.
+                let (base, used) = match prefix.iter().rposition(|p| p.is_full()) {
+                    Some(i) => (
+                        format!(
+                            "the pending FULL checkpoint of seq {} (which supersedes generation {g})",
+                            prefix[i].seq()
+                        ),
+                        &prefix[i..],
                     ),
-                    None => format!("generation {g}"),
+                    None => (format!("generation {g}"), &prefix[..]),
                 };
                 report.fell_back = Some(format!(
                     "the pending checkpoints cannot all be used ({}); restored {base}{} (the state at seq {}); left out: {}",
                     e.report(),
-                    match (prefix.first(), prefix.last()) {
+                    match (used.first(), used.last()) {
                         (Some(a), Some(b)) => format!(" with seq {}..={}", a.seq(), b.seq()),
                         _ => String::new(),
                     },
                     prefix.last().map_or(last, |p| p.seq()),
-                    skipped.join("; ")
+                    LeftOut::list(&skipped)
                 ));
+                report.left_out = skipped.into_iter().map(|l| l.path).collect();
                 Ok(report)
             }
             Err(e) => Err(e),
@@ -693,8 +698,9 @@ fn restore_pending_prefix(
         "{}; restored the L1 checkpoints up to seq {}; left out: {}",
         first.report(),
         prefix.last().map_or(0, |m| m.seq()),
-        skipped.join("; ")
+        LeftOut::list(&skipped)
     ));
+    report.left_out = skipped.into_iter().map(|l| l.path).collect();
     Ok(report)
 }
 

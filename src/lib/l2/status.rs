@@ -1,5 +1,7 @@
 //! `status`: what a job's two levels hold, for people and scripts.
 
+use std::path::PathBuf;
+
 use serde::Serialize;
 
 use crate::error::Result;
@@ -67,6 +69,9 @@ pub struct Status {
     /// The live producer writing this L1 directory (a librex job or a
     /// capture: who holds its producer lock), if one runs.
     pub producer: Option<String>,
+    /// L1 checkpoints a librex restart set aside ([`crate::l1::set_aside`]):
+    /// kept for the user, never read or deleted by rexctl.
+    pub set_aside: Vec<PathBuf>,
 }
 
 fn row(m: &Manifest, in_l1: bool) -> GenerationStatus {
@@ -137,6 +142,8 @@ pub fn status(job: &Job) -> Result<Status> {
         regions: regions.clone(),
         regions_seq: regions.and(regions_seq),
         producer: JobLock::producer_holder(&job.l1),
+        // A directory that cannot be listed is said by the pending error.
+        set_aside: crate::l1::list_set_aside(&job.l1).unwrap_or_default(),
         l2_bytes: generations.iter().map(|g| g.bytes_out).sum(),
         chains: bases.len(),
         newest_chain_length,

@@ -50,6 +50,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     // other ranks would wait in it for ever (helper-62).
     let files = s.l1().and_then(|d| {
         let l1 = d.join(rank.to_string());
+        // A setting that names no directory is exit 5, as for a push.
+        rexctl::l2::push::check_l1(&l1)?;
         let lock = rexctl::l1::lock::JobLock::acquire_producer(&l1, "rexctl replicate")?;
         rexctl::l1::read_all(&l1).map(|f| (l1, lock, f))
     });

@@ -233,15 +233,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     l2.read_on_demand(opts.pages.is_some() || opts.region.is_some());
     // The restore keeps pushes out of L1 while it reads it, and waits for
     // one that runs (the library takes the same shared lock again): say so.
-    let _reading = match &l1 {
-        Some(l1) if l1.is_dir() => rexctl::l1::lock::JobLock::shared(l1, |holder| {
-            ui::warn(format_args!(
-                "waiting for {holder} to let go of {} (a restore reads L1 between pushes)",
-                l1.join(rexctl::l1::lock::LOCK_NAME).display()
-            ))
-        })?,
-        _ => None,
-    };
+    let _reading = read_lock(l1.as_deref())?;
     let pb = ui::spinner("restoring");
     let (report, stats) = match (&l1, job_rank) {
         (Some(l1), Some((root, rank))) => {
@@ -287,16 +279,28 @@ fn collective(a: &Args, s: &Settings, opts: &RestoreOptions) -> anyhow::Result<i
     let rank = comm.rank();
     let text = a.out.to_string_lossy();
     let out = PathBuf::from(text.replace("{rank}", &rank.to_string()));
-    let setup = (|| -> rexctl::Result<rexctl::store::JobRoot> {
+    type Setup = (
+        rexctl::store::JobRoot,
+        Option<PathBuf>,
+        Option<rexctl::l1::lock::SharedLock>,
+    );
+    let setup = (|| -> rexctl::Result<Setup> {
         if comm.size() > 1 && !text.contains("{rank}") {
             return Err(rexctl::Error::Invalid(format!(
                 "--out {text}: every rank writes its own image; put {{rank}} in the name (it is replaced by the rank)"
             )));
         }
         crate::cmd::check_out(&out, a.force)?;
-        rexctl::store::JobRoot::new(s.l2()?, &s.store()?)
+        let root = rexctl::store::JobRoot::new(s.l2()?, &s.store()?)?;
+        let l1 = if a.l2_only { None } else { s.opt_l1()? };
+        // Held through both of the rank's restores (its newest state, then
+        // the job's common seq): a push between them could coalesce the
+        // common seq away. Waiting for one says so (helper-62: it was
+        // silent).
+        let reading = read_lock(l1.as_ref().map(|l| l.join(rank.to_string())).as_deref())?;
+        Ok((root, l1, reading))
     })();
-    let root = match setup {
+    let (root, l1, reading) = match setup {
         Ok(r) => r,
         Err(e) => {
             // The other ranks fail with this error instead of waiting.
@@ -309,7 +313,10 @@ fn collective(a: &Args, s: &Settings, opts: &RestoreOptions) -> anyhow::Result<i
         }
     };
     let _ = agree(&comm, Ok(Vec::new()), "starting the collective restore")?;
-    let l1 = if a.l2_only { None } else { s.opt_l1()? };
+    let opts = RestoreOptions {
+        l1_locked: reading.is_some(),
+        ..opts.clone()
+    };
     if let Some(l1) = &l1
         && !l1.join(rank.to_string()).is_dir()
     {
@@ -318,9 +325,25 @@ fn collective(a: &Args, s: &Settings, opts: &RestoreOptions) -> anyhow::Result<i
             l1.join(rank.to_string()).display()
         );
     }
-    let report = rexctl::l2::collective::restore_job(&comm, &root, l1.as_deref(), opts, &out)?;
+    let report = rexctl::l2::collective::restore_job(&comm, &root, l1.as_deref(), &opts, &out)?;
+    drop(reading);
     print_report(a, &out, &report, None)?;
     Ok(0)
+}
+
+/// Takes the L1 directory `l1`'s lock shared, so that no push deletes
+/// what the restore reads, waiting (and saying so) while one runs. `None`
+/// without an L1 directory (or a lock: see `JobLock::shared`).
+fn read_lock(l1: Option<&std::path::Path>) -> rexctl::Result<Option<rexctl::l1::lock::SharedLock>> {
+    match l1 {
+        Some(l1) if l1.is_dir() => rexctl::l1::lock::JobLock::shared(l1, |holder| {
+            ui::warn(format_args!(
+                "waiting for {holder} to let go of {} (a restore reads L1 between pushes)",
+                l1.join(rexctl::l1::lock::LOCK_NAME).display()
+            ))
+        }),
+        _ => Ok(None),
+    }
 }
 
 fn print_report(

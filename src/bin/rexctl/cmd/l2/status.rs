@@ -122,6 +122,15 @@ fn print_human(job: &Job, s: &Status) -> Result<(), ui::StdoutError> {
             );
         }
     }
+    if !s.set_aside.is_empty() {
+        outln!(
+            "{} set aside by a restart that fell back past them (kept for you; rexctl never reads or deletes them):",
+            ui::count(s.set_aside.len() as u64, "L1 checkpoint")
+        );
+        for p in &s.set_aside {
+            outln!("  {}", p.display());
+        }
+    }
     if let Some(h) = &s.producer {
         outln!("a live producer (librex job or capture) checkpoints into this L1 directory: {h}");
     }
