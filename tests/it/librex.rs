@@ -1562,6 +1562,185 @@ mod rust_api {
         rex.finalize().unwrap();
     }
 
+    /// L2's newest generation damaged in both copies, and a pending
+    /// checkpoint after it whose header cannot be read: the restart falls
+    /// back to the generation before, sets the pending files aside, and the
+    /// new run's FULL batch is pushed without the old chain, so L2 alone
+    /// restores the new run (helper-63: the unreadable file was not set
+    /// aside on this path, and every push failed on the damaged generation).
+    #[test]
+    fn a_generation_damaged_in_both_copies_does_not_stop_the_new_runs_pushes() {
+        let d = tempfile::tempdir().unwrap();
+        let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
+        let n = 8 * 4096;
+        let push = || crate::util::ok(&["push-l2", "--l1", super::s(&l1), "--l2", super::s(&l2)]);
+        // Gen 1 (seq 0..=2), gen 2 (3..=5), pending 6..=8.
+        let states = three_checkpoints(&l1, &l2, n);
+        push();
+        for round in 0..2u8 {
+            let mut rex =
+                Rex::with_config(config(&l1, &l2, false, TrackerChoice::Mprotect)).unwrap();
+            let b = rex.alloc(4, n).unwrap();
+            rex.restart().unwrap();
+            // SAFETY: `n` bytes from rex.alloc.
+            let buf = unsafe { std::slice::from_raw_parts_mut(b, n) };
+            for k in 0..3u8 {
+                buf[8192 + k as usize] = round * 3 + k + 1;
+                rex.checkpoint().unwrap();
+            }
+            rex.finalize().unwrap();
+            if round == 0 {
+                push();
+            }
+        }
+        for rps in [
+            l2.join("g00000002.rps"),
+            l1.join("rex").join("g00000002.rps"),
+        ] {
+            let mut b = std::fs::read(&rps).unwrap();
+            b[60] ^= 0x5a;
+            std::fs::write(&rps, &b).unwrap();
+        }
+        let seven = l1.join(rexctl::l1::ic_file_name(7));
+        let mut b = std::fs::read(&seven).unwrap();
+        b[..16].fill(0);
+        std::fs::write(&seven, &b).unwrap();
+
+        let mut rex = Rex::with_config(config(&l1, &l2, false, TrackerChoice::Mprotect)).unwrap();
+        let b = rex.alloc(4, n).unwrap();
+        let rep = rex.restart().unwrap();
+        assert_eq!(rep.seq, 2, "not generation 1's state");
+        let note = rep.fell_back.expect("no fallback reported");
+        for seq in 6..=8 {
+            let p = l1.join(rexctl::l1::ic_file_name(seq));
+            assert!(!p.exists() && aside(&p).exists(), "seq {seq}: {note}");
+        }
+        // SAFETY: `n` bytes from rex.alloc.
+        let buf = unsafe { std::slice::from_raw_parts_mut(b, n) };
+        assert!(buf == &states[2][..], "not the state of seq 2");
+        buf[100] = 42;
+        let c = rex.checkpoint().unwrap();
+        assert_eq!((c.seq, c.full), (9, true), "a new run above them");
+        let want = buf.to_vec();
+        rex.finalize().unwrap();
+        push();
+
+        std::fs::remove_dir_all(&l1).unwrap();
+        let mut rex = Rex::with_config(config(&l1, &l2, false, TrackerChoice::Mprotect)).unwrap();
+        let b = rex.alloc(4, n).unwrap();
+        assert_eq!(rex.restart_test().unwrap(), Some(9));
+        rex.restart().unwrap();
+        // SAFETY: `n` bytes from rex.alloc.
+        let got = unsafe { std::slice::from_raw_parts(b, n) };
+        assert!(got == &want[..], "not the new run's state of seq 9");
+        rex.finalize().unwrap();
+    }
+
+    /// A checkpoint whose header cannot be read, in an L1 directory where
+    /// nothing valid is left to restart from: the job starts afresh, and
+    /// its first checkpoint sets the file aside, so the new run's pushes go
+    /// through (helper-63: every push of that run failed on it).
+    #[test]
+    fn a_fresh_start_sets_unreadable_checkpoints_aside() {
+        let d = tempfile::tempdir().unwrap();
+        let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
+        let n = 8 * 4096;
+        three_checkpoints(&l1, &l2, n);
+        let zero = l1.join(rexctl::l1::ic_file_name(0));
+        let mut b = std::fs::read(&zero).unwrap();
+        b[..16].fill(0);
+        std::fs::write(&zero, &b).unwrap();
+        let mut rex = Rex::with_config(config(&l1, &l2, true, TrackerChoice::Mprotect)).unwrap();
+        let a = rex.alloc(4, n).unwrap();
+        assert!(rex.restart_test().is_err(), "nothing valid to restart from");
+        // SAFETY: `n` bytes from rex.alloc.
+        let buf = unsafe { std::slice::from_raw_parts_mut(a, n) };
+        buf[1] = 9;
+        let c = rex.checkpoint().unwrap();
+        assert_eq!((c.seq, c.full), (3, true));
+        rex.checkpoint_wait().unwrap();
+        let want = buf.to_vec();
+        rex.finalize().unwrap();
+        assert_eq!(
+            std::fs::read(aside(&zero)).unwrap(),
+            b,
+            "not set aside as it was"
+        );
+        std::fs::remove_dir_all(&l1).unwrap();
+        let mut rex = Rex::with_config(config(&l1, &l2, false, TrackerChoice::Mprotect)).unwrap();
+        let b = rex.alloc(4, n).unwrap();
+        assert_eq!(rex.restart_test().unwrap(), Some(3));
+        rex.restart().unwrap();
+        // SAFETY: `n` bytes from rex.alloc.
+        let got = unsafe { std::slice::from_raw_parts(b, n) };
+        assert!(got == &want[..], "not the new run's state");
+        rex.finalize().unwrap();
+    }
+
+    /// A job killed after a restart that set checkpoints aside, before its
+    /// first checkpoint: the next restart finds nothing damaged, but still
+    /// starts a new run above the set-aside seqs (helper-63: it continued
+    /// the run with new checkpoints of the same seqs, a fork once a
+    /// set-aside file is put back).
+    #[test]
+    fn a_restart_never_continues_a_run_past_set_aside_checkpoints() {
+        let d = tempfile::tempdir().unwrap();
+        let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
+        let n = 8 * 4096;
+        let states = three_checkpoints(&l1, &l2, n);
+        let two = l1.join(rexctl::l1::ic_file_name(2));
+        let mut b = std::fs::read(&two).unwrap();
+        b[..16].fill(0);
+        std::fs::write(&two, &b).unwrap();
+        for k in 0..2 {
+            let mut rex =
+                Rex::with_config(config(&l1, &l2, false, TrackerChoice::Mprotect)).unwrap();
+            let a = rex.alloc(4, n).unwrap();
+            let rep = rex.restart().unwrap();
+            assert_eq!((rep.seq, rep.fell_back.is_some()), (1, k == 0));
+            // SAFETY: `n` bytes from rex.alloc.
+            let got = unsafe { std::slice::from_raw_parts(a, n) };
+            assert!(got == &states[1][..], "not the state of seq 1");
+            if k == 0 {
+                // Gone here (as if killed): no checkpoint, nothing else.
+                drop(rex);
+                continue;
+            }
+            let c = rex.checkpoint().unwrap();
+            assert_eq!((c.seq, c.full), (3, true), "not a new run above seq 2");
+            rex.finalize().unwrap();
+        }
+    }
+
+    /// A stray copy of another run's checkpoint under a seq the job has
+    /// too: the restart keeps the job's own file and its later ones, and
+    /// sets the stray copy aside alone (helper-63: both copies of the seq
+    /// and the job's later checkpoints were left out, and set aside for
+    /// good).
+    #[test]
+    fn a_stray_copy_of_a_seq_is_set_aside_alone() {
+        let d = tempfile::tempdir().unwrap();
+        let (l1, l2, other) = (d.path().join("l1"), d.path().join("l2"), d.path().join("o"));
+        let n = 8 * 4096;
+        let states = three_checkpoints(&l1, &l2, n);
+        three_checkpoints(&other, &d.path().join("o2"), n);
+        let stray = l1.join("stray.rexic");
+        std::fs::copy(other.join(rexctl::l1::ic_file_name(1)), &stray).unwrap();
+        let mut rex = Rex::with_config(config(&l1, &l2, false, TrackerChoice::Mprotect)).unwrap();
+        let a = rex.alloc(4, n).unwrap();
+        let rep = rex.restart().unwrap();
+        let note = rep.fell_back.expect("no fallback reported");
+        assert_eq!(rep.seq, 2, "{note}");
+        // SAFETY: `n` bytes from rex.alloc.
+        let got = unsafe { std::slice::from_raw_parts(a, n) };
+        assert!(got == &states[2][..], "not the state of seq 2");
+        assert!(!stray.exists() && aside(&stray).exists(), "{note}");
+        for seq in 0..3 {
+            assert!(l1.join(rexctl::l1::ic_file_name(seq)).exists(), "{note}");
+        }
+        rex.finalize().unwrap();
+    }
+
     /// Where [`rexctl::l1::set_aside`] puts the checkpoint `p` (the first
     /// time).
     fn aside(p: &Path) -> std::path::PathBuf {

@@ -1092,3 +1092,51 @@ fn a_rank_that_cannot_start_fails_every_ranks_start_alike() {
     let lines = start("UNUSED=1");
     every_rank(&lines, 0, "");
 }
+
+/// A rank whose L1 directory holds a FULL checkpoint newer than its part of
+/// the newest job generation (its job restarted past a fallback and
+/// started a new run) restores that state, from L1 alone (helper-63:
+/// "rank 0 restored generation None, but its generation in the newest job
+/// generation is Some(1)", exit 3, until the next collective push).
+#[test]
+fn a_rank_restores_its_pending_full_checkpoint_newer_than_its_job_generation() {
+    use rexctl::control::config::{Config, ConfigLayer, TrackerChoice};
+    let _one_at_a_time = crate::util::exclusive();
+    let t = tempfile::tempdir().unwrap();
+    let (l1, l2, truth) = (
+        t.path().join("l1"),
+        t.path().join("l2"),
+        t.path().join("truth"),
+    );
+    gen_ranks(&l1, "0.5", "64", "2", &truth);
+    let push = ["push-l2", "--collective", "--l1", s(&l1), "--l2", s(&l2)];
+    success(&mpirun(&push, None), "collective push");
+    // Rank 0's new run: a job on its directories writes a FULL checkpoint.
+    let cfg = Config::resolve(
+        ConfigLayer {
+            l1: Some(l1.join("0")),
+            l2: Some(l2.join("0")),
+            l2_thread: Some(false),
+            tracker: Some(TrackerChoice::Mprotect),
+            ..Default::default()
+        },
+        Vec::new(),
+    )
+    .unwrap();
+    let mut rex = rexctl::job::Rex::with_config(cfg).unwrap();
+    let n = 3 * 4096;
+    let a = rex.alloc(1, n).unwrap();
+    // SAFETY: `n` bytes from rex.alloc.
+    unsafe { std::slice::from_raw_parts_mut(a, n) }.fill(7);
+    let c = rex.checkpoint().unwrap();
+    assert!(c.full);
+    rex.finalize().unwrap();
+    let out = t.path().join("r0.rexic");
+    let o = restore_rank(&l2, 0, &out, &["--l1", s(&l1)]);
+    success(&o, "rank 0 from its pending FULL checkpoint");
+    let img = rexctl::format::ic::IcFile::open(&out).unwrap();
+    assert_eq!(img.meta().seq(), c.seq);
+    // The other ranks restore their part of the job generation as before.
+    let o = restore_rank(&l2, 1, &t.path().join("r1.rexic"), &["--l1", s(&l1)]);
+    success(&o, "rank 1");
+}

@@ -709,7 +709,11 @@ impl Rex {
         let mut full = self.need_full || self.chain.is_none();
         let local_seq = pre.and_then(|()| match self.seq {
             Some(s) => Ok(s + 1),
-            None => self.newest_seq_anywhere().map(|n| n.map_or(0, |s| s + 1)),
+            None => {
+                // A fresh start: a new run above every file there is.
+                self.set_aside_unreadable();
+                self.newest_seq_anywhere().map(|n| n.map_or(0, |s| s + 1))
+            }
         });
         // In an MPI job every rank numbers the checkpoint alike: the
         // highest proposal; a rank below it starts a new run there.
@@ -977,7 +981,10 @@ impl Rex {
     /// that cannot be set aside is said too; the restart stands.
     fn set_aside_left_out(&self, report: &mut RestoreReport) {
         let mut said = Vec::new();
-        for p in std::mem::take(&mut report.left_out) {
+        let mut left = std::mem::take(&mut report.left_out);
+        left.sort();
+        left.dedup();
+        for p in left {
             let ours = p.parent() == Some(self.cfg.l1.as_path())
                 && p.extension()
                     .is_some_and(|e| e == crate::format::ic::EXTENSION);
@@ -991,6 +998,39 @@ impl Rex {
         }
         if let (Some(note), false) = (&mut report.fell_back, said.is_empty()) {
             note.push_str(&format!("; {}", said.join("; ")));
+        }
+    }
+
+    /// Sets aside the L1 checkpoints whose header cannot be read, when the
+    /// job starts a new run without a restart (none was asked for, or
+    /// nothing valid was left to restart from): the push can tell nothing
+    /// of such a file, not even that the new run supersedes it, and would
+    /// fail on it at every try (helper-63). Readable older files need no
+    /// hand: the push passes over what the new run's FULL checkpoint
+    /// supersedes. Said on standard error; a file that cannot be set aside
+    /// is said too, and the checkpoint goes on.
+    fn set_aside_unreadable(&self) {
+        let Ok(files) = crate::l1::list_ic_files(&self.cfg.l1) else {
+            return;
+        };
+        for p in files {
+            let Err(e) = crate::format::ic::IcMeta::read(&p) else {
+                continue;
+            };
+            match crate::l1::set_aside(&p) {
+                Ok(to) => eprintln!(
+                    "librex: WARNING: a new run starts; {} cannot be read ({}): set aside as {}",
+                    p.display(),
+                    e.report(),
+                    to.display()
+                ),
+                Err(e2) => eprintln!(
+                    "librex: WARNING: {} cannot be read ({}) nor set aside: {}",
+                    p.display(),
+                    e.report(),
+                    e2.report()
+                ),
+            }
         }
     }
 
@@ -1016,7 +1056,7 @@ impl Rex {
         // never take their seqs.
         let aside = crate::l1::list_set_aside(&self.cfg.l1)?
             .iter()
-            .filter_map(|p| crate::l1::set_aside_seq(p.file_name()?.to_str()?))
+            .filter_map(|p| crate::l1::set_aside_seq(p))
             .max();
         Ok([l1, copy, l2, named, aside].into_iter().flatten().max())
     }
@@ -1413,6 +1453,17 @@ impl Rex {
         let mut report = report;
         if report.fell_back.is_some() {
             self.set_aside_left_out(&mut report);
+        }
+        // Nor does a run continue past a seq that a set-aside checkpoint
+        // holds (an earlier restart's, killed before its first checkpoint):
+        // put back by hand, it would be a second checkpoint of that seq.
+        let aside = crate::l1::list_set_aside(&self.cfg.l1)?
+            .iter()
+            .filter_map(|p| crate::l1::set_aside_seq(p))
+            .max();
+        if !self.need_full && aside.is_some_and(|a| a > report.seq) {
+            self.need_full = true;
+            self.seq = self.newest_seq_anywhere()?.max(Some(report.seq));
         }
         Ok(report)
     }

@@ -376,12 +376,13 @@ pub fn set_aside(path: &Path) -> Result<PathBuf> {
     Ok(to)
 }
 
-/// The checkpoints of `dir` that [`set_aside`] set aside, sorted by name.
+/// The checkpoints of `dir` that [`set_aside`] set aside (whatever their
+/// names were), sorted by name.
 pub fn list_set_aside(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     for entry in fs::read_dir(dir).ctx(dir, "read directory")? {
         let entry = entry.ctx(dir, "read directory")?;
-        if set_aside_seq(&entry.file_name().to_string_lossy()).is_some() {
+        if set_aside_name(&entry.file_name().to_string_lossy()).is_some() {
             out.push(entry.path());
         }
     }
@@ -389,13 +390,27 @@ pub fn list_set_aside(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-/// The seq in the name of a checkpoint [`set_aside`] set aside, if it is
-/// one.
-pub fn set_aside_seq(name: &str) -> Option<u64> {
-    let (base, tail) = name.split_once(SET_ASIDE_SUFFIX)?;
-    (tail.is_empty() || tail.strip_prefix('.')?.parse::<u32>().is_ok())
-        .then(|| seq_of_file_name(base))
-        .flatten()
+/// The name a checkpoint had before [`set_aside`] renamed it to `name`,
+/// if `name` is such a name.
+fn set_aside_name(name: &str) -> Option<&str> {
+    let (base, tail) = name.rsplit_once(SET_ASIDE_SUFFIX)?;
+    let numbered = || tail.strip_prefix('.')?.parse::<u32>().ok();
+    let ok = base.ends_with(&format!(".{EXTENSION}"))
+        && !base.starts_with('.')
+        && (tail.is_empty() || numbered().is_some());
+    ok.then_some(base)
+}
+
+/// The seq of a checkpoint [`set_aside`] set aside at `path`: its header's
+/// when it can be read, else the one its former name carries (see
+/// [`seq_of_file_name`]), if any.
+pub fn set_aside_seq(path: &Path) -> Option<u64> {
+    let name = path.file_name()?.to_string_lossy().into_owned();
+    let base = set_aside_name(&name)?;
+    IcMeta::read(path)
+        .ok()
+        .map(|m| m.seq())
+        .or_else(|| seq_of_file_name(base))
 }
 
 /// Lists the `*.rexic` files of `dir` (temporaries excluded), unsorted.
@@ -586,9 +601,10 @@ impl L1Dir {
     /// The newest valid state the directory holds after `covered` (or, with
     /// `None`, from its first FULL file on), for a restore that falls back:
     /// the pending files in seq order up to (not including) the first that
-    /// cannot be used: unreadable, failing a page CRC, or after a gap or a
-    /// duplicate seq. Returns those files and one line per file left out,
-    /// saying why. Never fails: what cannot be read is left out and said.
+    /// cannot be used: unreadable, failing a page CRC, after a gap, or a
+    /// seq of which not exactly one copy could continue the state. Returns
+    /// those files and one line per file left out, saying why. Never fails:
+    /// what cannot be read is left out and said.
     pub fn valid_prefix_after(
         dir: impl AsRef<Path>,
         covered: Option<Covered>,
@@ -644,55 +660,86 @@ impl L1Dir {
             None => (metas.first().and_then(|m| m.chain_id), 0),
         };
         let mut broken = false;
-        let mut rest = metas.into_iter().peekable();
-        while let Some(m) = rest.next() {
-            let why = if rest.peek().is_some_and(|n| n.seq() == m.seq()) {
-                Some(format!("seq {} appears twice", m.seq()))
-            } else if broken && !m.is_full() {
-                Some("after a checkpoint left out".to_string())
-            } else if let Some(c) = covered.as_ref().filter(|_| out.is_empty())
-                && let Some((_, e)) = cannot_continue(dir, c, &m)
+        // Why `m` cannot be the next file of the state (else the writers
+        // once it is): the checks a push makes, then its page CRCs.
+        let why_not = |m: &IcMeta,
+                       out: &[IcMeta],
+                       broken: bool,
+                       expected: Option<u64>,
+                       (run, time): (Option<ChainId>, u64),
+                       writers: &Writers|
+         -> std::result::Result<Writers, String> {
+            if broken && !m.is_full() {
+                return Err("after a checkpoint left out".to_string());
+            }
+            if let Some(c) = covered.as_ref().filter(|_| out.is_empty())
+                && let Some((_, e)) = cannot_continue(dir, c, m)
             {
                 // Nothing taken yet: the state is the generation's, and
                 // the file must continue it as a push would require.
-                Some(match e {
+                return Err(match e {
                     Error::Chain { reason, .. } => reason,
                     e => e.report(),
-                })
-            } else if let Some(why) = run_break(run, time, &m) {
-                Some(why)
-            } else if Some(m.seq()) != expected && !m.is_full() {
-                Some(format!(
+                });
+            }
+            if let Some(why) = run_break(run, time, m) {
+                return Err(why);
+            }
+            if Some(m.seq()) != expected && !m.is_full() {
+                return Err(format!(
                     "seq {} is missing before it",
                     expected.map_or("?".into(), |e| e.to_string())
-                ))
-            } else if out
+                ));
+            }
+            if out
                 .last()
                 .is_some_and(|p| p.header.page_size != m.header.page_size && !m.is_full())
             {
-                Some("its page size differs from the previous checkpoint's".into())
-            } else if let Some(why) = {
-                // Recorded only if the file is taken; a refused one leaves
-                // the writers as they were.
-                let mut w = writers.clone();
-                let why = w.refuse(&m);
-                if why.is_none() {
-                    writers = w;
-                }
-                why
-            } {
-                Some(why)
-            } else {
-                crate::format::ic::IcFile::open(&m.path)
-                    .and_then(|f| f.verify())
-                    .err()
-                    .map(|e| e.report())
+                return Err("its page size differs from the previous checkpoint's".into());
+            }
+            let mut w = writers.clone();
+            if let Some(why) = w.refuse(m) {
+                return Err(why);
+            }
+            match crate::format::ic::IcFile::open(&m.path).and_then(|f| f.verify()) {
+                Ok(()) => Ok(w),
+                Err(e) => Err(e.report()),
+            }
+        };
+        // Files of one seq are judged together: of two copies of a seq (a
+        // stray copy, another run's file), the one that continues the state
+        // is taken when it is the only one (helper-63: both were left out,
+        // and the job's own later checkpoints with them); when none or
+        // several could, none is.
+        for group in metas.chunk_by(|a, b| a.seq() == b.seq()) {
+            let judged: Vec<_> = group
+                .iter()
+                .map(|m| why_not(m, &out, broken, expected, (run, time), &writers))
+                .collect();
+            let fits: Vec<usize> = (0..group.len()).filter(|&i| judged[i].is_ok()).collect();
+            let taken = match fits[..] {
+                [i] => Some(i),
+                _ => None,
             };
-            if let Some(why) = why {
+            for (i, (m, j)) in group.iter().zip(&judged).enumerate() {
+                if Some(i) == taken {
+                    continue;
+                }
+                let why = match (group.len(), j) {
+                    (1, Err(why)) => why.clone(),
+                    (_, Err(why)) => format!("seq {} appears twice; this copy: {why}", m.seq()),
+                    (_, Ok(_)) => format!(
+                        "seq {} appears twice, and more than one copy could continue the state",
+                        m.seq()
+                    ),
+                };
                 skipped.push(LeftOut::new(&m.path, why));
+            }
+            let Some(i) = taken else {
                 broken = true;
                 continue;
-            }
+            };
+            let m = &group[i];
             if m.is_full() && broken {
                 // A newer self-contained state: what came before no longer
                 // matters (it stays listed as left out).
@@ -702,7 +749,8 @@ impl L1Dir {
             expected = m.seq().checked_add(1);
             run = m.chain_id;
             time = m.header.time_ns;
-            out.push(m);
+            writers = judged[i].clone().expect("taken");
+            out.push(m.clone());
         }
         (out, skipped)
     }
@@ -936,21 +984,25 @@ mod tests {
             ]
         );
         assert!(list_ic_files(d.path()).unwrap().is_empty(), "still scanned");
+        // Any checkpoint's name: a stray copy too.
+        let other = d.path().join("other.rexic");
+        std::fs::write(&other, b"x").unwrap();
+        let other = set_aside(&other).unwrap();
         let listed = list_set_aside(d.path()).unwrap();
-        assert_eq!(listed.len(), 3);
-        for p in &listed {
-            assert_eq!(
-                set_aside_seq(&p.file_name().unwrap().to_string_lossy()),
-                Some(7)
-            );
+        assert_eq!(listed.len(), 4);
+        assert_eq!(listed[3], other);
+        for p in &listed[..3] {
+            assert_eq!(set_aside_seq(p), Some(7));
         }
+        assert_eq!(set_aside_seq(&other), None, "no seq to tell");
         for not in [
             "ckpt-00000007.rexic",
             "ckpt-00000007.rexic.left-out.x",
             "other.left-out",
             "ckpt-00000007.rexic.left-outer",
+            ".ckpt-00000007.rexic.tmp-1.left-out",
         ] {
-            assert_eq!(set_aside_seq(not), None, "{not}");
+            assert_eq!(set_aside_name(not), None, "{not}");
         }
     }
 

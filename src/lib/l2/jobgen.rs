@@ -391,7 +391,19 @@ pub fn restore_rank_l1(
         ..opts.clone()
     };
     let r = restore_l1_l2(&job, &opts, out)?;
-    if r.generation != member {
+    // A pending FULL checkpoint newer than the member is a newer state of
+    // its own, from L1 alone: the rank's job restarted past a fallback and
+    // started a new run (helper-63: every collective restore failed until
+    // the next collective push).
+    let newer_full = r.generation.is_none()
+        && r.pages == r.pages_from_l1_ics
+        && member.is_some_and(|g| {
+            ChainIndex::load(job.l2.as_ref())
+                .ok()
+                .and_then(|i| i.get(g).map(|m| m.last_seq < r.seq))
+                .unwrap_or(false)
+        });
+    if r.generation != member && !newer_full {
         // Not reachable through pushes: a generation outside every job
         // generation would be it (a single-rank push onto a rank's chain,
         // which `push::recover` refuses).

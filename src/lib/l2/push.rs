@@ -450,12 +450,16 @@ fn prepare(
         Some(CList::build(batch)?)
     };
     let coalesce_s = t0.elapsed().as_secs_f64();
+    // A batch from a FULL checkpoint on is the whole state: its generation
+    // starts a new chain and reads nothing of the old one, which may be
+    // beyond repair (a librex restart that fell back past a generation
+    // damaged in both copies wrote that FULL checkpoint; helper-63: every
+    // push failed on the old chain). `--full` without a batch rewrites the
+    // chain, and a collective push may learn only later that it must
+    // coalesce completely: they open it.
+    let needs_chain = clist.as_ref().map_or(full_reason.is_some(), |c| !c.full);
     let chain = match &rec.newest {
-        // A collective push may learn only later that it must coalesce
-        // completely: it opens the chain in any case.
-        Some(m) if clist.is_some() || full_reason.is_some() || collective => {
-            Some(open_chain(job, &rec, m.generation, report)?)
-        }
+        Some(m) if needs_chain || collective => Some(open_chain(job, &rec, m.generation, report)?),
         _ => None,
     };
     if let (Some(ch), Some(c)) = (&chain, &clist)

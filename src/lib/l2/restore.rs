@@ -431,11 +431,11 @@ pub fn restore_l1_l2_to(
     if let Some(note) = &mut report.fell_back
         && !note.contains("left out")
     {
-        let left: Vec<u64> = l1_files
-            .iter()
-            .map(IcMeta::seq)
-            .filter(|&q| q > report.seq)
-            .collect();
+        let left_files: Vec<&IcMeta> = l1_files.iter().filter(|f| f.seq() > report.seq).collect();
+        let left: Vec<u64> = left_files.iter().map(|f| f.seq()).collect();
+        report
+            .left_out
+            .extend(left_files.iter().map(|f| f.path.clone()));
         if let (Some(a), Some(b)) = (left.first(), left.last()) {
             let n = left.len();
             note.push_str(&format!(
@@ -444,18 +444,22 @@ pub fn restore_l1_l2_to(
             ));
         }
         // Those whose header cannot be read have no seq to tell (helper-40).
-        let unreadable: Vec<String> = crate::l1::list_ic_files(&job.l1)
+        let unreadable: Vec<PathBuf> = crate::l1::list_ic_files(&job.l1)
             .unwrap_or_default()
             .into_iter()
             .filter(|p| !l1_files.iter().any(|f| &f.path == p))
-            .map(|p| p.display().to_string())
             .collect();
         if !unreadable.is_empty() {
             note.push_str(&format!(
                 "; left out too, their header unreadable: {}",
-                unreadable.join(", ")
+                unreadable
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ));
         }
+        report.left_out.extend(unreadable);
     }
     Ok(report)
 }
