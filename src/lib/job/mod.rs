@@ -970,9 +970,6 @@ impl Rex {
         Ok(())
     }
 
-    /// The highest seq of any checkpoint in the L1 directory, its chain
-    /// copy or L2: a job that starts afresh (no restart) numbers its FULL
-    /// checkpoint above it, so it never replaces a file of the run before.
     /// Sets aside the L1 checkpoints the restart's fallback left out
     /// ([`crate::l1::set_aside`]), saying so in the report's note: the new
     /// run above them needs none of them, and one whose header cannot be
@@ -1034,6 +1031,9 @@ impl Rex {
         }
     }
 
+    /// The highest seq of any checkpoint in the L1 directory, its chain
+    /// copy or L2: a job that starts afresh (no restart) numbers its FULL
+    /// checkpoint above it, so it never replaces a file of the run before.
     fn newest_seq_anywhere(&self) -> Result<Option<u64>> {
         let job = open_job(&self.cfg, self.job_root.as_ref())?;
         let l1 = crate::l1::read_readable(&self.cfg.l1)
@@ -1457,7 +1457,10 @@ impl Rex {
         // Nor does a run continue past a seq that a set-aside checkpoint
         // holds (an earlier restart's, killed before its first checkpoint):
         // put back by hand, it would be a second checkpoint of that seq.
-        let aside = crate::l1::list_set_aside(&self.cfg.l1)?
+        // (A directory that cannot be listed now has no say: the regions
+        // are restored, and the next checkpoint says what is wrong.)
+        let aside = crate::l1::list_set_aside(&self.cfg.l1)
+            .unwrap_or_default()
             .iter()
             .filter_map(|p| crate::l1::set_aside_seq(p))
             .max();
