@@ -1741,6 +1741,64 @@ mod rust_api {
         rex.finalize().unwrap();
     }
 
+    /// Two restarts of one state (a fork): B writes seq 3 and 4, C writes
+    /// its own seq 3, which lands beside B's, and B's seq 3 is damaged. The
+    /// restart takes C's seq 3 and stops there: B's seq 4 continues B's
+    /// seq 3, not C's (helper-64: it was taken on top of C's, an image no
+    /// process ever had).
+    #[test]
+    fn a_fork_s_next_checkpoint_never_continues_the_other_copy() {
+        let d = tempfile::tempdir().unwrap();
+        let (l1, l2, l1c) = (
+            d.path().join("l1"),
+            d.path().join("l2"),
+            d.path().join("l1c"),
+        );
+        let n = 8 * 4096;
+        three_checkpoints(&l1, &l2, n);
+        std::fs::create_dir(&l1c).unwrap();
+        for seq in 0..3 {
+            let f = rexctl::l1::ic_file_name(seq);
+            std::fs::copy(l1.join(&f), l1c.join(&f)).unwrap();
+        }
+        let mut states = Vec::new();
+        for (dir, pages) in [(&l1, &[4usize, 5][..]), (&l1c, &[4][..])] {
+            let mut rex =
+                Rex::with_config(config(dir, &l2, false, TrackerChoice::Mprotect)).unwrap();
+            let a = rex.alloc(4, n).unwrap();
+            assert_eq!(rex.restart().unwrap().seq, 2);
+            // SAFETY: `n` bytes from rex.alloc.
+            let buf = unsafe { std::slice::from_raw_parts_mut(a, n) };
+            for &p in pages {
+                buf[p * 4096] = (p + 10 * states.len()) as u8 + 1;
+                rex.checkpoint().unwrap();
+            }
+            states.push(buf.to_vec());
+            rex.finalize().unwrap();
+        }
+        let three = l1.join(rexctl::l1::ic_file_name(3));
+        std::fs::copy(
+            l1c.join(rexctl::l1::ic_file_name(3)),
+            l1.join("fork-3.rexic"),
+        )
+        .unwrap();
+        let mut b = std::fs::read(&three).unwrap();
+        let last = b.len() - 1;
+        b[last] ^= 0xff;
+        std::fs::write(&three, &b).unwrap();
+        let mut rex = Rex::with_config(config(&l1, &l2, false, TrackerChoice::Mprotect)).unwrap();
+        let a = rex.alloc(4, n).unwrap();
+        let rep = rex.restart().unwrap();
+        let note = rep.fell_back.expect("no fallback reported");
+        assert_eq!(rep.seq, 3, "{note}");
+        // SAFETY: `n` bytes from rex.alloc.
+        let got = unsafe { std::slice::from_raw_parts(a, n) };
+        assert!(got == &states[1][..], "not C's state of seq 3: {note}");
+        let four = l1.join(rexctl::l1::ic_file_name(4));
+        assert!(!four.exists() && aside(&four).exists(), "{note}");
+        rex.finalize().unwrap();
+    }
+
     /// Where [`rexctl::l1::set_aside`] puts the checkpoint `p` (the first
     /// time).
     fn aside(p: &Path) -> std::path::PathBuf {

@@ -725,21 +725,38 @@ impl L1Dir {
                 if Some(i) == taken {
                     continue;
                 }
-                let why = match (group.len(), j) {
-                    (1, Err(why)) => why.clone(),
-                    (_, Err(why)) => format!("seq {} appears twice; this copy: {why}", m.seq()),
+                let mut left = LeftOut::new(&m.path, j.as_ref().err().cloned().unwrap_or_default());
+                left.why = match (group.len(), j) {
+                    (1, _) => left.why,
+                    (_, Err(_)) => {
+                        format!("seq {} appears twice; this copy: {}", m.seq(), left.why)
+                    }
                     (_, Ok(_)) => format!(
                         "seq {} appears twice, and more than one copy could continue the state",
                         m.seq()
                     ),
                 };
-                skipped.push(LeftOut::new(&m.path, why));
+                skipped.push(left);
             }
             let Some(i) = taken else {
                 broken = true;
                 continue;
             };
             let m = &group[i];
+            // The instances that wrote the other copies of this seq are
+            // forks of the run from here on: a later file of theirs
+            // continues their copy, not the one taken (helper-64: the
+            // damaged copy's next checkpoint was taken on top of the
+            // other copy, an image no process ever had).
+            let mut w = judged[i].clone().expect("taken");
+            for (k, other) in group.iter().enumerate() {
+                if let Some(id) = other
+                    .instance
+                    .filter(|&id| k != i && Some(id) != m.instance)
+                {
+                    w.end(id);
+                }
+            }
             if m.is_full() && broken {
                 // A newer self-contained state: what came before no longer
                 // matters (it stays listed as left out).
@@ -749,7 +766,7 @@ impl L1Dir {
             expected = m.seq().checked_add(1);
             run = m.chain_id;
             time = m.header.time_ns;
-            writers = judged[i].clone().expect("taken");
+            writers = w;
             out.push(m.clone());
         }
         (out, skipped)
@@ -843,6 +860,14 @@ impl Writers {
             }
         }
         w
+    }
+
+    /// Records that `id` never writes the run again: a later checkpoint of
+    /// its is a fork's.
+    fn end(&mut self, id: InstanceId) {
+        if self.current != Some(id) {
+            self.ended.insert(id);
+        }
     }
 
     /// Records that `id` wrote the next checkpoint of the run; false when it

@@ -450,16 +450,30 @@ fn prepare(
         Some(CList::build(batch)?)
     };
     let coalesce_s = t0.elapsed().as_secs_f64();
-    // A batch from a FULL checkpoint on is the whole state: its generation
-    // starts a new chain and reads nothing of the old one, which may be
-    // beyond repair (a librex restart that fell back past a generation
-    // damaged in both copies wrote that FULL checkpoint; helper-63: every
-    // push failed on the old chain). `--full` without a batch rewrites the
-    // chain, and a collective push may learn only later that it must
-    // coalesce completely: they open it.
-    let needs_chain = clist.as_ref().map_or(full_reason.is_some(), |c| !c.full);
     let chain = match &rec.newest {
-        Some(m) if needs_chain || collective => Some(open_chain(job, &rec, m.generation, report)?),
+        // A collective push may learn only later that it must coalesce
+        // completely: it opens the chain in any case.
+        Some(m) if clist.is_some() || full_reason.is_some() || collective => {
+            match open_chain(job, &rec, m.generation, report) {
+                Ok(c) => Some(c),
+                // A batch from a FULL checkpoint on is the whole state: its
+                // generation reads no page of the old chain, which may be
+                // beyond repair (a librex restart that fell back past a
+                // generation damaged in both copies wrote that FULL
+                // checkpoint; helper-63: every push failed on it). Pushed
+                // without it, said; its manifest then records no writers
+                // of the old chain.
+                Err(e) if !collective && clist.as_ref().is_some_and(|c| c.full) => {
+                    report.recovered.push(format!(
+                        "generation {}'s chain cannot be opened ({}); the batch holds a FULL checkpoint, which needs none of it: pushed as a new chain",
+                        m.generation,
+                        e.report()
+                    ));
+                    None
+                }
+                Err(e) => return Err(e),
+            }
+        }
         _ => None,
     };
     if let (Some(ch), Some(c)) = (&chain, &clist)

@@ -69,8 +69,8 @@ pub struct Status {
     /// The live producer writing this L1 directory (a librex job or a
     /// capture: who holds its producer lock), if one runs.
     pub producer: Option<String>,
-    /// L1 checkpoints a librex restart set aside ([`crate::l1::set_aside`]):
-    /// kept for the user, never read or deleted by rexctl.
+    /// L1 checkpoints librex set aside ([`crate::l1::set_aside`]): kept
+    /// for the user, never read or deleted by rexctl.
     pub set_aside: Vec<PathBuf>,
 }
 

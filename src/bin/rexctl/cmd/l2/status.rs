@@ -124,7 +124,7 @@ fn print_human(job: &Job, s: &Status) -> Result<(), ui::StdoutError> {
     }
     if !s.set_aside.is_empty() {
         outln!(
-            "{} set aside by a restart that fell back past them (kept for you; rexctl never reads or deletes them):",
+            "{} set aside by librex (left out by a restart that fell back, or unreadable when a new run started; kept for you, never read or deleted):",
             ui::count(s.set_aside.len() as u64, "L1 checkpoint")
         );
         for p in &s.set_aside {
