@@ -1625,15 +1625,7 @@ mod rust_api {
         rex.finalize().unwrap();
         push();
 
-        std::fs::remove_dir_all(&l1).unwrap();
-        let mut rex = Rex::with_config(config(&l1, &l2, false, TrackerChoice::Mprotect)).unwrap();
-        let b = rex.alloc(4, n).unwrap();
-        assert_eq!(rex.restart_test().unwrap(), Some(9));
-        rex.restart().unwrap();
-        // SAFETY: `n` bytes from rex.alloc.
-        let got = unsafe { std::slice::from_raw_parts(b, n) };
-        assert!(got == &want[..], "not the new run's state of seq 9");
-        rex.finalize().unwrap();
+        assert_l2_alone_restores(&l1, &l2, 9, &want);
     }
 
     /// A checkpoint whose header cannot be read, in an L1 directory where
@@ -1666,15 +1658,7 @@ mod rust_api {
             b,
             "not set aside as it was"
         );
-        std::fs::remove_dir_all(&l1).unwrap();
-        let mut rex = Rex::with_config(config(&l1, &l2, false, TrackerChoice::Mprotect)).unwrap();
-        let b = rex.alloc(4, n).unwrap();
-        assert_eq!(rex.restart_test().unwrap(), Some(3));
-        rex.restart().unwrap();
-        // SAFETY: `n` bytes from rex.alloc.
-        let got = unsafe { std::slice::from_raw_parts(b, n) };
-        assert!(got == &want[..], "not the new run's state");
-        rex.finalize().unwrap();
+        assert_l2_alone_restores(&l1, &l2, 3, &want);
     }
 
     /// A job killed after a restart that set checkpoints aside, before its
@@ -1799,6 +1783,21 @@ mod rust_api {
         rex.finalize().unwrap();
     }
 
+    /// The node is lost (`l1` removed): a restart from `l2` alone finds
+    /// `seq` without a fallback, and region 4 comes back as `want`.
+    fn assert_l2_alone_restores(l1: &Path, l2: &Path, seq: u64, want: &[u8]) {
+        std::fs::remove_dir_all(l1).unwrap();
+        let mut rex = Rex::with_config(config(l1, l2, false, TrackerChoice::Mprotect)).unwrap();
+        let b = rex.alloc(4, want.len()).unwrap();
+        assert_eq!(rex.restart_test().unwrap(), Some(seq));
+        let rep = rex.restart().unwrap();
+        assert!(rep.fell_back.is_none());
+        // SAFETY: `want.len()` bytes from rex.alloc.
+        let got = unsafe { std::slice::from_raw_parts(b, want.len()) };
+        assert!(got == want, "not the new run's state of seq {seq}");
+        rex.finalize().unwrap();
+    }
+
     /// Where [`rexctl::l1::set_aside`] puts the checkpoint `p` (the first
     /// time).
     fn aside(p: &Path) -> std::path::PathBuf {
@@ -1855,15 +1854,6 @@ mod rust_api {
         );
 
         // L2 alone holds the new run's newest state.
-        std::fs::remove_dir_all(&l1).unwrap();
-        let mut rex = Rex::with_config(config(&l1, &l2, false, TrackerChoice::Mprotect)).unwrap();
-        let b = rex.alloc(4, n).unwrap();
-        assert_eq!(rex.restart_test().unwrap(), Some(5));
-        let rep = rex.restart().unwrap();
-        assert!(rep.fell_back.is_none());
-        // SAFETY: `n` bytes from rex.alloc.
-        let got = unsafe { std::slice::from_raw_parts(b, n) };
-        assert!(got == &want[..], "not the new run's state of seq 5");
-        rex.finalize().unwrap();
+        assert_l2_alone_restores(&l1, &l2, 5, &want);
     }
 }
