@@ -1140,3 +1140,124 @@ fn a_rank_restores_its_pending_full_checkpoint_newer_than_its_job_generation() {
     let o = restore_rank(&l2, 1, &t.path().join("r1.rexic"), &["--l1", s(&l1)]);
     success(&o, "rank 1");
 }
+
+/// `restore --fallback` on an MPI job: a damaged pending checkpoint of one
+/// rank takes every rank of `--collective` back to the seq before it, and
+/// rank 1's part of the newest job generation damaged in both copies takes
+/// every rank back to the job generation before (ranks whose own part is
+/// intact restore theirs from L2). Without `--fallback` both fail (exit 3)
+/// and no image appears; `--rank R --fallback` restores one rank's newest
+/// valid state. It was refused with --collective and --rank.
+#[test]
+fn a_damaged_rank_takes_the_whole_job_back_with_fallback() {
+    let _one_at_a_time = crate::util::exclusive();
+    let t = tempfile::tempdir().unwrap();
+    let truth = |n: u64| t.path().join(format!("t{n}"));
+    let all = t.path().join("all");
+    gen_ranks(&all, "0.5", "64", "6", &truth(6));
+    for n in [3, 5] {
+        let dir = t.path().join(format!("g{n}"));
+        gen_ranks(&dir, "0.5", "64", &n.to_string(), &truth(n));
+    }
+    let (l1, l2, later) = (
+        t.path().join("l1"),
+        t.path().join("l2"),
+        t.path().join("later"),
+    );
+    copy_tree(&all, &l1);
+    std::fs::create_dir_all(&l2).unwrap();
+    let push = ["push-l2", "--collective", "--l1", s(&l1), "--l2", s(&l2)];
+    // Job generation 1: seq 0..=3; job generation 2: seq 4..=5; 6 pending.
+    for last in [3, 5] {
+        hold_back(&l1, &later, last);
+        success(&mpirun(&push, None), "collective push");
+        release(&later, &l1);
+    }
+    assert!(l2.join("job/j00000002.job").is_file());
+    let flip = |p: &Path| {
+        let mut b = std::fs::read(p).unwrap();
+        for at in [b.len() / 4, b.len() / 2, 3 * b.len() / 4] {
+            b[at] ^= 0x40;
+        }
+        std::fs::write(p, &b).unwrap();
+    };
+    let coll = t.path().join("coll");
+    std::fs::create_dir_all(&coll).unwrap();
+    let image = |r: u32| coll.join(format!("image-{r}.rexic"));
+    let collective = |extra: &[&str]| {
+        let pattern = coll.join("image-{rank}.rexic");
+        let mut args = vec!["restore", "--collective", "--l1", s(&l1), "--l2", s(&l2)];
+        args.extend(["-o", s(&pattern), "-f"]);
+        args.extend_from_slice(extra);
+        mpirun(&args, None)
+    };
+    let check = |want: u64, ctx: &str| {
+        for r in 0..RANKS {
+            let want = truth(want).join(format!("{r}.rexic"));
+            assert_image(&image(r), &want, &format!("{ctx}, rank {r}"));
+            std::fs::remove_file(image(r)).unwrap();
+        }
+    };
+
+    // Rank 2's checkpoint 6 damaged.
+    let c6 = l1.join("2/ckpt-00000006.rexic");
+    flip(&c6);
+    let o = collective(&[]);
+    assert_eq!(o.status.code(), Some(3), "{}", show(&["restore"], &o));
+    assert!((0..RANKS).all(|r| !image(r).exists()));
+    let o = collective(&["--fallback"]);
+    success(
+        &o,
+        "collective restore --fallback past rank 2's checkpoint 6",
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("FALLBACK"),
+        "{}",
+        show(&["restore"], &o)
+    );
+    check(5, "rank 2's checkpoint 6 damaged");
+    // One rank alone: its own newest valid state.
+    let one = t.path().join("one.rexic");
+    let o = restore_rank(&l2, 2, &one, &["--l1", s(&l1), "--fallback"]);
+    success(&o, "restore --rank 2 --fallback");
+    assert_image(&one, &truth(5).join("2.rexic"), "rank 2 alone");
+    let o = restore_rank(&l2, 0, &one, &["--l1", s(&l1), "--fallback"]);
+    success(&o, "restore --rank 0 --fallback");
+    assert_image(&one, &truth(6).join("0.rexic"), "rank 0 alone");
+    flip(&c6);
+
+    // Rank 1's part of job generation 2 damaged in L2 and in L1's copy.
+    let mut damaged = 0;
+    for dir in [l2.join("1"), l1.join("1/rex")] {
+        let rps = dir.join("g00000002.rps");
+        if rps.exists() {
+            flip(&rps);
+            damaged += 1;
+        }
+    }
+    assert!(damaged > 0);
+    let o = collective(&[]);
+    assert_eq!(o.status.code(), Some(3), "{}", show(&["restore"], &o));
+    assert!((0..RANKS).all(|r| !image(r).exists()));
+    let o = collective(&["--fallback"]);
+    success(
+        &o,
+        "collective restore --fallback past rank 1's job generation 2",
+    );
+    check(3, "rank 1's part of job generation 2 damaged");
+    // From L2 alone: rank 1 restores its part of job generation 1, and
+    // says why.
+    let o = restore_rank(&l2, 1, &one, &["--fallback", "--json"]);
+    success(&o, "restore --rank 1 --fallback from L2 alone");
+    assert_image(&one, &truth(3).join("1.rexic"), "rank 1 from L2 alone");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        v["fell_back"]
+            .as_str()
+            .is_some_and(|w| w.contains("job generation 2")),
+        "{v}"
+    );
+    // `--job-generation` names one: no fallback beside it.
+    let o = restore_rank(&l2, 1, &one, &["--fallback", "--job-generation", "1"]);
+    assert_eq!(o.status.code(), Some(2), "{}", show(&["restore"], &o));
+}

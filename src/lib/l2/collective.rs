@@ -792,6 +792,11 @@ pub fn table_of(cap: usize, entries: &[(u128, u32)]) -> HashTable {
 /// its image at `out` only once every rank holds an image of that seq.
 /// Until then the image is staged under a temporary name beside `out`, so
 /// a failure on any rank leaves no output on any rank.
+///
+/// With `opts.fallback`, each rank's newest state is its newest valid one
+/// ([`restore_rank_l1`], [`restore_rank`]): a rank that fell back to an
+/// older job generation takes the job back there, every other rank
+/// restoring its part of that job generation from L2.
 pub fn restore_job(
     comm: &dyn Comm,
     root: &JobRoot,
@@ -799,7 +804,7 @@ pub fn restore_job(
     opts: &crate::l2::restore::RestoreOptions,
     out: &std::path::Path,
 ) -> Result<crate::l2::restore::RestoreReport> {
-    use crate::l2::jobgen::{restore_rank, restore_rank_l1};
+    use crate::l2::jobgen::{job_generation_ending_at, restore_rank, restore_rank_l1};
     let rank = comm.rank();
     let name = out
         .file_name()
@@ -834,10 +839,29 @@ pub fn restore_job(
             Ok(first)
         } else {
             crate::durable::remove_file(&staged).and_then(|()| {
-                restore(&crate::l2::restore::RestoreOptions {
+                let at = crate::l2::restore::RestoreOptions {
                     seq: Some(target),
+                    fallback: false,
                     ..opts.clone()
-                })
+                };
+                match restore(&at) {
+                    // `--fallback`: a rank fell back to an older job
+                    // generation, whose state this rank restores from L2
+                    // (its checkpoints after it are gone from L1).
+                    Err(e) if opts.fallback && e.is_about_data() => {
+                        match job_generation_ending_at(root, rank, target)? {
+                            Some(j) => {
+                                let at = crate::l2::restore::RestoreOptions {
+                                    seq: None,
+                                    ..at.clone()
+                                };
+                                restore_rank(root, rank, Some(j), &at, &staged).map(|(r, _)| r)
+                            }
+                            None => Err(e),
+                        }
+                    }
+                    r => r,
+                }
             })
         };
         let all = agree(comm, seq_of(&report), "restoring the job's common seq");

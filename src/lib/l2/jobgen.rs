@@ -302,6 +302,11 @@ pub fn newest_member(root: &JobRoot, rank: u32, store: &dyn Store) -> Result<(Jo
 /// Restores rank `rank` of the job at `root` from L2 alone: its generation
 /// of the newest job generation (or of job generation `job_generation`),
 /// its pages stored by other ranks read from theirs.
+///
+/// With `opts.fallback` and no `job_generation`: the newest committed job
+/// generation whose part of this rank restores, each one that does not
+/// (its data damaged or missing) said in the report; a store out of reach
+/// is an error, never a reason to restore an older state.
 pub fn restore_rank(
     root: &JobRoot,
     rank: u32,
@@ -309,6 +314,9 @@ pub fn restore_rank(
     opts: &RestoreOptions,
     out: &Path,
 ) -> Result<(RestoreReport, u64)> {
+    if opts.fallback && job_generation.is_none() {
+        return restore_rank_fallback(root, rank, opts, out);
+    }
     let store = root.rank_store(rank, false)?;
     let (jm, g) = match job_generation {
         None => newest_member(root, rank, store.as_ref())?,
@@ -340,6 +348,100 @@ pub fn restore_rank(
     Ok((r, jm.job_generation))
 }
 
+/// [`restore_rank`] with `--fallback`, from L2 alone: job generations
+/// newest first.
+fn restore_rank_fallback(
+    root: &JobRoot,
+    rank: u32,
+    opts: &RestoreOptions,
+    out: &Path,
+) -> Result<(RestoreReport, u64)> {
+    let jobs = JobIndex::load(root.job_store(false)?.as_ref())?;
+    let opts = RestoreOptions {
+        fallback: false,
+        ..opts.clone()
+    };
+    let mut left_out = newer_invalid(&jobs);
+    let mut first: Option<Error> = None;
+    for jm in jobs.manifests.values().rev() {
+        match restore_rank(root, rank, Some(jm.job_generation), &opts, out) {
+            Ok((mut r, j)) => {
+                if !left_out.is_empty() {
+                    r.fell_back = Some(format!(
+                        "restored job generation {j} (seq {}): {}",
+                        r.seq,
+                        left_out.join("; ")
+                    ));
+                }
+                return Ok((r, j));
+            }
+            Err(e) if e.is_about_data() => {
+                left_out.push(format!(
+                    "job generation {} is unusable for rank {rank}: {}",
+                    jm.job_generation,
+                    e.report()
+                ));
+                first.get_or_insert(e);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Err(match first {
+        Some(e) if left_out.len() > 1 => Error::chain(
+            root.describe(),
+            format!(
+                "{} (--fallback: no job generation restores: {})",
+                e.report(),
+                left_out.join("; ")
+            ),
+        ),
+        Some(e) => e,
+        None => Error::chain(
+            root.describe(),
+            format!(
+                "no complete job generation{}",
+                if left_out.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", left_out.join("; "))
+                }
+            ),
+        ),
+    })
+}
+
+/// What `--fallback` says of the job manifests newer than the newest valid
+/// one: each cannot be read (a job generation that may have committed).
+fn newer_invalid(jobs: &JobIndex) -> Vec<String> {
+    let newest = jobs.newest().map(|m| m.job_generation);
+    jobs.invalid
+        .iter()
+        .filter(|(j, _)| newest.is_none_or(|n| *j > n))
+        .map(|(j, e)| format!("job generation {j} is invalid: {}", e.report()))
+        .collect()
+}
+
+/// The newest committed job generation in which rank `rank`'s generation
+/// ends at checkpoint `seq`: where a rank restores the job's common state
+/// when another rank fell back to an older job generation. Job manifests
+/// and generations that cannot be read are passed over (the restore of
+/// the one found checks everything it reads).
+pub fn job_generation_ending_at(root: &JobRoot, rank: u32, seq: u64) -> Result<Option<u64>> {
+    let jobs = JobIndex::load(root.job_store(false)?.as_ref())?;
+    let store = root.rank_store(rank, false)?;
+    let index = ChainIndex::load(store.as_ref())?;
+    Ok(jobs
+        .manifests
+        .values()
+        .rev()
+        .find(|jm| {
+            jm.member(rank)
+                .and_then(|m| index.get(m.generation))
+                .is_some_and(|m| m.last_seq == seq && m.job_generation == Some(jm.job_generation))
+        })
+        .map(|jm| jm.job_generation))
+}
+
 /// Restores rank `rank` of the job at `root` from its L1 directory `l1`
 /// plus L2 (a transient fault: the node kept its L1): the rank's
 /// generation of the newest job generation, from L2 or L1's copy, plus the
@@ -348,6 +450,15 @@ pub fn restore_rank(
 /// generations that never committed are left out, not rolled back (the
 /// next push does that). Returns the report and the job generation the
 /// state builds on (`None`: the pending checkpoints alone).
+///
+/// With `opts.fallback`, the rank's newest valid state instead of an
+/// error, as a single chain's `--fallback` finds it (damaged pending
+/// checkpoints left out, a pending FULL checkpoint, an older generation),
+/// held to the job's: an older generation must be the rank's part of an
+/// older committed job generation, which is then the one returned. A
+/// newest job manifest that cannot be read is passed over, and so is a
+/// member whose manifest cannot be read in either copy; the report says
+/// so.
 pub fn restore_rank_l1(
     root: &JobRoot,
     rank: u32,
@@ -356,17 +467,35 @@ pub fn restore_rank_l1(
     out: &Path,
 ) -> Result<(RestoreReport, Option<u64>)> {
     let jobs = JobIndex::load(root.job_store(false)?.as_ref())?;
-    let committed = newest_committed(root, &jobs)?;
+    let mut passed_over = Vec::new();
+    let committed = match newest_committed(root, &jobs) {
+        Err(e) if opts.fallback && e.is_about_data() => {
+            passed_over.extend(newer_invalid(&jobs));
+            jobs.newest().cloned()
+        }
+        r => r?,
+    };
     let job = Job::open_read(l1, root.rank_store(rank, false)?)?;
     // The member's manifest bytes are checked in L2, else in L1's copy
     // (each restores the generation, L2's copy first).
-    let member = committed
+    let member = match committed
         .as_ref()
         .map(|jm| {
             check_member(job.l2.as_ref(), jm, rank)
                 .or_else(|e| check_member(&job.l1_chain, jm, rank).map_err(|_| e))
         })
-        .transpose()?;
+        .transpose()
+    {
+        Err(e) if opts.fallback && e.is_about_data() => {
+            passed_over.push(format!(
+                "rank {rank}'s part of job generation {} cannot be read: {}",
+                committed.as_ref().map_or(0, |m| m.job_generation),
+                e.report()
+            ));
+            None
+        }
+        r => r?,
+    };
     // `--seq S` before the member: the job generation's state is newer than
     // S, and the rank's own chain has no older state to offer (L2 has it,
     // by an older job generation).
@@ -385,12 +514,11 @@ pub fn restore_rank_l1(
     }
     let opts = RestoreOptions {
         generation: None,
-        fallback: false,
         xref_source: Some(JobXrefs::new(root.clone())),
         job_committed: Some(committed.as_ref().map(|m| m.job_generation)),
         ..opts.clone()
     };
-    let r = restore_l1_l2(&job, &opts, out)?;
+    let mut r = restore_l1_l2(&job, &opts, out)?;
     // A pending FULL checkpoint newer than the member is a newer state of
     // its own, from L1 alone: the rank's job restarted past a fallback and
     // started a new run (helper-63: every collective restore failed until
@@ -403,7 +531,18 @@ pub fn restore_rank_l1(
                 .and_then(|i| i.get(g).map(|m| m.last_seq < r.seq))
                 .unwrap_or(false)
         });
-    if r.generation != member && !newer_full {
+    let builds_on = if r.generation == member || newer_full {
+        committed.map(|m| m.job_generation)
+    } else if let Some(j) = opts
+        .fallback
+        .then(|| fallen_back_to(&job, &jobs, rank, &r))
+        .flatten()
+    {
+        // An older job generation's part, alone or with the pending
+        // checkpoints the fallback found continuing it, or (`None`) a
+        // pending FULL checkpoint.
+        j
+    } else {
         // Not reachable through pushes: a generation outside every job
         // generation would be it (a single-rank push onto a rank's chain,
         // which `push::recover` refuses).
@@ -415,8 +554,33 @@ pub fn restore_rank_l1(
                 r.generation
             ),
         ));
+    };
+    if !passed_over.is_empty() {
+        let inner = r.fell_back.take();
+        r.fell_back = Some(format!(
+            "{}{}",
+            passed_over.join("; "),
+            inner.map(|n| format!("; {n}")).unwrap_or_default()
+        ));
     }
-    Ok((r, committed.map(|m| m.job_generation)))
+    Ok((r, builds_on))
+}
+
+/// Where a `--fallback` restore of a rank that did not reach its part of
+/// the newest job generation stands: `Some(Some(j))`, the rank's part of
+/// committed job generation `j` (its generation named by `j`'s job
+/// manifest); `Some(None)`, the rank's pending checkpoints alone (a
+/// FULL one restarts the state); `None`, neither: not the job's state.
+fn fallen_back_to(job: &Job, jobs: &JobIndex, rank: u32, r: &RestoreReport) -> Option<Option<u64>> {
+    let Some(g) = r.generation else {
+        return (r.pages == r.pages_from_l1_ics).then_some(None);
+    };
+    let index = ChainIndex::load(job.l2.as_ref())
+        .ok()?
+        .overlaid_with(&ChainIndex::load(&job.l1_chain).ok()?);
+    let j = index.get(g)?.job_generation?;
+    let named = jobs.manifests.get(&j)?.member(rank)?.generation;
+    (named == g).then_some(Some(j))
 }
 
 /// Deletes rank `job`'s generations of job generations newer than the

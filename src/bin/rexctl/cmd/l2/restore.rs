@@ -94,8 +94,11 @@ pub struct Args {
     /// damaged pending checkpoints (a later FULL one restarts the state),
     /// from a pending FULL checkpoint when the generation is unreadable, else
     /// the newest older valid generation of the L1 directory's own run. Says
-    /// what it left out and why on standard error.
-    #[arg(long)]
+    /// what it left out and why on standard error. With --rank R on an MPI
+    /// job's location, an older state is the rank's part of an older job
+    /// generation; with --collective, a rank that falls back takes every
+    /// rank back to the same seq.
+    #[arg(long, conflicts_with = "job_generation")]
     fallback: bool,
     /// Restart a whole MPI job (run under `mpirun -np N rexctl restore
     /// --collective --l1 L1 --l2 JOB -o 'image-{rank}.rexic'`): every rank
@@ -104,7 +107,7 @@ pub struct Args {
     /// restore that seq, and each image appears at `--out`, `{rank}`
     /// replaced by the rank, only once every rank has its image of that seq.
     /// Needs a rexctl built with the cargo feature `mpi`.
-    #[arg(long, conflicts_with_all = ["generation", "job_generation", "fallback"])]
+    #[arg(long, conflicts_with_all = ["generation", "job_generation"])]
     collective: bool,
     /// Print a JSON object instead of text.
     #[arg(long)]
@@ -200,9 +203,9 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         )
         .into());
     }
-    if job_rank.is_some() && (a.generation.is_some() || a.fallback) {
+    if job_rank.is_some() && a.generation.is_some() {
         return Err(rexctl::Error::Invalid(
-            "a rank of an MPI job restores a job generation: give --job-generation, not --generation or --fallback".into(),
+            "a rank of an MPI job restores a job generation: give --job-generation, not --generation".into(),
         )
         .into());
     }
