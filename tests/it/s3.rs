@@ -1343,3 +1343,52 @@ fn s3_a_generation_another_copy_committed_keeps_its_files() {
     b.writing_generation(Some(4));
     put(b.as_ref(), "g00000002.rps", &small).unwrap();
 }
+
+/// `restore --fallback` walks back past damaged data only: while the server
+/// fails every GET of the newest generation's RPS (500), the restore fails
+/// with exit 1 naming it, from L2 alone and from L1 plus L2 with L1's copy
+/// damaged, and writes nothing. It restored the older generation with exit
+/// 0 (helper-67; a librex restart then set aside the checkpoints after it
+/// for good). Once the server sends it again, the newest state restores.
+#[test]
+fn s3_fallback_never_walks_back_past_an_object_the_server_failed_to_send() {
+    let Some(server) = S3Server::start("rex-blip") else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let job = s3_job(d.path(), &server, "blip");
+    let truth = job.work.join("truth");
+    let mut w = workload("balanced", 64, 9);
+    take_until(&mut w, &job.l1, 1, &truth);
+    job.push(&[]);
+    let seq3 = take_until(&mut w, &job.l1, 3, &truth);
+    job.push(&[]);
+    let key = format!("ckpt/{}/{}/g00000002.rps", job.name, job.rank);
+    let records = server.object_records(&key);
+    let saved: Vec<Vec<u8>> = records.iter().map(|p| std::fs::read(p).unwrap()).collect();
+    for p in &records {
+        std::fs::write(p, "{not json").unwrap();
+    }
+    let copy = job.l1.join("rex/g00000002.rps");
+    let mut b = std::fs::read(&copy).unwrap();
+    let mid = b.len() / 2;
+    b[mid] ^= 0x40;
+    std::fs::write(&copy, &b).unwrap();
+    let l2 = job.l2();
+    for with_l1 in [false, true] {
+        let out = job.work.join(format!("fallback-{with_l1}.rexic"));
+        let mut args = vec!["restore", "--l2", &l2, "--out", s(&out), "--fallback"];
+        if with_l1 {
+            args.extend(["--l1", s(&job.l1)]);
+        }
+        let o = job.run(&args);
+        let ctx = format!("restore --fallback (L1: {with_l1}) while the server fails");
+        assert_fails(&o, 1, &["g00000002.rps"], &ctx);
+        assert!(!out.exists(), "{ctx}");
+    }
+    for (p, b) in records.iter().zip(&saved) {
+        std::fs::write(p, b).unwrap();
+    }
+    job.restore_exact(false, &["--fallback"], &seq3, "the server sends it again");
+    job.restore_exact(true, &["--fallback"], &seq3, "and with L1");
+}

@@ -777,7 +777,12 @@ fn restore_with_fallback(
             }
             return Ok(r);
         }
-        Err(e) if opts.fallback => e,
+        // Only for what the data is: a store out of reach (an S3 error
+        // 500, an I/O error) may pass, and an older state restored then
+        // would be taken for the newest (helper-67: a restart fell back
+        // past a generation L2 failed to send once, and set aside the
+        // checkpoints after it for good).
+        Err(e) if opts.fallback && e.is_about_data() => e,
         Err(e) => return Err(e),
     };
     // Only the job's older states: a generation of another run is another

@@ -155,6 +155,17 @@ impl S3Server {
         self.root().join(&self.bucket).join(key)
     }
 
+    /// The server's own records of object `key` (its metadata and internal
+    /// JSON files, beside the buckets), which every GET of the object
+    /// reads: unreadable, they make the server answer 500 (an internal
+    /// error) to every GET of it, as a store out of reach would.
+    pub fn object_records(&self, key: &str) -> [PathBuf; 2] {
+        use base64::Engine;
+        let b64 = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+        let stem = format!(".bucket-{}.object-{}", b64(&self.bucket), b64(key));
+        ["metadata", "internal"].map(|k| self.root().join(format!("{stem}.{k}.json")))
+    }
+
     /// The endpoint URL.
     pub fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
