@@ -976,11 +976,24 @@ impl Rex {
     /// read would stop every later push of this directory (helper-62:
     /// `rex_checkpoint_wait` failed for ever, L2 never advanced). A file
     /// that cannot be set aside is said too; the restart stands.
+    ///
+    /// Newest seq first: a restart killed part-way leaves only older files
+    /// in place, none whose predecessor is gone (helper-67: killed after
+    /// the first of two renames, a damaged seq 3 set aside, the next
+    /// restart took its seq 4 on top of another copy of seq 3, an image no
+    /// process had).
     fn set_aside_left_out(&self, report: &mut RestoreReport) {
         let mut said = Vec::new();
         let mut left = std::mem::take(&mut report.left_out);
         left.sort();
         left.dedup();
+        let seq = |p: &std::path::PathBuf| {
+            crate::format::ic::IcMeta::read(p)
+                .ok()
+                .map(|m| m.seq())
+                .or_else(|| crate::l1::seq_of_file_name(p.file_name()?.to_str()?))
+        };
+        left.sort_by_cached_key(|p| std::cmp::Reverse(seq(p)));
         for p in left {
             let ours = p.parent() == Some(self.cfg.l1.as_path())
                 && p.extension()
