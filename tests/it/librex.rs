@@ -1725,6 +1725,50 @@ mod rust_api {
         rex.finalize().unwrap();
     }
 
+    /// Copies of one checkpoint in L1 (a backup copy under a `.rexic` name,
+    /// a symbolic link, a hard link) are one checkpoint: the restart takes
+    /// the file under its own name, restores the newest state, and sets the
+    /// copies aside, so the next push goes through (helper-67: every copy
+    /// was left out with the checkpoints after it, seq 1 restored, and
+    /// every push failed on the seq that appeared twice).
+    #[test]
+    fn copies_of_one_checkpoint_are_one() {
+        let d = tempfile::tempdir().unwrap();
+        let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
+        let n = 8 * 4096;
+        let states = three_checkpoints(&l1, &l2, n);
+        let name = |seq| l1.join(rexctl::l1::ic_file_name(seq));
+        let copies = [
+            l1.join("backup-1.rexic"),
+            l1.join("a-link-2.rexic"),
+            l1.join("hard-2.rexic"),
+        ];
+        std::fs::copy(name(1), &copies[0]).unwrap();
+        std::os::unix::fs::symlink(name(2), &copies[1]).unwrap();
+        std::fs::hard_link(name(2), &copies[2]).unwrap();
+        let mut rex = Rex::with_config(config(&l1, &l2, false, TrackerChoice::Mprotect)).unwrap();
+        let a = rex.alloc(4, n).unwrap();
+        let rep = rex.restart().unwrap();
+        let note = rep.fell_back.clone().unwrap_or_default();
+        assert_eq!(rep.seq, 2, "{note}");
+        // SAFETY: `n` bytes from rex.alloc.
+        let buf = unsafe { std::slice::from_raw_parts_mut(a, n) };
+        assert!(buf == &states[2][..], "not the state of seq 2: {note}");
+        for c in &copies {
+            assert!(!c.exists() && aside(c).exists(), "{}: {note}", c.display());
+        }
+        assert!(note.contains("a copy of"), "{note}");
+        for seq in 0..3 {
+            assert!(name(seq).is_file(), "{note}");
+        }
+        buf[5 * 4096] = 9;
+        rex.checkpoint().unwrap();
+        let want = buf.to_vec();
+        rex.finalize().unwrap();
+        crate::util::ok(&["push-l2", "--l1", super::s(&l1), "--l2", super::s(&l2)]);
+        assert_l2_alone_restores(&l1, &l2, 3, &want);
+    }
+
     /// Two restarts of one state (a fork): B writes seq 3 and 4, C writes
     /// its own seq 3, which lands beside B's, and B's seq 3 is damaged. The
     /// restart takes C's seq 3 and stops there: B's seq 4 continues B's

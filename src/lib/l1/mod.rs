@@ -376,6 +376,37 @@ pub fn set_aside(path: &Path) -> Result<PathBuf> {
     Ok(to)
 }
 
+/// Whether `a` and `b` hold one checkpoint: the same file (links to it),
+/// or the same bytes. Compared in 1 MiB blocks, so a large checkpoint
+/// costs no memory; any failure to read says no.
+fn same_checkpoint(a: &Path, b: &Path) -> bool {
+    use std::io::Read;
+    use std::os::unix::fs::MetadataExt;
+    let (Ok(ma), Ok(mb)) = (fs::metadata(a), fs::metadata(b)) else {
+        return false;
+    };
+    if (ma.dev(), ma.ino()) == (mb.dev(), mb.ino()) {
+        return true;
+    }
+    if ma.len() != mb.len() {
+        return false;
+    }
+    let (Ok(mut fa), Ok(mut fb)) = (fs::File::open(a), fs::File::open(b)) else {
+        return false;
+    };
+    let (mut ba, mut bb) = (vec![0u8; 1 << 20], vec![0u8; 1 << 20]);
+    loop {
+        let n = match fa.read(&mut ba) {
+            Ok(0) => return fb.read(&mut bb[..1]).is_ok_and(|m| m == 0),
+            Ok(n) => n,
+            Err(_) => return false,
+        };
+        if fb.read_exact(&mut bb[..n]).is_err() || ba[..n] != bb[..n] {
+            return false;
+        }
+    }
+}
+
 /// The checkpoints of `dir` that [`set_aside`] set aside (whatever their
 /// names were), sorted by name.
 pub fn list_set_aside(dir: &Path) -> Result<Vec<PathBuf>> {
@@ -602,7 +633,8 @@ impl L1Dir {
     /// `None`, from its first FULL file on), for a restore that falls back:
     /// the pending files in seq order up to (not including) the first that
     /// cannot be used: unreadable, failing a page CRC, after a gap, or a
-    /// seq of which not exactly one copy could continue the state. Returns
+    /// seq of which not exactly one checkpoint could continue the state
+    /// (copies of one checkpoint, links or identical bytes, count once). Returns
     /// those files and one line per file left out, saying why. Never fails:
     /// what cannot be read is left out and said.
     pub fn valid_prefix_after(
@@ -717,8 +749,23 @@ impl L1Dir {
                 .map(|m| why_not(m, &out, broken, expected, (run, time), &writers))
                 .collect();
             let fits: Vec<usize> = (0..group.len()).filter(|&i| judged[i].is_ok()).collect();
+            // Copies that are one checkpoint (a link to it, or its very
+            // bytes: a user's backup copy under a `.rexic` name) are
+            // one: the file under its own name is taken, the others left
+            // out as copies (helper-67: every copy was left out, and with
+            // them the job's later checkpoints, all intact).
+            let same = |&k: &usize| same_checkpoint(&group[fits[0]].path, &group[k].path);
             let taken = match fits[..] {
                 [i] => Some(i),
+                [first, ..] if fits.iter().all(same) => Some(
+                    fits.iter()
+                        .copied()
+                        .find(|&k| {
+                            group[k].path.file_name().and_then(|n| n.to_str())
+                                == Some(ic_file_name(group[k].seq()).as_str())
+                        })
+                        .unwrap_or(first),
+                ),
                 _ => None,
             };
             for (i, (m, j)) in group.iter().zip(&judged).enumerate() {
@@ -728,6 +775,11 @@ impl L1Dir {
                 let mut left = LeftOut::new(&m.path, j.as_ref().err().cloned().unwrap_or_default());
                 left.why = match (group.len(), j) {
                     (1, _) => left.why,
+                    (_, Ok(_)) if taken.is_some() => format!(
+                        "a copy of {} (the same checkpoint, seq {})",
+                        group[taken.expect("some")].path.display(),
+                        m.seq()
+                    ),
                     (_, Err(_)) => {
                         format!("seq {} appears twice; this copy: {}", m.seq(), left.why)
                     }
