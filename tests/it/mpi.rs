@@ -14,9 +14,14 @@ const RANKS: u32 = 4;
 /// `mpirun -np RANKS rexctl ARGS`, as root where the tests run as root,
 /// with `env` set for rank `env.0` only. Bounded by mpirun's own timeout.
 fn mpirun(args: &[&str], env: Option<(u32, &str)>) -> Output {
+    mpirun_np(RANKS, args, env)
+}
+
+/// [`mpirun`] with `np` processes.
+fn mpirun_np(np: u32, args: &[&str], env: Option<(u32, &str)>) -> Output {
     let mut c = Command::new("mpirun");
     c.args(["--oversubscribe", "--timeout", "120", "-np"])
-        .arg(RANKS.to_string());
+        .arg(np.to_string());
     // SAFETY: geteuid has no preconditions and cannot fail.
     if unsafe { libc::geteuid() } == 0 {
         c.arg("--allow-run-as-root");
@@ -1260,4 +1265,26 @@ fn a_damaged_rank_takes_the_whole_job_back_with_fallback() {
     // `--job-generation` names one: no fallback beside it.
     let o = restore_rank(&l2, 1, &one, &["--fallback", "--job-generation", "1"]);
     assert_eq!(o.status.code(), Some(2), "{}", show(&["restore"], &o));
+
+    // Fewer processes than the job has ranks: refused on every one, no
+    // image (helper-66: ranks 0..=2 published a seq rank 3 never wrote).
+    let pattern = coll.join("image-{rank}.rexic");
+    let args = [
+        "restore",
+        "--collective",
+        "--l1",
+        s(&l1),
+        "--l2",
+        s(&l2),
+        "-o",
+        s(&pattern),
+    ];
+    let o = mpirun_np(3, &args, None);
+    assert_eq!(o.status.code(), Some(3), "{}", show(&["restore"], &o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("the job has 4 ranks"),
+        "{}",
+        show(&["restore"], &o)
+    );
+    assert!((0..RANKS).all(|r| !image(r).exists()));
 }

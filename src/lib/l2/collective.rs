@@ -824,8 +824,27 @@ pub fn restore_job(
             .map(|r| r.seq.to_le_bytes().to_vec())
             .map_err(Failure::from)
     };
+    // As many processes as the job has ranks: with fewer, the ranks left
+    // out would not hold the job back to their seq (helper-66: `-np 3` on a
+    // job of 4 published a seq rank 3 never wrote). Every rank reads the
+    // same job manifest, so all refuse alike.
+    let ranks = || -> Result<()> {
+        let jobs = crate::l2::jobgen::JobIndex::load(root.job_store(false)?.as_ref())?;
+        match jobs.newest() {
+            Some(jm) if jm.ranks != comm.size() => Err(Error::chain(
+                root.describe(),
+                format!(
+                    "the job has {} ranks (job generation {}), and {} processes restore it: run as many as it has ranks",
+                    jm.ranks,
+                    jm.job_generation,
+                    comm.size()
+                ),
+            )),
+            _ => Ok(()),
+        }
+    };
     let result = (|| {
-        let first = restore(opts);
+        let first = ranks().and_then(|()| restore(opts));
         let all = agree(comm, seq_of(&first), "restoring each rank's newest state");
         let first = first?;
         let target = all?
