@@ -757,6 +757,14 @@ fn damage_in_a_reference_or_in_the_page_it_names_is_named_never_restored() {
     for at in [len / 4, len / 2, 3 * len / 4] {
         flip(&rps, at);
     }
+    // The job's verification names the damage, and no rank with a failing
+    // generation is "ok" (helper-66: "1 BAD: ok").
+    let o = run(&["verify", "--l2", s(&l2)]);
+    assert_eq!(o.status.code(), Some(3), "{}", show(&["verify"], &o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("0/g00000001.rps"), "{text}");
+    let rank0 = text.lines().find(|l| l.starts_with("rank 0:")).unwrap();
+    assert!(rank0.contains("BAD") && !rank0.contains("ok"), "{text}");
     let mut failed_through_references = 0;
     for r in 0..RANKS {
         let out = t.path().join(format!("d{r}.rexic"));

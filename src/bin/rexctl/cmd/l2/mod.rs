@@ -39,8 +39,10 @@ pub fn run_job(root: &JobRoot, verify: bool, json: bool) -> anyhow::Result<i32> 
             st.ranks
         );
         for m in &st.members {
+            let bad = m.verify.as_ref().map_or(0, |v| {
+                v.generations.iter().filter(|g| g.error.is_some()).count()
+            });
             let gens = m.verify.as_ref().map(|v| {
-                let bad = v.generations.iter().filter(|g| g.error.is_some()).count();
                 format!(
                     "; {} generations verified, {} pages rebuilt{}",
                     v.generations.len(),
@@ -53,12 +55,18 @@ pub fn run_job(root: &JobRoot, verify: bool, json: bool) -> anyhow::Result<i32> 
                 )
             });
             match &m.error {
+                // A rank with a generation that fails is not ok (helper-66:
+                // "1 BAD: ok"); its generations are listed below.
                 None => outln!(
                     "rank {}: generation {}{}: {}",
                     m.rank,
                     m.generation.map_or("-".into(), |g| g.to_string()),
                     gens.unwrap_or_default(),
-                    ui::good("ok")
+                    if bad > 0 {
+                        ui::bad("BAD")
+                    } else {
+                        ui::good("ok")
+                    }
                 ),
                 Some(e) => outln!("rank {}: {}: {e}", m.rank, ui::bad("BAD")),
             }
