@@ -2359,3 +2359,58 @@ fn a_restore_of_seq_s_is_the_state_at_s_or_refused() {
         assert_eq!(o.status.code(), Some(2), "{}", show(&args, &o));
     }
 }
+
+/// `restore --l1 A --l2 B`, A another job's L1 directory with no pending
+/// checkpoint (right after its push, only its copy of the chain): refused
+/// with exit 3 naming both, nothing written. It restored B's newest state
+/// with exit 0 and a warning per generation (helper-66). `--l2-only`
+/// restores B's state, and each job's own pair restores its own.
+#[test]
+fn an_l1_directory_of_another_job_is_refused_with_nothing_pending() {
+    let d = tempfile::tempdir().unwrap();
+    let p = |n: &str| d.path().join(n);
+    for (job, seed) in [("a", "3"), ("b", "4")] {
+        let (l1, l2, truth) = (p(job), p(&format!("{job}2")), p(&format!("{job}.rexic")));
+        crate::util::ok(&[
+            "gen",
+            "--count",
+            "5",
+            "--seed",
+            seed,
+            "--pages",
+            "200",
+            s(&l1),
+            "--truth",
+            s(&truth),
+        ]);
+        std::fs::create_dir_all(&l2).unwrap();
+        crate::util::ok(&["push-l2", "--l1", s(&l1), "--l2", s(&l2)]);
+    }
+    let (a, b2, out) = (p("a"), p("b2"), p("x.rexic"));
+    let o = crate::util::run(&["restore", "--l1", s(&a), "--l2", s(&b2), "-o", s(&out)]);
+    assert_eq!(o.status.code(), Some(3), "{}", show(&["restore"], &o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("share no generation") && err.contains("--l2-only"),
+        "{err}"
+    );
+    assert!(!out.exists());
+    let args = [
+        "restore",
+        "--l1",
+        s(&a),
+        "--l2",
+        s(&b2),
+        "--l2-only",
+        "-o",
+        s(&out),
+    ];
+    crate::util::ok(&args);
+    crate::util::assert_image(&out, &p("b.rexic"), "--l2-only");
+    for job in ["a", "b"] {
+        let out = p(&format!("{job}-own.rexic"));
+        let (l1, l2) = (p(job), p(&format!("{job}2")));
+        crate::util::ok(&["restore", "--l1", s(&l1), "--l2", s(&l2), "-o", s(&out)]);
+        crate::util::assert_image(&out, &p(&format!("{job}.rexic")), job);
+    }
+}

@@ -794,7 +794,7 @@ pub fn table_of(cap: usize, entries: &[(u128, u32)]) -> HashTable {
 /// a failure on any rank leaves no output on any rank.
 ///
 /// With `opts.fallback`, each rank's newest state is its newest valid one
-/// ([`restore_rank_l1`], [`restore_rank`]): a rank that fell back to an
+/// ([`crate::l2::jobgen::restore_rank_l1`], [`crate::l2::jobgen::restore_rank`]): a rank that fell back to an
 /// older job generation takes the job back there, every other rank
 /// restoring its part of that job generation from L2.
 pub fn restore_job(

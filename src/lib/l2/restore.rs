@@ -289,7 +289,11 @@ pub fn restore_l1_l2_to(
         Err(e) => return Err(e),
     };
     let l1_unreadable = l1_unlisted.as_ref().map(Error::report);
-    let mut index = ChainIndex::load(job.l2.as_ref())?.overlaid_with(&l1_index);
+    let l2_index = ChainIndex::load(job.l2.as_ref())?;
+    if let Some(e) = foreign_copy(job, &l2_index, &l1_index, opts) {
+        return Err(e);
+    }
+    let mut index = l2_index.overlaid_with(&l1_index);
     if let Some(committed) = opts.job_committed {
         index = index.committed(committed);
     }
@@ -661,6 +665,50 @@ impl Attempt<'_> {
 /// Whether the L1 directory holds pending incrementals of another run than
 /// generation `m` (readable ones: a damaged file must not sway it): then `m`
 /// is not the L1 directory's state but another job's on the same L2.
+/// L1's copy of the chain and L2 share no generation, differ on one, and
+/// L2's newest is of no run L1's copy holds: L1 and L2 are two jobs' (an
+/// `--l1` or `--l2` mistaken), and L2's newest state is not the L1
+/// directory's job's. Each of L1's generations was passed over with a
+/// warning and L2's state restored with exit 0 (helper-66). `None` when
+/// they agree on a generation, or a generation is asked for.
+fn foreign_copy(
+    job: &Job,
+    l2: &ChainIndex,
+    l1: &ChainIndex,
+    opts: &RestoreOptions,
+) -> Option<Error> {
+    if opts.generation.is_some() {
+        return None;
+    }
+    let mut differs = None;
+    for (g, m) in &l1.manifests {
+        match l2.get(*g) {
+            Some(n) if n == m => return None,
+            Some(_) => {
+                differs.get_or_insert(*g);
+            }
+            None => {}
+        }
+    }
+    let g = differs?;
+    let newest = l2.newest()?;
+    if l1
+        .manifests
+        .values()
+        .any(|m| m.chain_id.is_some() && m.chain_id == newest.chain_id)
+    {
+        return None;
+    }
+    Some(Error::chain(
+        &job.l1,
+        format!(
+            "L1's copy of the chain ({}) and L2 ({}) share no generation and hold different manifests of generation {g}: they are two jobs' (or L1 is another run's leftovers); give this L2's L1 directory, or --l2-only to restore L2's newest state alone",
+            job.l1_chain.describe(),
+            job.l2.describe()
+        ),
+    ))
+}
+
 fn foreign_pending(l1_files: &[IcMeta], covered: &Covered, m: &Manifest) -> bool {
     l1_files
         .iter()

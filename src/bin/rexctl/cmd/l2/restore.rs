@@ -94,7 +94,9 @@ pub struct Args {
     /// damaged pending checkpoints (a later FULL one restarts the state),
     /// from a pending FULL checkpoint when the generation is unreadable, else
     /// the newest older valid generation of the L1 directory's own run. Says
-    /// what it left out and why on standard error. With --rank R on an MPI
+    /// what it left out and why on standard error. Only damaged or missing
+    /// data is passed over: a file the store fails to send (an I/O error,
+    /// an S3 error) fails the restore (exit 1). With --rank R on an MPI
     /// job's location, an older state is the rank's part of an older job
     /// generation; with --collective, a rank that falls back takes every
     /// rank back to the same seq.
