@@ -261,8 +261,9 @@ fn ranks_sharing_memory_store_it_once_and_every_rank_restores_bit_identically() 
         "collective L2 {coll} bytes, per-rank {alone} bytes"
     );
 
-    // A plain restore of one rank's chain cannot read the pages other ranks
-    // store, and says how to.
+    // A plain restore of one rank's chain is refused (its generations are
+    // the job's once committed, and other ranks store some of its pages),
+    // and says how to.
     let o = run(&[
         "restore",
         "--l2",
@@ -1295,4 +1296,69 @@ fn a_damaged_rank_takes_the_whole_job_back_with_fallback() {
         show(&["restore"], &o)
     );
     assert!((0..RANKS).all(|r| !image(r).exists()));
+}
+
+/// A rank's chain read as a plain chain is refused, naming `--rank`: with no
+/// shared pages (no references to stop it), a plain restore of a rank whose
+/// generation of a collective push killed before its commit restored that
+/// uncommitted generation with exit 0 (helper-66).
+#[test]
+fn a_rank_s_chain_is_never_restored_as_a_plain_chain() {
+    let _one_at_a_time = crate::util::exclusive();
+    let t = tempfile::tempdir().unwrap();
+    let (all, l1, later, l2) = (
+        t.path().join("all"),
+        t.path().join("l1"),
+        t.path().join("later"),
+        t.path().join("l2"),
+    );
+    gen_ranks(&all, "0", "64", "4", &t.path().join("truth"));
+    copy_tree(&all, &l1);
+    hold_back(&l1, &later, 2);
+    std::fs::create_dir_all(&l2).unwrap();
+    let push = ["push-l2", "--collective", "--l1", s(&l1), "--l2", s(&l2)];
+    success(&mpirun(&push, None), "first collective push");
+    release(&later, &l1);
+    let base = t.path().join("base");
+    copy_tree(&l1, &base.join("l1"));
+    copy_tree(&l2, &base.join("l2"));
+    let mut uncommitted = 0;
+    for n in [6u32, 9, 12, 16, 21, 27, 34, 40, 46, 52] {
+        let trial = t.path().join(format!("trial-{n}"));
+        copy_tree(&base, &trial);
+        let (tl1, tl2) = (trial.join("l1"), trial.join("l2"));
+        let vars = format!("REX_FAILPOINT={n} REX_FAILPOINT_SIGNAL=kill");
+        let args = ["push-l2", "--collective", "--l1", s(&tl1), "--l2", s(&tl2)];
+        mpirun(&args, Some((2, &vars)));
+        let committed = tl2.join("job/j00000002.job").is_file();
+        for r in 0..RANKS {
+            let chain = tl2.join(r.to_string());
+            uncommitted += usize::from(!committed && chain.join("g00000002.manifest").is_file());
+            let out = trial.join(format!("plain-{r}.rexic"));
+            let o = run(&["restore", "--l2", s(&chain), "-o", s(&out)]);
+            assert_eq!(
+                o.status.code(),
+                Some(3),
+                "n={n}: {}",
+                show(&["restore"], &o)
+            );
+            assert!(
+                String::from_utf8_lossy(&o.stderr).contains("--rank"),
+                "n={n}: {}",
+                show(&["restore"], &o)
+            );
+            assert!(!out.exists());
+            let (rl1, out) = (tl1.join(r.to_string()), trial.join(format!("l1-{r}.rexic")));
+            let o = run(&["restore", "--l1", s(&rl1), "--l2", s(&chain), "-o", s(&out)]);
+            assert_eq!(
+                o.status.code(),
+                Some(3),
+                "n={n}: {}",
+                show(&["restore"], &o)
+            );
+            assert!(!out.exists());
+        }
+        std::fs::remove_dir_all(&trial).unwrap();
+    }
+    assert!(uncommitted > 0, "no kill left an uncommitted generation");
 }

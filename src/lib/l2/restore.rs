@@ -245,7 +245,11 @@ pub struct RestoreReport {
 /// Restores from L2 alone (permanent failure) into `out`.
 pub fn restore_l2(l2: &dyn Store, opts: &RestoreOptions, out: &Path) -> Result<RestoreReport> {
     let out = Output::File(out);
-    let index = ChainIndex::load(l2)?.up_to_seq(opts.seq);
+    let index = ChainIndex::load(l2)?;
+    if let Some(e) = rank_chain_alone(&index, &l2.describe(), opts) {
+        return Err(e);
+    }
+    let index = index.up_to_seq(opts.seq);
     restore_with_fallback(&index, &l2.describe(), opts, None, |g, _| {
         let mut chain = OpenChain::open(l2, &index, g)?;
         opts.attach(&mut chain);
@@ -291,6 +295,9 @@ pub fn restore_l1_l2_to(
     let l1_unreadable = l1_unlisted.as_ref().map(Error::report);
     let l2_index = ChainIndex::load(job.l2.as_ref())?;
     if let Some(e) = foreign_copy(job, &l2_index, &l1_index, opts) {
+        return Err(e);
+    }
+    if let Some(e) = rank_chain_alone(&l2_index, &job.l2.describe(), opts) {
         return Err(e);
     }
     let mut index = l2_index.overlaid_with(&l1_index);
@@ -665,6 +672,30 @@ impl Attempt<'_> {
 /// Whether the L1 directory holds pending incrementals of another run than
 /// generation `m` (readable ones: a damaged file must not sway it): then `m`
 /// is not the L1 directory's state but another job's on the same L2.
+/// A rank's chain of an MPI job restored as a plain chain (no job to hold
+/// it to): its generations are the job's only once their job generation
+/// commits, which only the job's location tells. A plain restore took the
+/// newest, committed or not, with exit 0 (helper-66: a generation of a
+/// collective push killed before its commit). Refused, naming the way.
+fn rank_chain_alone(index: &ChainIndex, place: &str, opts: &RestoreOptions) -> Option<Error> {
+    if opts.xref_source.is_some() || opts.job_committed.is_some() {
+        return None;
+    }
+    let m = index
+        .manifests
+        .values()
+        .rev()
+        .find(|m| m.job_generation.is_some())?;
+    Some(Error::chain(
+        place,
+        format!(
+            "generation {} is a rank's part of job generation {} of an MPI job, whose generations count only once the job commits them: restore it with --rank R and the job's location (the directory or prefix above this one) as --l2",
+            m.generation,
+            m.job_generation.unwrap_or(0)
+        ),
+    ))
+}
+
 /// L1's copy of the chain and L2 share no generation, differ on one, and
 /// L2's newest is of no run L1's copy holds: L1 and L2 are two jobs' (an
 /// `--l1` or `--l2` mistaken), and L2's newest state is not the L1
