@@ -361,6 +361,54 @@ fn ranks_sharing_memory_store_it_once_and_every_rank_restores_bit_identically() 
             &format!("collective, rank {r}"),
         );
     }
+    // A mistyped --l1 (no rank finds its directory there) is refused on
+    // every rank, no image anywhere: it read as every node lost, L2's
+    // older state with exit 0 (helper-66). Every node lost is --l2-only.
+    let typo = t.path().join("l1-typo");
+    let coll2 = t.path().join("collective-typo");
+    std::fs::create_dir_all(&coll2).unwrap();
+    let o = mpirun(
+        &[
+            "restore",
+            "--collective",
+            "--l1",
+            s(&typo),
+            "--l2",
+            s(&l2),
+            "-o",
+            s(&coll2.join("image-{rank}.rexic")),
+        ],
+        None,
+    );
+    assert_eq!(o.status.code(), Some(5), "{}", show(&["restore"], &o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--l2-only"),
+        "{}",
+        show(&["restore"], &o)
+    );
+    assert_eq!(std::fs::read_dir(&coll2).unwrap().count(), 0);
+    let o = mpirun(
+        &[
+            "restore",
+            "--collective",
+            "--l1",
+            s(&typo),
+            "--l2-only",
+            "--l2",
+            s(&l2),
+            "-o",
+            s(&coll2.join("image-{rank}.rexic")),
+        ],
+        None,
+    );
+    success(&o, "collective restore from L2 alone");
+    for r in 0..RANKS {
+        assert_image(
+            &coll2.join(format!("image-{r}.rexic")),
+            &truth3.join(format!("{r}.rexic")),
+            &format!("collective from L2 alone, rank {r}"),
+        );
+    }
     // Every rank's checkpoints back: every rank at seq 6.
     for seq in 4..=6 {
         let n = format!("ckpt-{seq:08}.rexic");

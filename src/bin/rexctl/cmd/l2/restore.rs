@@ -108,7 +108,9 @@ pub struct Args {
     /// was lost), the ranks agree on the smallest seq restored, ranks ahead
     /// restore that seq, and each image appears at `--out`, `{rank}`
     /// replaced by the rank, only once every rank has its image of that seq.
-    /// Needs a rexctl built with the cargo feature `mpi`.
+    /// When no rank finds its L1/R (a mistyped --l1?), refused on every
+    /// rank (exit 5); after losing every node, give --l2-only. Needs a
+    /// rexctl built with the cargo feature `mpi`.
     #[arg(long, conflicts_with_all = ["generation", "job_generation"])]
     collective: bool,
     /// Print a JSON object instead of text.
@@ -317,13 +319,36 @@ fn collective(a: &Args, s: &Settings, opts: &RestoreOptions) -> anyhow::Result<i
             return Err(e.into());
         }
     };
-    let _ = agree(&comm, Ok(Vec::new()), "starting the collective restore")?;
+    // Each rank says whether it found its L1 directory: when none did, the
+    // `--l1` given names nothing of this job (a typo, another path), and
+    // restoring from L2 alone would silently give an older state than the
+    // pending checkpoints that are somewhere else (helper-66). Every node
+    // lost is said with --l2-only, as for a single rank.
+    let found = l1
+        .as_ref()
+        .is_some_and(|l| l.join(rank.to_string()).is_dir());
+    let all = agree(
+        &comm,
+        Ok(vec![u8::from(found)]),
+        "starting the collective restore",
+    )?;
+    if let Some(l1) = &l1
+        && !all.iter().any(|b| b.first() == Some(&1))
+    {
+        return Err(rexctl::Error::Invalid(format!(
+            "L1 directory {}: none of the job's {} ranks finds its subdirectory there ({}): give --l2-only to restore every rank from L2 alone (every node lost)",
+            l1.display(),
+            comm.size(),
+            l1.join("R").display()
+        ))
+        .into());
+    }
     let opts = RestoreOptions {
         l1_locked: reading.is_some(),
         ..opts.clone()
     };
     if let Some(l1) = &l1
-        && !l1.join(rank.to_string()).is_dir()
+        && !found
     {
         warnln!(
             "rank {rank}: {} is missing (a lost node): restoring from L2 alone",
