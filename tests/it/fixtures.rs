@@ -321,6 +321,8 @@ const CORRUPT: &[(&str, &str, u64, Stage)] = &[
     ("ext-instance-id-all-zero", "extension", 140, Meta),
     ("ext-instance-id-short", "extension", 140, Meta),
     ("ext-two-instance-ids", "extension", 164, Meta),
+    ("ext-continues-short", "extension", 164, Meta),
+    ("ext-two-continues", "extension", 188, Meta),
     // Region tables (FORMAT.md §2.12).
     ("regions-page-outside-table", "page index", 80, Meta),
     ("regions-wrong-page-count", "region table", 132, Meta),

@@ -1793,6 +1793,79 @@ mod rust_api {
         rex.finalize().unwrap();
     }
 
+    /// A fork whose own predecessor is simply missing: B's seq 3 gone, B's
+    /// seq 4 beside C's seq 3. B's seq 4 says it continues a checkpoint of
+    /// B's (§2.11.2), so it never continues C's: the restart gives C's
+    /// state of seq 3 and sets B's seq 4 aside; a restore refuses the pair
+    /// and a push keeps them (helper-67: C→B read as a hand-over, and C's
+    /// seq 3 plus B's seq 4 restored, an image no process had).
+    #[test]
+    fn a_fork_whose_predecessor_is_missing_never_continues_the_other_copy() {
+        let d = tempfile::tempdir().unwrap();
+        let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
+        let n = 8 * 4096;
+        let states = fork_in_l1(d.path(), n);
+        let three = l1.join(rexctl::l1::ic_file_name(3));
+        std::fs::remove_file(&three).unwrap();
+        std::fs::rename(l1.join("fork-3.rexic"), &three).unwrap();
+        let four = l1.join(rexctl::l1::ic_file_name(4));
+        let m4 = IcFile::open(&four).unwrap().into_meta();
+        assert!(
+            m4.continues.is_some_and(|c| c == m4.instance),
+            "B's seq 4 names B as the writer of the checkpoint it continues"
+        );
+        let shown = crate::util::ok(&["inspect", crate::util::s(&four)]);
+        assert!(
+            shown.contains(&format!("continues instance {}", m4.instance.unwrap())),
+            "{shown}"
+        );
+        // The CLI: a restore from L1 plus L2 refuses; a push keeps both.
+        let out = d.path().join("image.rexic");
+        let o = crate::util::run(&[
+            "restore",
+            "--l1",
+            crate::util::s(&l1),
+            "--l2",
+            crate::util::s(&l2),
+            "-o",
+            crate::util::s(&out),
+        ]);
+        assert_eq!(
+            o.status.code(),
+            Some(3),
+            "{}",
+            crate::util::show(&["restore"], &o)
+        );
+        assert!(String::from_utf8_lossy(&o.stderr).contains("(a fork)"));
+        assert!(!out.exists());
+        let o = crate::util::run(&[
+            "push-l2",
+            "--l1",
+            crate::util::s(&l1),
+            "--l2",
+            crate::util::s(&l2),
+        ]);
+        assert_eq!(
+            o.status.code(),
+            Some(3),
+            "{}",
+            crate::util::show(&["push-l2"], &o)
+        );
+        assert!(three.exists() && four.exists());
+        // librex's restart: C's state of seq 3, B's seq 4 set aside.
+        let mut rex = Rex::with_config(config(&l1, &l2, false, TrackerChoice::Mprotect)).unwrap();
+        let a = rex.alloc(4, n).unwrap();
+        let rep = rex.restart().unwrap();
+        let note = rep.fell_back.expect("no fallback reported");
+        assert_eq!(rep.seq, 3, "{note}");
+        assert!(note.contains("(a fork)"), "{note}");
+        // SAFETY: `n` bytes from rex.alloc.
+        let got = unsafe { std::slice::from_raw_parts(a, n) };
+        assert!(got == &states[1][..], "not C's state of seq 3: {note}");
+        assert!(!four.exists() && aside(&four).exists(), "{note}");
+        rex.finalize().unwrap();
+    }
+
     /// The restart of [`a_fork_s_next_checkpoint_never_continues_the_other_copy`]
     /// killed at each of its durable operations in turn (`REX_FAILPOINT`,
     /// in a child process: [`child_restart`]), then run again: every

@@ -1410,3 +1410,133 @@ fn a_rank_s_chain_is_never_restored_as_a_plain_chain() {
     }
     assert!(uncommitted > 0, "no kill left an uncommitted generation");
 }
+
+/// `verify`, `status` and `gc` of a job's location take the job's L1
+/// directory (each rank's L1/R) and `--rank R` (rank R's chain, on a
+/// directory as on a bucket); a rank's chain alone is refused by verify
+/// as by restore; gc collects every rank it can (helper-66: verify said ok
+/// with a rank's pending checkpoint damaged, `--rank 1` read the job's
+/// top level as a plain chain, `verify --l2 JOB/1` passed an uncommitted
+/// generation, and gc stopped with exit 1 at a missing rank).
+#[test]
+fn verify_status_and_gc_of_a_job_check_each_rank_s_l1_and_take_a_rank() {
+    let _one_at_a_time = crate::util::exclusive();
+    let t = tempfile::tempdir().unwrap();
+    let (all, truth) = (t.path().join("all"), t.path().join("truth"));
+    gen_ranks(&all, "0.5", "300", "6", &truth);
+    let (l1, later, l2) = (
+        t.path().join("l1"),
+        t.path().join("later"),
+        t.path().join("l2"),
+    );
+    copy_tree(&all, &l1);
+    hold_back(&l1, &later, 3);
+    std::fs::create_dir_all(&l2).unwrap();
+    let o = mpirun(
+        &["push-l2", "--collective", "--l1", s(&l1), "--l2", s(&l2)],
+        None,
+    );
+    success(&o, "collective push");
+    release(&later, &l1);
+
+    // Every rank's L1: its pending checkpoints, checked.
+    let text = ok(&["verify", "--l2", s(&l2), "--l1", s(&l1)]);
+    for r in 0..RANKS {
+        assert!(
+            text.contains(&format!("rank {r} L1 "))
+                && text.contains("3 checkpoints pending (seqs 4..=6)"),
+            "{text}"
+        );
+    }
+    // A pending checkpoint of rank 2 whose page data is damaged.
+    let victim = l1.join("2/ckpt-00000005.rexic");
+    let good = std::fs::read(&victim).unwrap();
+    let mut bad = good.clone();
+    let at = bad.len() - 100;
+    bad[at] ^= 0x40;
+    std::fs::write(&victim, &bad).unwrap();
+    let o = run(&["verify", "--l2", s(&l2), "--l1", s(&l1)]);
+    assert_eq!(o.status.code(), Some(3), "{}", show(&["verify"], &o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("rank 2 L1: BAD") && out.contains("ckpt-00000005.rexic"),
+        "{out}"
+    );
+    // L2 alone is fine.
+    ok(&["verify", "--l2", s(&l2)]);
+    std::fs::write(&victim, &good).unwrap();
+
+    // One rank: its chain (references read from the others) and its L1.
+    let text = ok(&["verify", "--l2", s(&l2), "--l1", s(&l1), "--rank", "1"]);
+    assert!(text.contains("rank 1: generation 1"), "{text}");
+    assert!(!text.contains("rank 0"), "{text}");
+    let text = ok(&["status", "--l2", s(&l2), "--l1", s(&l1), "--rank", "1"]);
+    assert!(
+        text.contains("rank 1 of the MPI job") && text.contains("generation 1 in job generation 1"),
+        "{text}"
+    );
+    assert!(text.contains("1 chain in L2"), "{text}");
+    assert!(
+        text.contains("3 pending L1 checkpoints (seq 4..=6"),
+        "{text}"
+    );
+    let o = run(&["verify", "--l2", s(&l2), "--rank", "4"]);
+    assert_eq!(o.status.code(), Some(5), "{}", show(&["verify"], &o));
+    // A rank's chain alone is refused, naming the way.
+    let o = run(&["verify", "--l2", s(&l2.join("1"))]);
+    assert_eq!(o.status.code(), Some(3), "{}", show(&["verify"], &o));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--rank R"));
+
+    // An --l1 under which no rank has its directory: a typo (exit 5).
+    let typo = t.path().join("l1-typo");
+    for cmd in ["verify", "status"] {
+        let o = run(&[cmd, "--l2", s(&l2), "--l1", s(&typo)]);
+        assert_eq!(o.status.code(), Some(5), "{}", show(&[cmd], &o));
+    }
+    // One rank's L1 missing (a lost node): said, and not ok.
+    let aside = t.path().join("aside-3");
+    std::fs::rename(l1.join("3"), &aside).unwrap();
+    for cmd in ["verify", "status"] {
+        let o = run(&[cmd, "--l2", s(&l2), "--l1", s(&l1)]);
+        assert_eq!(o.status.code(), Some(3), "{}", show(&[cmd], &o));
+        assert!(
+            String::from_utf8_lossy(&o.stdout).contains("rank 3 L1: BAD"),
+            "{}",
+            show(&[cmd], &o)
+        );
+    }
+    std::fs::rename(&aside, l1.join("3")).unwrap();
+    ok(&["status", "--l2", s(&l2), "--l1", s(&l1)]);
+
+    // gc: rank 2's chain missing is said (exit 3), ranks 1 and 3 are
+    // collected all the same; --rank 1 collects rank 1 alone.
+    let junk = |r: u32| l2.join(format!("{r}/g00000099.rps"));
+    for r in [1, 3] {
+        std::fs::write(junk(r), b"left by a crash").unwrap();
+    }
+    let aside = t.path().join("aside-l2-2");
+    std::fs::rename(l2.join("2"), &aside).unwrap();
+    let o = run(&["gc", "--l2", s(&l2), "--grace", "0"]);
+    assert_eq!(o.status.code(), Some(3), "{}", show(&["gc"], &o));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("rank 2"));
+    assert!(!junk(1).exists() && !junk(3).exists());
+    std::fs::rename(&aside, l2.join("2")).unwrap();
+    for r in [1, 3] {
+        std::fs::write(junk(r), b"left by a crash").unwrap();
+    }
+    let text = ok(&[
+        "gc",
+        "--l2",
+        s(&l2),
+        "--grace",
+        "0",
+        "--rank",
+        "1",
+        "--l1",
+        s(&l1),
+    ]);
+    assert!(text.contains("deleted g00000099.rps"), "{text}");
+    assert!(!junk(1).exists() && junk(3).exists());
+    // Nothing of the job was lost on the way.
+    assert_ranks_restore_l1(&l1, &l2, &truth, t.path(), "after verify, status and gc");
+}

@@ -1113,6 +1113,7 @@ impl Hand {
                 .instance
                 .map(|b| rexctl::format::ic::InstanceId([b; 16])),
             regions: None,
+            continues: None,
         };
         let mut w = rexctl::format::ic::IcWriter::create_ext(
             &path,
@@ -1201,6 +1202,94 @@ fn an_older_runs_full_with_a_higher_seq_never_beats_the_restarted_run() {
     let err = refused_and_kept(&push_args(&l1, &l2), &l1);
     assert!(err.contains("runs are ordered by time"), "{err}");
     let (out, _) = restore(&l2, Some(&l1), &[], &d.path().join("r"));
+    assert_eq!(out.status.code(), Some(3), "{}", show(&["restore"], &out));
+}
+
+/// A generation damaged in both copies (L2's and L1's) whose checkpoints
+/// are still in L1 (its push stopped before deleting them): `--fallback`
+/// restores the generation before it with those checkpoints and the
+/// pending ones on top, the newest state (helper-67: the generation before
+/// it alone, an older state, and librex set the checkpoints aside).
+#[test]
+fn a_generation_damaged_in_both_copies_falls_back_through_its_checkpoints_still_in_l1() {
+    let d = tempfile::tempdir().unwrap();
+    let (l1, l2, truth) = (d.path().join("l1"), d.path().join("l2"), d.path().join("t"));
+    let kept = d.path().join("kept");
+    std::fs::create_dir_all(&kept).unwrap();
+    let mut w = workload("balanced", 64, 11);
+    take_until(&mut w, &l1, 3, &truth);
+    rex_ok(&push_args(&l1, &l2));
+    take_until(&mut w, &l1, 6, &truth);
+    for seq in 4..=6 {
+        let n = ic_file_name(seq);
+        std::fs::copy(l1.join(&n), kept.join(&n)).unwrap();
+    }
+    rex_ok(&push_args(&l1, &l2));
+    // The push's deletions had not happened.
+    for seq in 4..=6 {
+        let n = ic_file_name(seq);
+        std::fs::copy(kept.join(&n), l1.join(&n)).unwrap();
+    }
+    let want = take_until(&mut w, &l1, 8, &truth);
+    // Generation 2's Pointer File damaged in L2 and in L1's copy.
+    for dir in [l2.clone(), l1.join("rex")] {
+        let pf = gen_file(&dir, 2, "pf");
+        let mut b = std::fs::read(&pf).unwrap();
+        let i = b.len() / 2;
+        b[i] ^= 0x20;
+        std::fs::write(&pf, &b).unwrap();
+    }
+    let (out, _) = restore(&l2, Some(&l1), &[], &d.path().join("r0"));
+    assert_eq!(out.status.code(), Some(3), "{}", show(&["restore"], &out));
+    let (out, img) = restore(&l2, Some(&l1), &["--fallback"], &d.path().join("r1"));
+    assert!(out.status.success(), "{}", show(&["restore"], &out));
+    assert!(
+        stderr(&out).contains("fell back to generation 1"),
+        "{}",
+        stderr(&out)
+    );
+    assert_image(&img, &want, "generation 1 with checkpoints 4..=8 of L1");
+}
+
+/// `--seq S` of a run restarted in L1 (its FULL checkpoint pending, newer
+/// than L2's generation of the old run, its seqs counted from 0 again):
+/// the state at S is the new run's, also when no generation ends at or
+/// before S (helper-68: refused with exit 3 whenever the old run's oldest
+/// generation ended after S, so an MPI restart's `--seq 1` failed).
+#[test]
+fn seq_of_a_run_restarted_in_l1_restores_below_every_generation() {
+    let d = tempfile::tempdir().unwrap();
+    let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
+    let mut a = Hand::new(&l1);
+    for seq in 0..4 {
+        a.ic(seq, seq == 0, &[1, 2, seq + 3], 100 + seq, Some(0xA));
+    }
+    rex_ok(&push_args(&l1, &l2));
+    let mut b = Hand::new(&l1);
+    b.ic(0, true, &[7, 8], 200, Some(0xB));
+    let b0 = b.truth(&d.path().join("b0.rexic"));
+    b.ic(1, false, &[8], 201, Some(0xB));
+    let b1 = b.truth(&d.path().join("b1.rexic"));
+    for (seq, want) in [("0", &b0), ("1", &b1)] {
+        restores(
+            &l2,
+            Some(&l1),
+            &["--seq", seq],
+            &d.path().join(format!("r{seq}")),
+            want,
+            &format!("--seq {seq} of the restarted run"),
+        );
+    }
+    restores(
+        &l2,
+        Some(&l1),
+        &[],
+        &d.path().join("rn"),
+        &b1,
+        "the newest state",
+    );
+    // A seq the new run has not reached is not the old run's either.
+    let (out, _) = restore(&l2, Some(&l1), &["--seq", "2"], &d.path().join("r2"));
     assert_eq!(out.status.code(), Some(3), "{}", show(&["restore"], &out));
 }
 

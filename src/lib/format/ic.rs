@@ -45,6 +45,10 @@ pub const EXT_OPTIONAL: u32 = 1 << 31;
 /// Extension record tag (optional): the 16-byte instance id of the process
 /// that wrote the checkpoint.
 pub const EXT_INSTANCE: u32 = EXT_OPTIONAL | 3;
+/// Extension record tag (optional): the instance id of the writer of the
+/// checkpoint an incremental continues (seq - 1), 16 bytes, all zero when
+/// that checkpoint names no instance (docs/FORMAT.md §2.11.2).
+pub const EXT_CONTINUES: u32 = EXT_OPTIONAL | 4;
 /// Length of the fixed header.
 pub const HEADER_LEN: u64 = 64;
 /// Flag bit 0: the file holds every live page.
@@ -195,6 +199,10 @@ pub struct IcExt {
     pub regions: Option<RegionTable>,
     /// The instance id of the process that wrote it (record `0x8000_0003`).
     pub instance: Option<InstanceId>,
+    /// Whose checkpoint it continues (record `0x8000_0004`): `Some(w)`,
+    /// with `w` the instance id of the writer of seq - 1 (`None`: that
+    /// checkpoint names no instance); `None` when the file does not say.
+    pub continues: Option<Option<InstanceId>>,
 }
 
 impl IcExt {
@@ -225,6 +233,9 @@ impl IcExt {
         if let Some(i) = self.instance {
             record(EXT_INSTANCE, &i.0);
         }
+        if let Some(c) = self.continues {
+            record(EXT_CONTINUES, &c.map_or([0; 16], |i| i.0));
+        }
         e
     }
 }
@@ -240,6 +251,7 @@ pub fn encode_ext(chain: Option<ChainId>) -> Vec<u8> {
 pub(crate) fn parse_ext(path: &Path, base: u64, page_size: u32, ext: &[u8]) -> Result<IcExt> {
     let mut chain = None;
     let mut instance = None;
+    let mut continues = None;
     let mut regions = None;
     let mut seen_regions = false;
     let mut at = 0usize;
@@ -284,6 +296,17 @@ pub(crate) fn parse_ext(path: &Path, base: u64, page_size: u32, ext: &[u8]) -> R
             EXT_INSTANCE => {
                 instance = Some(InstanceId(id16("instance id", instance.is_some())?));
             }
+            EXT_CONTINUES => {
+                if continues.is_some() {
+                    return Err(bad("a second continued-instance record".into()));
+                }
+                let id: [u8; 16] = value.try_into().map_err(|_| {
+                    bad(format!(
+                        "continued-instance record of {len} bytes, expected 16"
+                    ))
+                })?;
+                continues = Some((id != [0; 16]).then_some(InstanceId(id)));
+            }
             EXT_REGIONS => {
                 if seen_regions {
                     return Err(bad("a second region table".into()));
@@ -304,6 +327,7 @@ pub(crate) fn parse_ext(path: &Path, base: u64, page_size: u32, ext: &[u8]) -> R
         chain,
         regions,
         instance,
+        continues,
     })
 }
 
@@ -492,6 +516,8 @@ pub struct IcMeta {
     /// The process that wrote it (§2.11.2); `None` when the file does not
     /// say (older producers, version 1).
     pub instance: Option<InstanceId>,
+    /// Whose checkpoint it continues ([`IcExt::continues`]).
+    pub continues: Option<Option<InstanceId>>,
     /// Bytes read from the file to obtain this (header + metadata block).
     pub bytes_read: u64,
 }
@@ -570,6 +596,7 @@ impl IcMeta {
             chain_id: parsed.3.chain,
             regions: parsed.3.regions,
             instance: parsed.3.instance,
+            continues: parsed.3.continues,
             bytes_read: HEADER_LEN + meta_len as u64,
         })
     }

@@ -215,9 +215,10 @@ pub struct OtherRun {
 }
 
 /// Who wrote a seq of a generation's run, by its spans.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Writer {
     /// The spans do not reach back to the seq (or there are none).
+    #[default]
     Unknown,
     /// Files that carry no instance id.
     NoId,
@@ -233,6 +234,17 @@ impl Writer {
         match self {
             Writer::Id(i) => Some(i),
             _ => None,
+        }
+    }
+
+    /// What a checkpoint that continues this writer's records
+    /// ([`crate::format::ic::IcExt::continues`]): `None` when the writer
+    /// is not known.
+    pub fn continued(self) -> Option<Option<InstanceId>> {
+        match self {
+            Writer::Id(i) => Some(Some(i)),
+            Writer::NoId => Some(None),
+            Writer::Unknown | Writer::Forgotten => None,
         }
     }
 }

@@ -354,6 +354,12 @@ pub struct Rex {
     /// restarted from a restore continues the run as a new instance, so two
     /// copies restarted from one state never pass for each other.
     instance: InstanceId,
+    /// The writer of the checkpoint the next incremental continues, when
+    /// known (`Some(None)`: it names no instance): this process after its
+    /// first checkpoint, the restored checkpoint's writer after a restart.
+    /// Recorded in the file (§2.11.2), so that a fork's checkpoint whose
+    /// own predecessor is missing never continues another copy's.
+    continues: Option<Option<InstanceId>>,
     /// Region table of the newest checkpoint (drops are computed from it).
     prev_table: Option<RegionTable>,
     /// The next checkpoint must be FULL.
@@ -462,6 +468,7 @@ impl Rex {
             seq: None,
             chain: None,
             instance: InstanceId::random()?,
+            continues: None,
             prev_table: None,
             need_full: true,
             writer: None,
@@ -856,6 +863,7 @@ impl Rex {
             chain: Some(chain),
             regions: Some(table.clone()),
             instance: Some(self.instance),
+            continues: if full { None } else { self.continues },
         };
         let time_ns = now_ns();
         let l2 = self.l2.as_ref().map(|t| t.shared.clone());
@@ -881,6 +889,7 @@ impl Rex {
         self.writer = Some(writer);
         self.seq = Some(seq);
         self.chain = Some(chain);
+        self.continues = Some(Some(self.instance));
         self.prev_table = Some(table);
         self.need_full = false;
         self.checkpoints += 1;
@@ -1452,6 +1461,7 @@ impl Rex {
         }
         self.seq = Some(report.seq);
         self.chain = report.chain_id;
+        self.continues = report.writer.continued();
         self.prev_table = Some(table);
         // Continue the run, unless the restore had to leave damaged
         // checkpoints behind: then a new run, so nothing of that tail is

@@ -897,6 +897,10 @@ pub struct Writers {
     run: Option<Option<ChainId>>,
     current: Option<InstanceId>,
     ended: std::collections::HashSet<InstanceId>,
+    /// The writer of the run's last checkpoint so far (`Some(None)`: it
+    /// names no instance), when known: the one the next checkpoint must
+    /// say it continues, if it says (§2.11.2).
+    last: Option<Option<InstanceId>>,
 }
 
 impl Writers {
@@ -911,6 +915,8 @@ impl Writers {
                 w.see(id);
             }
         }
+        // The last span reaches the generation's last seq.
+        w.last = spans.last().and_then(|s| (!s.forgotten).then_some(s.id));
         w
     }
 
@@ -941,11 +947,33 @@ impl Writers {
     /// it can): its instance had handed the run over. A file of another
     /// run (a FULL one starts it) starts afresh; a FULL file of the same run
     /// does not.
+    ///
+    /// A checkpoint that names the writer of the checkpoint it continues
+    /// (§2.11.2) must continue the run's last one: a file of a fork whose
+    /// own predecessor is missing would otherwise read as a hand-over
+    /// (helper-67: B's seq 3 gone, B's seq 4 taken on top of C's seq 3, an
+    /// image no process had).
     fn refuse(&mut self, m: &IcMeta) -> Option<String> {
         if self.run.is_some_and(|r| !same_run(r, m.chain_id)) {
             *self = Writers::default();
         }
         self.run = Some(m.chain_id);
+        let last = self.last.replace(m.instance);
+        if !m.is_full()
+            && let (Some(c), Some(l)) = (m.continues, last)
+            && c != l
+        {
+            // Not taken: the run's last checkpoint stays the one before.
+            self.last = last;
+            return Some(format!(
+                "seq {} of {} continues a checkpoint written by {}, but seq {} before it was written by {}: two copies of the job wrote the run (a fork)",
+                m.seq(),
+                run_name(m.chain_id),
+                instance_name(c),
+                m.seq().wrapping_sub(1),
+                instance_name(l)
+            ));
+        }
         let id = m.instance?;
         let before = self.current;
         (!self.see(id)).then(|| {

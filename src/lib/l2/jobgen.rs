@@ -657,6 +657,27 @@ pub struct RankCheck {
     /// Its verification (with `verify`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub verify: Option<VerifyReport>,
+    /// Its L1 directory, when the job's was given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub l1: Option<RankL1>,
+}
+
+/// A rank's L1 directory (`L1/R`), in a job's status or verification.
+#[derive(Clone, Debug, Serialize)]
+pub struct RankL1 {
+    /// The directory.
+    pub dir: std::path::PathBuf,
+    /// It does not exist (a lost node, or a mistyped path).
+    pub missing: bool,
+    /// Checkpoints waiting there for the next push.
+    pub pending_ics: usize,
+    /// Their seqs.
+    pub pending_seqs: Option<(u64, u64)>,
+    /// Checkpoints librex set aside there.
+    pub set_aside: Vec<std::path::PathBuf>,
+    /// What is wrong with it: its pending checkpoints, its copy of the
+    /// rank's chain (with `verify`: every finding).
+    pub errors: Vec<String>,
 }
 
 /// A job's state: its job generations and each rank's part of the newest.
@@ -676,7 +697,19 @@ pub struct JobStatus {
 
 /// The state of the job at `root`; with `verify`, every rank's chains are
 /// checked end to end too (pages stored by other ranks read from theirs).
-pub fn job_status(root: &JobRoot, verify: bool) -> Result<JobStatus> {
+/// With the job's L1 directory `l1_root`, each rank's `l1_root/R` too (its
+/// pending checkpoints; with `verify`, its copy of the rank's chain, as a
+/// single chain's verify does). With `only`, rank `only` alone.
+///
+/// An `l1_root` under which no rank of the job has its directory names
+/// nothing of this job (a mistyped path): refused, as a collective restore
+/// refuses it.
+pub fn job_status(
+    root: &JobRoot,
+    verify: bool,
+    l1_root: Option<&Path>,
+    only: Option<u32>,
+) -> Result<JobStatus> {
     let jobs = JobIndex::load(root.job_store(false)?.as_ref())?;
     let mut st = JobStatus {
         location: root.describe(),
@@ -693,32 +726,104 @@ pub fn job_status(root: &JobRoot, verify: bool) -> Result<JobStatus> {
         return Ok(st);
     };
     st.ranks = jm.ranks;
+    let ranks: Vec<u32> = match only {
+        Some(r) if r >= jm.ranks => {
+            return Err(Error::Invalid(format!(
+                "--rank {r}: the job at {} has {} ranks (job generation {})",
+                root.describe(),
+                jm.ranks,
+                jm.job_generation
+            )));
+        }
+        Some(r) => vec![r],
+        None => (0..jm.ranks).collect(),
+    };
+    if let Some(l1) = l1_root
+        && !(0..jm.ranks).any(|r| l1.join(r.to_string()).is_dir())
+    {
+        return Err(Error::Invalid(format!(
+            "L1 directory {}: none of the job's {} ranks has its subdirectory there ({}): a mistyped --l1? Leave it out (or give --l2-only) to read L2 alone",
+            l1.display(),
+            jm.ranks,
+            l1.join("R").display()
+        )));
+    }
     let xrefs: Arc<dyn XrefSource> = JobXrefs::new(root.clone());
-    for rank in 0..jm.ranks {
+    for rank in ranks {
         let mut rc = RankCheck {
             rank,
             generation: None,
             error: None,
             verify: None,
+            l1: None,
         };
+        let dir = l1_root.map(|l| l.join(rank.to_string()));
         let r = root.rank_store(rank, false).and_then(|store| {
             rc.generation = Some(check_member(store.as_ref(), jm, rank)?);
+            let job = match &dir {
+                Some(d) if d.is_dir() => Some(Job::open_read(d, root.rank_store(rank, false)?)?),
+                _ => None,
+            };
             if verify {
-                let mut report = VerifyReport::default();
-                crate::l2::restore::verify_store_with(
+                rc.verify = Some(crate::l2::restore::verify_with(
                     store.as_ref(),
-                    "L2",
+                    job.as_ref(),
                     Some(&xrefs),
-                    &mut report,
-                )?;
-                rc.verify = Some(report);
+                )?);
+            }
+            if let Some(job) = &job {
+                rc.l1 = Some(rank_l1(job, rc.verify.as_mut())?);
             }
             Ok(())
         });
         rc.error = r.err().map(|e| e.report());
+        if let Some(d) = dir
+            && rc.l1.is_none()
+            && !d.is_dir()
+        {
+            rc.l1 = Some(RankL1 {
+                errors: vec![format!(
+                    "{}: no such directory (a lost node? its restore reads L2 alone)",
+                    d.display()
+                )],
+                dir: d,
+                missing: true,
+                pending_ics: 0,
+                pending_seqs: None,
+                set_aside: Vec::new(),
+            });
+        }
         st.members.push(rc);
     }
     Ok(st)
+}
+
+/// What a rank's L1 directory holds; the L1 findings of its verification
+/// (`verified`) are moved into it.
+fn rank_l1(job: &Job, verified: Option<&mut VerifyReport>) -> Result<RankL1> {
+    let s = crate::l2::status::status(job)?;
+    let mut errors: Vec<String> = s
+        .invalid
+        .iter()
+        .filter(|e| e.starts_with("L1 "))
+        .cloned()
+        .collect();
+    errors.extend(s.pending_error);
+    if let Some(v) = verified {
+        for e in std::mem::take(&mut v.l1_errors) {
+            if !errors.contains(&e) {
+                errors.push(e);
+            }
+        }
+    }
+    Ok(RankL1 {
+        dir: job.l1.clone(),
+        missing: false,
+        pending_ics: s.pending_ics,
+        pending_seqs: s.pending_seqs,
+        set_aside: s.set_aside,
+        errors,
+    })
 }
 
 impl JobStatus {
@@ -728,6 +833,7 @@ impl JobStatus {
         self.invalid.is_empty()
             && self.members.iter().all(|m| {
                 m.error.is_none()
+                    && m.l1.as_ref().is_none_or(|l| l.errors.is_empty())
                     && m.verify.as_ref().is_none_or(|v| {
                         v.invalid_manifests.is_empty()
                             && v.l1_errors.is_empty()

@@ -38,7 +38,7 @@ use crate::durable::AtomicFile;
 use crate::error::{Error, Result};
 use crate::format::chunked::{ChunkedFile, Kind, check_all_parallel};
 use crate::format::ic::{ChainId, IcExt, IcFile, IcMeta, IcWriter, RegionTable};
-use crate::format::manifest::{Manifest, Role, generation_of};
+use crate::format::manifest::{Manifest, Role, Writer, generation_of};
 use crate::format::ptable::PTableDelta;
 use crate::l1::coalesce::{PageLayer, merge_layers};
 use crate::l1::{Covered, L1Dir, LeftOut, same_run};
@@ -240,6 +240,11 @@ pub struct RestoreReport {
     /// The region table of the restored state (checkpoints written by
     /// librex); a REX-IC image carries it too.
     pub regions: Option<RegionTable>,
+    /// Who wrote the restored state's checkpoint (seq `seq`): a job that
+    /// continues the run records it in its next checkpoint
+    /// ([`crate::format::ic::IcExt::continues`]).
+    #[serde(skip)]
+    pub writer: Writer,
 }
 
 /// Restores from L2 alone (permanent failure) into `out`.
@@ -305,8 +310,21 @@ pub fn restore_l1_l2_to(
         index = index.committed(committed);
     }
     let oldest = index.manifests.values().next().cloned();
+    let all_newest = index.newest().map(Covered::from);
     index = index.up_to_seq(opts.seq);
     if let (Some(want), Some(o), None) = (opts.seq, &oldest, index.newest()) {
+        // A run restarted in L1 (its FULL checkpoint newer than every
+        // generation, its seqs counted from 0 again) holds S on its own:
+        // that FULL checkpoint and the files after it, up to S, with no
+        // generation under them (helper-68: refused while an older run's
+        // generation happened to end after S).
+        if let Ok(l1) = L1Dir::scan_after_up_to(&job.l1, all_newest, Some(want))
+            && l1.files.first().is_some_and(IcMeta::is_full)
+        {
+            let mut report = RestoreReport::default();
+            write_image(None, &l1.files, opts, out, &mut report)?;
+            return Ok(report);
+        }
         // Every generation ends after S: the checkpoints before them are
         // coalesced into them and gone from L1.
         return Err(Error::chain(
@@ -563,13 +581,25 @@ impl Attempt<'_> {
         // Pending IC files extend the newest generation; when falling back,
         // also the newest generation of their own run (the L1 directory's
         // run, which another job's newer chain on the same L2 must not
-        // replace).
+        // replace), and an older one of it that L1 still continues: every
+        // later one was passed over, and the files a later generation
+        // coalesced, still in L1 when its push stopped before deleting
+        // them, and the ones after give the newest state there is
+        // (helper-67: a generation damaged in both copies took the restore
+        // back to the one before it alone, and librex set aside the files
+        // that continued it).
         let newest_of_run = !index
             .manifests
             .range(g + 1..)
             .any(|(_, n)| same_run(n.chain_id, m.chain_id));
+        let continued = l1_files.iter().any(|f| {
+            Some(f.seq()) == m.last_seq.checked_add(1) && same_run(f.chain_id, m.chain_id)
+        });
         let pending_apply = Some(g) == newest
-            || (!first && opts.fallback && opts.generation.is_none() && newest_of_run);
+            || (!first
+                && opts.fallback
+                && opts.generation.is_none()
+                && (newest_of_run || continued));
         // Falling back, a generation of another run than the L1 directory's
         // pending incrementals is another job's state (two jobs on one L2):
         // passed over, so the walk reaches the L1 directory's own run.
@@ -681,6 +711,12 @@ fn rank_chain_alone(index: &ChainIndex, place: &str, opts: &RestoreOptions) -> O
     if opts.xref_source.is_some() || opts.job_committed.is_some() {
         return None;
     }
+    rank_chain(index, place, "restore")
+}
+
+/// The refusal of [`rank_chain_alone`] for `what` (restore, verify), when
+/// the chain holds a generation of a job generation.
+fn rank_chain(index: &ChainIndex, place: &str, what: &str) -> Option<Error> {
     let m = index
         .manifests
         .values()
@@ -689,7 +725,7 @@ fn rank_chain_alone(index: &ChainIndex, place: &str, opts: &RestoreOptions) -> O
     Some(Error::chain(
         place,
         format!(
-            "generation {} is a rank's part of job generation {} of an MPI job, whose generations count only once the job commits them: restore it with --rank R and the job's location (the directory or prefix above this one) as --l2",
+            "generation {} is a rank's part of job generation {} of an MPI job, whose generations count only once the job commits them: {what} it with --rank R and the job's location (the directory or prefix above this one) as --l2",
             m.generation,
             m.job_generation.unwrap_or(0)
         ),
@@ -1221,6 +1257,10 @@ fn write_image(
     report.generation = chain.map(|c| c.manifest().generation);
     report.seq = seq;
     report.chain_id = chain_id;
+    report.writer = match pending.last() {
+        Some(m) => m.instance.map_or(Writer::NoId, Writer::Id),
+        None => chain.map_or(Writer::Unknown, |c| c.manifest().instance_at(seq)),
+    };
     report.regions = regions.clone();
 
     // Every page is rebuilt (chain) or copied (pending IC file) and
@@ -1360,10 +1400,12 @@ fn write_image(
                 Some(m) => m.instance,
                 None => chain.and_then(|c| c.manifest().instance_at(seq).id()),
             };
+            // A FULL image continues nothing.
             let ext = IcExt {
                 chain: chain_id,
                 regions,
                 instance,
+                continues: None,
             };
             let mut w = IcWriter::create_ext(
                 out,
@@ -1541,10 +1583,26 @@ fn verify_generation(
 }
 
 /// Verifies a job: L2, and with `job` also L1's chain copy and pending IC
-/// files.
+/// files. A rank's chain of an MPI job is refused (naming `--rank`): its
+/// generations are the job's only once a job manifest commits them, and
+/// its references are read from the other ranks' chains
+/// ([`verify_with`] with the job's references checks it).
 pub fn verify(l2: &dyn Store, job: Option<&Job>) -> Result<VerifyReport> {
+    if let Some(e) = rank_chain(&ChainIndex::load(l2)?, &l2.describe(), "verify") {
+        return Err(e);
+    }
+    verify_with(l2, job, None)
+}
+
+/// [`verify`] with the pages other ranks store read through `xrefs` (a
+/// rank's chain of an MPI job; no refusal).
+pub fn verify_with(
+    l2: &dyn Store,
+    job: Option<&Job>,
+    xrefs: Option<&Arc<dyn XrefSource>>,
+) -> Result<VerifyReport> {
     let mut report = VerifyReport::default();
-    verify_store(l2, "L2", &mut report)?;
+    verify_store_with(l2, "L2", xrefs, &mut report)?;
     if let Some(job) = job {
         // L1 against L2 between a push's two manifests, or after its commit
         // and before it deleted its batch, is a false alarm: no push
@@ -1554,7 +1612,7 @@ pub fn verify(l2: &dyn Store, job: Option<&Job>) -> Result<VerifyReport> {
         // permission) is a problem of L1's, reported beside the others.
         let l1_index = match ChainIndex::load(&job.l1_chain) {
             Ok(i) => {
-                verify_store(&job.l1_chain, "L1", &mut report)?;
+                verify_store_with(&job.l1_chain, "L1", xrefs, &mut report)?;
                 i
             }
             Err(e @ Error::Io { .. }) => {

@@ -213,6 +213,9 @@ pub struct Capture {
     /// This capture's instance id (§2.11.2), minted at its start: a
     /// capture that continues a chain is a new writer of it.
     instance: InstanceId,
+    /// The writer of the checkpoint the next incremental continues, when
+    /// known (§2.11.2).
+    continues: Option<Option<InstanceId>>,
     start_note: String,
     bufs: Vec<Vec<u8>>,
     _lock: File,
@@ -264,12 +267,20 @@ pub fn newest_seq(l1: &Path) -> Result<Option<u64>> {
     Ok(newest_checkpoint(l1)?.map(|n| n.0))
 }
 
-/// The newest seq an L1 directory knows and the run (chain id) it belongs
-/// to: from its IC files, and the generations already pushed from it.
-pub fn newest_checkpoint(l1: &Path) -> Result<Option<(u64, Option<ChainId>)>> {
-    let mut newest = crate::l1::read_all(l1)?
-        .last()
-        .map(|m| (m.seq(), m.chain_id));
+/// The newest seq an L1 directory knows, the run (chain id) it belongs
+/// to and who wrote it: from its IC files, and the generations already
+/// pushed from it.
+pub fn newest_checkpoint(
+    l1: &Path,
+) -> Result<Option<(u64, Option<ChainId>, crate::format::manifest::Writer)>> {
+    use crate::format::manifest::Writer;
+    let mut newest = crate::l1::read_all(l1)?.last().map(|m| {
+        (
+            m.seq(),
+            m.chain_id,
+            m.instance.map_or(Writer::NoId, Writer::Id),
+        )
+    });
     let chain = l1.join(crate::l2::push::L1_CHAIN_DIR);
     if chain.is_dir() {
         let store = crate::store::DirStore::open(&chain)?;
@@ -277,7 +288,7 @@ pub fn newest_checkpoint(l1: &Path) -> Result<Option<(u64, Option<ChainId>)>> {
         if let Some(m) = index.newest()
             && newest.is_none_or(|n| m.last_seq > n.0)
         {
-            newest = Some((m.last_seq, m.chain_id));
+            newest = Some((m.last_seq, m.chain_id, m.instance_at(m.last_seq)));
         }
     }
     Ok(newest)
@@ -396,6 +407,7 @@ impl Capture {
             next_full: true,
             chain_id: None,
             instance: InstanceId::random()?,
+            continues: None,
             start_note: String::new(),
             bufs: Vec::new(),
             _lock: lock,
@@ -426,6 +438,7 @@ impl Capture {
                 // Continue the run of the newest checkpoint (none for a
                 // version 1 chain, which stays version 1).
                 cap.chain_id = newest_ck.and_then(|n| n.1);
+                cap.continues = newest_ck.and_then(|n| n.2.continued());
                 cap.soft_cleared = s.flags & state::FLAG_SOFT_DIRTY_CLEARED != 0
                     && !cap.l1.join(CLEARING_NAME).exists();
                 cap.start_note = format!(
@@ -725,6 +738,10 @@ impl Capture {
             chain: self.chain_id,
             instance: self.chain_id.map(|_| self.instance),
             regions: None,
+            continues: match self.chain_id {
+                Some(_) if !full => self.continues,
+                _ => None,
+            },
         };
         let mut w = IcWriter::create_ext(
             &path,
@@ -793,6 +810,7 @@ impl Capture {
         self.prev = st.entries;
         self.next_seq = seq + 1;
         self.next_full = false;
+        self.continues = Some(Some(self.instance));
         Ok(CheckpointReport {
             seq,
             full,

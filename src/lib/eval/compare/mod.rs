@@ -1272,6 +1272,7 @@ impl MemIc {
                 chain_id: ext.chain,
                 regions: ext.regions,
                 instance: ext.instance,
+                continues: ext.continues,
                 bytes_read: meta_end as u64,
             },
             bytes,

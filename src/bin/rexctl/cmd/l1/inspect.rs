@@ -46,6 +46,11 @@ struct Report {
     /// The process that wrote it.
     #[serde(skip_serializing_if = "Option::is_none")]
     instance: Option<InstanceId>,
+    /// The writer of the checkpoint it continues (seq - 1), when it says
+    /// (§2.11.2): its instance id, or "none" when that checkpoint names no
+    /// instance.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    continues: Option<String>,
     /// The region table of a checkpoint written by librex.
     #[serde(skip_serializing_if = "Option::is_none")]
     regions: Option<RegionTable>,
@@ -70,6 +75,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             dropped_pages: 0,
             chain_id: None,
             instance: None,
+            continues: None,
             regions: None,
             pages: None,
             drops: None,
@@ -84,6 +90,9 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 r.dropped_pages = m.drops.iter().map(|d| d.count).sum();
                 r.chain_id = m.chain_id;
                 r.instance = m.instance;
+                r.continues = m
+                    .continues
+                    .map(|c| c.map_or("none".to_string(), |i| i.to_string()));
                 r.regions = m.regions.clone();
                 if a.index {
                     r.pages = Some(m.pages.clone());
@@ -124,7 +133,7 @@ fn print_human(r: &Report) -> Result<(), ui::StdoutError> {
     };
     let l = r.layout.expect("layout with header");
     outln!(
-        "{}: REX-IC v{}, seq {}, {}, page size {}{}{}",
+        "{}: REX-IC v{}, seq {}, {}, page size {}{}{}{}",
         r.path.display(),
         if h.ext_len > 0 { 2 } else { 1 },
         h.seq,
@@ -132,7 +141,12 @@ fn print_human(r: &Report) -> Result<(), ui::StdoutError> {
         h.page_size,
         r.chain_id.map_or(String::new(), |c| format!(", run {c}")),
         r.instance
-            .map_or(String::new(), |i| format!(", instance {i}"))
+            .map_or(String::new(), |i| format!(", instance {i}")),
+        match r.continues.as_deref() {
+            None => String::new(),
+            Some("none") => ", continues a checkpoint that names no instance".into(),
+            Some(c) => format!(", continues instance {c}"),
+        }
     );
     let span = match (r.first_page, r.last_page) {
         (Some(a), Some(b)) => format!(", pages {a:#x}..={b:#x}"),

@@ -24,9 +24,12 @@ use crate::ui;
 /// gc also takes the job's lock without waiting, and exits 4 while a push
 /// holds it.
 ///
-/// On an MPI job's location (written by `push-l2 --collective`; no --rank
-/// given), every rank's chain of the newest job generation is collected in
-/// turn (the job manifests are pruned by the collective push itself).
+/// On an MPI job's location (written by `push-l2 --collective` or librex),
+/// every rank's chain of the newest job generation is collected in turn
+/// (rank R's alone with --rank R; the job manifests are pruned by the
+/// collective push itself), with the job's L1 directory under each rank's
+/// L1/R lock. A rank that cannot be collected is said, the others are
+/// collected, and the exit code is the first failure's.
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Grace period: only objects at least this old are deleted, seconds.
@@ -62,24 +65,61 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let s = Settings::load(&a.settings)?;
     // An MPI job's location: every rank's chain of the newest job
     // generation, each under its own writer lock.
-    if s.layer.rank.is_none()
-        && let Some(root) = super::job_root(&s)?
-    {
+    // Rank R's alone with --rank R (helper-66: a directory's top level was
+    // read as a plain chain). Each rank under its L1/R's lock when the
+    // job's L1 directory is given. A rank that cannot be collected (its
+    // chain missing, its lock held) is said and the others are collected:
+    // the exit code is the first failure's.
+    if let Some(root) = super::job_root(&s)? {
         let jobs = rexctl::l2::jobgen::JobIndex::load(root.job_store(false)?.as_ref())?;
         let ranks = jobs.newest().map_or(0, |m| m.ranks);
-        let mut all = Vec::new();
-        for rank in 0..ranks {
-            let store = root.rank_store(rank, false)?;
-            let r = gc(store.as_ref(), None, &opts).map_err(|e| store.public_error(e))?;
-            if !a.json {
-                print_human(&r)?;
+        let ranks: Vec<u32> = match super::job_rank(&s)? {
+            Some(r) if r >= ranks => {
+                return Err(rexctl::Error::Invalid(format!(
+                    "--rank {r}: the job at {} has {ranks} ranks",
+                    root.describe()
+                ))
+                .into());
             }
-            all.push(r);
+            Some(r) => vec![r],
+            None => (0..ranks).collect(),
+        };
+        let l1 = s.opt_l1()?;
+        let mut all = Vec::new();
+        let mut code = 0;
+        for rank in ranks {
+            let dir = l1.as_ref().map(|l| l.join(rank.to_string()));
+            let r = root.rank_store(rank, false).and_then(|store| {
+                if let Some(d) = root.rank_dir(rank)
+                    && !d.is_dir()
+                {
+                    return Err(rexctl::Error::chain(
+                        d.display().to_string(),
+                        format!("rank {rank}'s chain is missing (the newest job generation has {} ranks)", jobs.newest().map_or(0, |m| m.ranks)),
+                    ));
+                }
+                gc(store.as_ref(), dir.as_deref().filter(|d| d.is_dir()), &opts)
+                    .map_err(|e| store.public_error(e))
+            });
+            match r {
+                Ok(r) => {
+                    if !a.json {
+                        print_human(&r)?;
+                    }
+                    all.push(r);
+                }
+                Err(e) => {
+                    ui::error(&format!("rank {rank}: {}", e.report()));
+                    if code == 0 {
+                        code = e.exit_code();
+                    }
+                }
+            }
         }
         if a.json {
             ui::print_json(&all)?;
         }
-        return Ok(0);
+        return Ok(code);
     }
     let store = s.open_l2(false)?;
     let pb = ui::spinner("collecting");

@@ -22,11 +22,30 @@ pub fn job_root(s: &Settings) -> anyhow::Result<Option<JobRoot>> {
     Ok((!jobs.manifests.is_empty() || !jobs.invalid.is_empty()).then_some(root))
 }
 
+/// The rank `--rank` (or REX_RANK) names, when the location is an MPI
+/// job's: its ranks are numbers.
+pub fn job_rank(s: &Settings) -> anyhow::Result<Option<u32>> {
+    match &s.layer.rank {
+        None => Ok(None),
+        Some(r) => Ok(Some(r.parse::<u32>().map_err(|_| {
+            rexctl::Error::Invalid(format!("--rank {r}: the ranks of an MPI job are numbers"))
+        })?)),
+    }
+}
+
 /// `status` or `verify` of an MPI job: its job generations and each rank's
-/// part of the newest. Exits 3 when a rank's part is missing or bad.
-pub fn run_job(root: &JobRoot, verify: bool, json: bool) -> anyhow::Result<i32> {
+/// part of the newest (rank `only` alone, with `--rank`), with `l1_root`
+/// each rank's L1 directory too. Exits 3 when a rank's part is missing or
+/// bad.
+pub fn run_job(
+    root: &JobRoot,
+    verify: bool,
+    l1_root: Option<&std::path::Path>,
+    only: Option<u32>,
+    json: bool,
+) -> anyhow::Result<i32> {
     let pb = ui::spinner(if verify { "verifying" } else { "reading" });
-    let st = job_status(root, verify);
+    let st = job_status(root, verify, l1_root, only);
     pb.finish_and_clear();
     let st: JobStatus = st?;
     if json {
@@ -62,7 +81,7 @@ pub fn run_job(root: &JobRoot, verify: bool, json: bool) -> anyhow::Result<i32> 
                     m.rank,
                     m.generation.map_or("-".into(), |g| g.to_string()),
                     gens.unwrap_or_default(),
-                    if bad > 0 {
+                    if bad > 0 || m.l1.as_ref().is_some_and(|l| !l.errors.is_empty()) {
                         ui::bad("BAD")
                     } else {
                         ui::good("ok")
@@ -73,12 +92,39 @@ pub fn run_job(root: &JobRoot, verify: bool, json: bool) -> anyhow::Result<i32> 
             if let Some(v) = &m.verify {
                 for g in v.generations.iter().filter(|g| g.error.is_some()) {
                     outln!(
-                        "rank {} generation {}: {}: {}",
+                        "rank {} {} generation {}: {}: {}",
                         m.rank,
+                        g.level,
                         g.generation,
                         ui::bad("BAD"),
                         g.error.as_deref().unwrap_or("")
                     );
+                }
+            }
+            if let Some(l1) = &m.l1 {
+                // What is pending, when it could be read (helper-69: "no
+                // checkpoint pending" beside a pending file that failed).
+                if !l1.missing && (l1.pending_seqs.is_some() || l1.errors.is_empty()) {
+                    outln!(
+                        "rank {} L1 {}: {}{}",
+                        m.rank,
+                        l1.dir.display(),
+                        match l1.pending_seqs {
+                            Some((a, b)) => format!(
+                                "{} pending (seqs {a}..={b})",
+                                ui::count(l1.pending_ics as u64, "checkpoint")
+                            ),
+                            None => "no checkpoint pending".into(),
+                        },
+                        if l1.set_aside.is_empty() {
+                            String::new()
+                        } else {
+                            format!(", {} set aside", l1.set_aside.len())
+                        }
+                    );
+                }
+                for e in &l1.errors {
+                    outln!("rank {} L1: {}: {e}", m.rank, ui::bad("BAD"));
                 }
             }
         }

@@ -13,9 +13,12 @@ use crate::ui;
 /// push. Reads only: a directory L2 that does not exist yet shows no
 /// generation. Exits 3 when a pending checkpoint or a manifest is bad.
 ///
-/// On an MPI job's location (written by `push-l2 --collective`; no --rank
-/// given): its job generations and each rank's generation in the newest,
-/// checked against the manifest bytes the job generation committed.
+/// On an MPI job's location (written by `push-l2 --collective` or librex):
+/// its job generations and each rank's generation in the newest, checked
+/// against the manifest bytes the job generation committed, and with the
+/// job's L1 directory each rank's pending checkpoints in L1/R (a missing
+/// L1/R is reported: a lost node). With --rank R: rank R's chain and L1/R,
+/// as a single job's.
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Print a JSON object instead of text.
@@ -27,19 +30,54 @@ pub struct Args {
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
     let s = Settings::load(&a.settings)?;
-    // An MPI job's location: its job generations and every rank's part.
-    if s.layer.rank.is_none()
-        && s.layer.l2.is_some()
+    // An MPI job's location: its job generations and every rank's part;
+    // with --rank R, rank R's chain and L1/R as a single job's.
+    let mut l2 = None;
+    let mut l1 = None;
+    let mut member_error = None;
+    if s.layer.l2.is_some()
         && let Some(root) = super::job_root(&s)?
     {
-        return super::run_job(&root, false, a.json);
+        let Some(rank) = super::job_rank(&s)? else {
+            return super::run_job(&root, false, s.opt_l1()?.as_deref(), None, a.json);
+        };
+        // Its part of the newest job generation (an unknown rank is
+        // refused here).
+        let st = rexctl::l2::jobgen::job_status(&root, false, None, Some(rank))?;
+        let member = st.members.first();
+        member_error = member.and_then(|m| m.error.clone());
+        if !a.json {
+            outln!(
+                "rank {rank} of the MPI job at {}: {}",
+                st.location,
+                match (member.and_then(|m| m.generation), st.job_generations.last()) {
+                    (Some(g), Some(j)) => format!("generation {g} in job generation {j}"),
+                    _ => format!(
+                        "{}: {}",
+                        ui::bad("BAD"),
+                        member_error
+                            .as_deref()
+                            .unwrap_or("no part in the newest job generation")
+                    ),
+                }
+            );
+        }
+        l2 = Some(root.rank_store(rank, false)?);
+        l1 = Some(s.l1()?.join(rank.to_string()));
     }
-    let l1 = s.l1()?;
+    let l1 = match l1 {
+        Some(l1) => l1,
+        None => s.l1()?,
+    };
     // A directory L2 that no push has made yet reads as empty: status never
     // creates anything.
-    let job = Job::open_read(&l1, rexctl::store::open_l2_read(&s.l2()?, &s.store()?)?)?;
+    let l2 = match l2 {
+        Some(l2) => l2,
+        None => rexctl::store::open_l2_read(&s.l2()?, &s.store()?)?,
+    };
+    let job = Job::open_read(&l1, l2)?;
     let st = status(&job).map_err(|e| job.l2.public_error(e))?;
-    let bad = st.pending_error.is_some() || !st.invalid.is_empty();
+    let bad = st.pending_error.is_some() || !st.invalid.is_empty() || member_error.is_some();
     if a.json {
         ui::print_json(&st)?;
     } else {
@@ -49,7 +87,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         if let Some(e) = &st.pending_error {
             ui::error(&format!("pending L1 checkpoints: {e}"));
         }
-        for i in &st.invalid {
+        for i in st.invalid.iter().chain(&member_error) {
             ui::error(i);
         }
         return Ok(rexctl::error::exit::DATA);

@@ -16,10 +16,13 @@ use crate::ui;
 /// whole and checked against the size and CRC its manifest records; errors
 /// name it by its s3:// URL.
 ///
-/// On an MPI job's location (written by `push-l2 --collective`; no --rank
-/// given): every rank's generations, the pages one rank stores for another
-/// read from it; exits 3 when any rank's part of the newest job generation
-/// is missing or bad.
+/// On an MPI job's location (written by `push-l2 --collective` or librex):
+/// every rank's generations (rank R's alone with --rank R), the pages one
+/// rank stores for another read from it, and with the job's L1 directory
+/// each rank's L1/R as above (a missing L1/R is reported: a lost node);
+/// exits 3 when any rank's part of the newest job generation, or its L1, is
+/// missing or bad. A rank's chain alone (`--l2 JOB/R`) is refused (exit 3,
+/// naming --rank): its generations count only once the job commits them.
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Check L2 alone, even when an L1 directory is configured.
@@ -34,12 +37,13 @@ pub struct Args {
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
     let s = Settings::load(&a.settings)?;
-    // An MPI job's location: every rank's chains, references read from the
-    // ranks that store them.
-    if s.layer.rank.is_none()
-        && let Some(root) = super::job_root(&s)?
-    {
-        return super::run_job(&root, true, a.json);
+    // An MPI job's location: every rank's chains (rank R's alone with
+    // --rank R), references read from the ranks that store them, and with
+    // the job's L1 directory each rank's L1/R (helper-66: both backends
+    // read the rank's chain with --rank, and L1 was never checked).
+    if let Some(root) = super::job_root(&s)? {
+        let l1 = if a.l2_only { None } else { s.opt_l1()? };
+        return super::run_job(&root, true, l1.as_deref(), super::job_rank(&s)?, a.json);
     }
     // A directory that does not exist has nothing to verify (below).
     let l2 = rexctl::store::open_l2_read(&s.l2()?, &s.store()?)?;
