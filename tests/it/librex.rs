@@ -472,6 +472,40 @@ fn a_region_carried_whole_needs_no_tracking_of_its_writes() {
     }
 }
 
+/// A region in a C job's stack frame (`tests/it/c/stack_region.c`), as
+/// rex(3) allows, under every tracker: the job writes, checkpoints and
+/// returns through the frames that share the region's pages, and a second
+/// process restores exactly the state of its last checkpoint (helper-70:
+/// under mprotect, the write fault on a page holding the stack pointer had
+/// no stack for its signal frame, and the kernel killed the job).
+#[test]
+fn a_region_on_a_c_job_s_stack_is_tracked_under_every_tracker() {
+    let root = tempfile::tempdir().unwrap();
+    let exe = build_c_file("cc", &repo().join("tests/it/c/stack_region.c"), root.path());
+    for tracker in ["mprotect", "auto"] {
+        let run = Run::new(root.path(), tracker);
+        let dump = root.path().join(format!("{tracker}.state"));
+        for mode in ["write", "check"] {
+            let o = Command::new(&exe)
+                .arg(mode)
+                .arg(&dump)
+                .env("REX_L1", &run.l1)
+                .env("REX_L2", &run.l2)
+                .env("REX_TRACKER", tracker)
+                .env_remove("REX_CONFIG")
+                .output()
+                .unwrap();
+            assert!(
+                o.status.success(),
+                "{tracker}, {mode}: {:?}\n{}{}",
+                o.status,
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+    }
+}
+
 /// A job's own SIGSEGV dispositions (`tests/it/c/own_handler.c`) behave
 /// with librex, whichever tracker holds its memory, as without it: a
 /// handler that leaves by `siglongjmp` without restoring the mask
@@ -1790,6 +1824,36 @@ mod rust_api {
         assert!(got == &states[1][..], "not C's state of seq 3: {note}");
         let four = l1.join(rexctl::l1::ic_file_name(4));
         assert!(!four.exists() && aside(&four).exists(), "{note}");
+        rex.finalize().unwrap();
+    }
+
+    /// As many regions as a checkpoint's region table holds: the 2728th is
+    /// refused when registered, and a checkpoint of the 2727 is written
+    /// and restores (helper-70: 4096 were accepted, and every checkpoint
+    /// past 2727 failed in the background).
+    #[test]
+    fn regions_are_capped_at_what_a_checkpoint_holds() {
+        let d = tempfile::tempdir().unwrap();
+        let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
+        let max = rexctl::format::region::MAX_REGIONS as u32;
+        assert_eq!(max, 2727);
+        let mut rex = Rex::with_config(config(&l1, &l2, false, TrackerChoice::Mprotect)).unwrap();
+        for id in 0..max {
+            let p = rex.alloc(id, 64).unwrap();
+            // SAFETY: 64 bytes from rex.alloc.
+            unsafe { *p = id as u8 };
+        }
+        let e = rex.alloc(max, 64).unwrap_err();
+        assert!(e.to_string().contains("2727 regions"), "{e}");
+        rex.checkpoint().unwrap();
+        rex.finalize().unwrap();
+        let mut rex = Rex::with_config(config(&l1, &l2, false, TrackerChoice::Mprotect)).unwrap();
+        let ps: Vec<*mut u8> = (0..max).map(|id| rex.alloc(id, 64).unwrap()).collect();
+        assert_eq!(rex.restart().unwrap().seq, 0);
+        for (id, p) in ps.into_iter().enumerate() {
+            // SAFETY: 64 bytes from rex.alloc.
+            assert_eq!(unsafe { *p }, id as u8, "region {id}");
+        }
         rex.finalize().unwrap();
     }
 

@@ -33,6 +33,11 @@ pub const ENTRY_LEN: usize = 24;
 pub const MAX_REGION_ID: u32 = i32::MAX as u32;
 /// Most pages a region can have (its index is the low 32 bits).
 pub const MAX_REGION_PAGES: u64 = 1 << 32;
+/// Most regions a checkpoint's region table holds: the extension area (at
+/// most [`crate::format::ic::MAX_EXT_LEN`] bytes) also carries librex's
+/// chain id, instance id and continued-instance records (24 bytes each),
+/// and the table's record adds 16 bytes of headers.
+pub const MAX_REGIONS: usize = (crate::format::ic::MAX_EXT_LEN as usize - 3 * 24 - 16) / ENTRY_LEN;
 
 /// The page number of index `index` of region `id`.
 pub fn page_number(id: u32, index: u64) -> u64 {

@@ -559,6 +559,15 @@ impl Rex {
                 "region {id} is already registered (rex_unprotect it first)"
             )));
         }
+        // Refused here, not at the next checkpoint, whose file could not
+        // hold the table (helper-70: every checkpoint failed in the
+        // background after the 2728th region).
+        if self.regions.len() >= crate::format::region::MAX_REGIONS {
+            return Err(Error::Invalid(format!(
+                "region {id}: {} regions are registered, the most a checkpoint's region table holds",
+                crate::format::region::MAX_REGIONS
+            )));
+        }
         let end = ptr
             .checked_add(size)
             .ok_or_else(|| Error::Invalid(format!("region {id}: wraps the address space")))?;

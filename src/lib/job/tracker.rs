@@ -161,6 +161,100 @@ static IN_HANDLER: AtomicUsize = AtomicUsize::new(0);
 static FAULTS: AtomicU64 = AtomicU64::new(0);
 static PAGE: AtomicUsize = AtomicUsize::new(4096);
 static INSTALLED: AtomicBool = AtomicBool::new(false);
+/// Whether our SIGSEGV handler runs on a thread's alternate signal stack
+/// (`SA_ONSTACK`; not when a handler installed before ours runs without).
+static ON_STACK: AtomicBool = AtomicBool::new(false);
+
+/// Bytes of the alternate signal stack given to a thread that registers a
+/// region on its own stack ([`ensure_alt_stack`]).
+const ALT_STACK_LEN: usize = 64 << 10;
+
+thread_local! {
+    /// This thread was given an alternate signal stack by librex.
+    static ALT_STACK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// The calling thread's stack, `(low, high)`.
+fn thread_stack() -> Option<(usize, usize)> {
+    // SAFETY: pthread_getattr_np fills the zeroed attribute object, which
+    // is destroyed after pthread_attr_getstack read it; both only write
+    // through the pointers given.
+    unsafe {
+        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
+            return None;
+        }
+        let mut addr: *mut libc::c_void = std::ptr::null_mut();
+        let mut size: libc::size_t = 0;
+        let rc = libc::pthread_attr_getstack(&attr, &mut addr, &mut size);
+        libc::pthread_attr_destroy(&mut attr);
+        (rc == 0).then(|| (addr as usize, addr as usize + size))
+    }
+}
+
+/// A region on the calling thread's own stack shares its first page with
+/// the deeper frames: a write there faults with the stack pointer in a
+/// write-protected page, where the kernel cannot push the signal frame,
+/// and kills the process (helper-70: a C job with a region in `main`'s
+/// frame, "a stack frame that outlives the checkpoints" as rex(3) allows,
+/// died at its second checkpoint). Our handler runs with `SA_ONSTACK`, so
+/// the thread gets an alternate signal stack of its own (64 KiB, kept for
+/// the thread's life) when it has none; a Rust thread has one already.
+fn ensure_alt_stack(r: Range) -> Result<()> {
+    let end = r.start + r.pages * PAGE.load(Ordering::Relaxed);
+    match thread_stack() {
+        Some((lo, hi)) if r.start < hi && lo < end => {}
+        _ => return Ok(()),
+    }
+    if ALT_STACK.with(|a| a.get()) {
+        return Ok(());
+    }
+    // SAFETY: sigaltstack only reads `new` and writes `old`, both valid;
+    // the mapping given to it is ours, never unmapped (the thread may take
+    // a signal on it at any time until it exits).
+    unsafe {
+        let mut old: libc::stack_t = std::mem::zeroed();
+        if libc::sigaltstack(std::ptr::null(), &mut old) == 0
+            && old.ss_flags & libc::SS_DISABLE == 0
+        {
+            return Ok(()); // the thread's own
+        }
+        if !ON_STACK.load(Ordering::Acquire) {
+            return Err(Error::Invalid(format!(
+                "mprotect: the region at {:#x} lies on this thread's stack, and the SIGSEGV handler installed before librex runs without SA_ONSTACK, so a write fault there could not be handled; register memory off the stack (rex_alloc, malloc), or use tracker = \"userfaultfd\"",
+                r.start
+            )));
+        }
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            ALT_STACK_LEN,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        if p == libc::MAP_FAILED {
+            return Err(Error::Invalid(format!(
+                "mprotect: cannot allocate an alternate signal stack for a region on this thread's stack: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        let st = libc::stack_t {
+            ss_sp: p,
+            ss_flags: 0,
+            ss_size: ALT_STACK_LEN,
+        };
+        if libc::sigaltstack(&st, std::ptr::null_mut()) != 0 {
+            let e = std::io::Error::last_os_error();
+            libc::munmap(p, ALT_STACK_LEN);
+            return Err(Error::Invalid(format!(
+                "mprotect: cannot install an alternate signal stack for a region on this thread's stack: {e}"
+            )));
+        }
+    }
+    ALT_STACK.with(|a| a.set(true));
+    Ok(())
+}
 /// The SIGSEGV action before ours, written once before ours is installed.
 static mut OLD_ACTION: std::mem::MaybeUninit<libc::sigaction> = std::mem::MaybeUninit::uninit();
 /// The action before ours had `SA_RESETHAND` and has run once: the kernel
@@ -487,6 +581,7 @@ impl MprotectTracker {
                         std::io::Error::last_os_error()
                     )));
                 }
+                ON_STACK.store(sa.sa_flags & libc::SA_ONSTACK != 0, Ordering::Release);
             }
             INSTALLED.store(true, Ordering::Release);
         }
@@ -534,6 +629,7 @@ impl Tracker for MprotectTracker {
     }
 
     fn track(&self, r: Range) -> Result<Range> {
+        ensure_alt_stack(r)?;
         slot_add(r, true)
     }
 

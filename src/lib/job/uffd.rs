@@ -560,10 +560,30 @@ impl Tracker for UffdTracker {
                 r.start
             )));
         }
+        // Undoing the registration leaves a first or last page that another
+        // region shares registered for it (helper-70: a refused region
+        // unregistered such a page, and every later checkpoint of the
+        // other region failed). Marking it dirty there is harmless: at
+        // worst one page more in its next checkpoint.
         let unregister = || {
+            let end = r.start + len;
+            let shared = |p: usize| mark_addr(p).is_some();
+            let lo = if shared(r.start) {
+                r.start + ps
+            } else {
+                r.start
+            };
+            let hi = if end - ps > r.start && shared(end - ps) {
+                end - ps
+            } else {
+                end
+            };
+            if lo >= hi {
+                return;
+            }
             let mut range = k::uffdio_range {
-                start: r.start as u64,
-                len: len as u64,
+                start: lo as u64,
+                len: (hi - lo) as u64,
             };
             // SAFETY: UFFDIO_UNREGISTER reads one uffdio_range.
             unsafe {
