@@ -739,6 +739,31 @@ fn a_rank_killed_during_a_collective_push_leaves_the_previous_job_generation() {
         // committed, else the previous one.
         let want = if committed { &truth_final } else { &truth2 };
         assert_ranks_restore(&tl2, want, &trial, &format!("killed at {n}"));
+        if !committed {
+            // verify counts each rank's pending checkpoints after its
+            // committed generation, as a restore takes them (helper-71:
+            // after the uncommitted one, "no checkpoint pending", and a
+            // damaged one went unchecked with exit 0).
+            let text = ok(&["verify", "--l2", s(&tl2), "--l1", s(&tl1)]);
+            assert!(
+                text.contains("2 checkpoints pending (seqs 3..=4)"),
+                "n={n}: {text}"
+            );
+            let victim = tl1.join("1/ckpt-00000004.rexic");
+            let good = std::fs::read(&victim).unwrap();
+            let mut bad = good.clone();
+            let at = bad.len() - 100;
+            bad[at] ^= 0x40;
+            std::fs::write(&victim, &bad).unwrap();
+            let o = run(&["verify", "--l2", s(&tl2), "--l1", s(&tl1)]);
+            assert_eq!(o.status.code(), Some(3), "n={n}: {}", show(&["verify"], &o));
+            assert!(
+                String::from_utf8_lossy(&o.stdout).contains("ckpt-00000004.rexic"),
+                "n={n}: {}",
+                show(&["verify"], &o)
+            );
+            std::fs::write(&victim, &good).unwrap();
+        }
         // From L1 plus L2, every rank has its newest checkpoint: the
         // generations that never committed are left out, and the
         // checkpoints they hold are still in L1.
@@ -1464,6 +1489,14 @@ fn verify_status_and_gc_of_a_job_check_each_rank_s_l1_and_take_a_rank() {
     );
     // L2 alone is fine.
     ok(&["verify", "--l2", s(&l2)]);
+    // Said on standard error, which -q keeps (helper-71: silent).
+    let o = run(&["verify", "-q", "--l2", s(&l2), "--l1", s(&l1)]);
+    assert_eq!(o.status.code(), Some(3), "{}", show(&["verify"], &o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("ckpt-00000005.rexic"),
+        "{}",
+        show(&["verify"], &o)
+    );
     std::fs::write(&victim, &good).unwrap();
 
     // One rank: its chain (references read from the others) and its L1.
@@ -1480,6 +1513,15 @@ fn verify_status_and_gc_of_a_job_check_each_rank_s_l1_and_take_a_rank() {
         text.contains("3 pending L1 checkpoints (seq 4..=6"),
         "{text}"
     );
+    // A damaged newest job manifest is said with --rank too (helper-71).
+    let j1 = l2.join("job/j00000001.job");
+    let good_j1 = std::fs::read(&j1).unwrap();
+    let mut bad_j1 = good_j1.clone();
+    bad_j1[good_j1.len() / 2] ^= 0x10;
+    std::fs::write(&j1, &bad_j1).unwrap();
+    let o = run(&["status", "--l2", s(&l2), "--l1", s(&l1), "--rank", "1"]);
+    assert_eq!(o.status.code(), Some(3), "{}", show(&["status"], &o));
+    std::fs::write(&j1, &good_j1).unwrap();
     let o = run(&["verify", "--l2", s(&l2), "--rank", "4"]);
     assert_eq!(o.status.code(), Some(5), "{}", show(&["verify"], &o));
     // A rank's chain alone is refused, naming the way.
@@ -1489,7 +1531,7 @@ fn verify_status_and_gc_of_a_job_check_each_rank_s_l1_and_take_a_rank() {
 
     // An --l1 under which no rank has its directory: a typo (exit 5).
     let typo = t.path().join("l1-typo");
-    for cmd in ["verify", "status"] {
+    for cmd in ["verify", "status", "gc"] {
         let o = run(&[cmd, "--l2", s(&l2), "--l1", s(&typo)]);
         assert_eq!(o.status.code(), Some(5), "{}", show(&[cmd], &o));
     }
@@ -1497,13 +1539,17 @@ fn verify_status_and_gc_of_a_job_check_each_rank_s_l1_and_take_a_rank() {
     let aside = t.path().join("aside-3");
     std::fs::rename(l1.join("3"), &aside).unwrap();
     for cmd in ["verify", "status"] {
-        let o = run(&[cmd, "--l2", s(&l2), "--l1", s(&l1)]);
-        assert_eq!(o.status.code(), Some(3), "{}", show(&[cmd], &o));
-        assert!(
-            String::from_utf8_lossy(&o.stdout).contains("rank 3 L1: BAD"),
-            "{}",
-            show(&[cmd], &o)
-        );
+        for rank in [&[][..], &["--rank", "3"][..]] {
+            let mut args = vec![cmd, "--l2", s(&l2), "--l1", s(&l1)];
+            args.extend_from_slice(rank);
+            let o = run(&args);
+            assert_eq!(o.status.code(), Some(3), "{}", show(&args, &o));
+            assert!(
+                String::from_utf8_lossy(&o.stdout).contains("rank 3 L1: BAD"),
+                "{}",
+                show(&args, &o)
+            );
+        }
     }
     std::fs::rename(&aside, l1.join("3")).unwrap();
     ok(&["status", "--l2", s(&l2), "--l1", s(&l1)]);

@@ -194,6 +194,14 @@ impl JobXrefs {
         })
     }
 
+    /// `text` with the local paths of the objects read so far (a bucket's
+    /// cache) named as the store names them (`s3://...`).
+    pub fn public_text(&self, text: &str) -> String {
+        let open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        open.values()
+            .fold(text.to_string(), |t, c| c._store.public_text(&t))
+    }
+
     fn chain(&self, rank: u32, g: u64) -> Result<Arc<OwnerChain>> {
         let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(c) = open.get(&(rank, g)) {
@@ -748,7 +756,9 @@ pub fn job_status(
             l1.join("R").display()
         )));
     }
-    let xrefs: Arc<dyn XrefSource> = JobXrefs::new(root.clone());
+    let job_xrefs = JobXrefs::new(root.clone());
+    let xrefs: Arc<dyn XrefSource> = job_xrefs.clone();
+    let committed = Some(jm.job_generation);
     for rank in ranks {
         let mut rc = RankCheck {
             rank,
@@ -758,25 +768,56 @@ pub fn job_status(
             l1: None,
         };
         let dir = l1_root.map(|l| l.join(rank.to_string()));
+        // Messages name a bucket's objects by their URLs, not by the
+        // local cache paths they were read from (helper-71).
+        let mut public: Vec<Box<dyn Store>> = Vec::new();
         let r = root.rank_store(rank, false).and_then(|store| {
             rc.generation = Some(check_member(store.as_ref(), jm, rank)?);
             let job = match &dir {
                 Some(d) if d.is_dir() => Some(Job::open_read(d, root.rank_store(rank, false)?)?),
                 _ => None,
             };
-            if verify {
-                rc.verify = Some(crate::l2::restore::verify_with(
-                    store.as_ref(),
-                    job.as_ref(),
-                    Some(&xrefs),
-                )?);
-            }
-            if let Some(job) = &job {
-                rc.l1 = Some(rank_l1(job, rc.verify.as_mut())?);
-            }
-            Ok(())
+            let r = (|| {
+                if verify {
+                    rc.verify = Some(crate::l2::restore::verify_with(
+                        store.as_ref(),
+                        job.as_ref(),
+                        Some(&xrefs),
+                        committed,
+                    )?);
+                }
+                if let Some(job) = &job {
+                    rc.l1 = Some(rank_l1(job, committed, rc.verify.as_mut())?);
+                }
+                Ok(())
+            })();
+            public.push(store);
+            public.extend(job.map(|j| j.l2));
+            r
         });
         rc.error = r.err().map(|e| e.report());
+        let name = |t: &str| {
+            public
+                .iter()
+                .fold(job_xrefs.public_text(t), |t, s| s.public_text(&t))
+        };
+        for t in rc
+            .error
+            .iter_mut()
+            .chain(rc.l1.iter_mut().flat_map(|l| l.errors.iter_mut()))
+        {
+            *t = name(t);
+        }
+        if let Some(v) = &mut rc.verify {
+            for t in v
+                .invalid_manifests
+                .iter_mut()
+                .chain(v.l1_errors.iter_mut())
+                .chain(v.generations.iter_mut().filter_map(|g| g.error.as_mut()))
+            {
+                *t = name(t);
+            }
+        }
         if let Some(d) = dir
             && rc.l1.is_none()
             && !d.is_dir()
@@ -800,8 +841,12 @@ pub fn job_status(
 
 /// What a rank's L1 directory holds; the L1 findings of its verification
 /// (`verified`) are moved into it.
-fn rank_l1(job: &Job, verified: Option<&mut VerifyReport>) -> Result<RankL1> {
-    let s = crate::l2::status::status(job)?;
+fn rank_l1(
+    job: &Job,
+    committed: Option<u64>,
+    verified: Option<&mut VerifyReport>,
+) -> Result<RankL1> {
+    let s = crate::l2::status::status_committed(job, committed)?;
     let mut errors: Vec<String> = s
         .invalid
         .iter()

@@ -1474,18 +1474,32 @@ pub fn verify_store(
     level: &'static str,
     report: &mut VerifyReport,
 ) -> Result<()> {
-    verify_store_with(store, level, None, report)
+    verify_store_with(store, level, None, None, report)
+}
+
+/// The generations of a rank's chain that job generations up to
+/// `committed` committed (all of `index` when `None`: not a rank's).
+fn committed_only(index: ChainIndex, committed: Option<u64>) -> ChainIndex {
+    match committed {
+        Some(j) => index.committed(Some(j)),
+        None => index,
+    }
 }
 
 /// [`verify_store`], reading the pages other ranks store through `xrefs`
-/// (a rank of an MPI job).
+/// (a rank of an MPI job), of the generations job generations up to
+/// `job_committed` committed: one a collective push wrote and never
+/// committed is not the job's (a restore passes over it; the next push
+/// rolls it back), and its references may name generations other ranks
+/// never wrote.
 pub fn verify_store_with(
     store: &dyn Store,
     level: &'static str,
     xrefs: Option<&Arc<dyn XrefSource>>,
+    job_committed: Option<u64>,
     report: &mut VerifyReport,
 ) -> Result<()> {
-    let index = ChainIndex::load(store)?;
+    let index = committed_only(ChainIndex::load(store)?, job_committed);
     for (g, e) in &index.invalid {
         report
             .invalid_manifests
@@ -1591,18 +1605,24 @@ pub fn verify(l2: &dyn Store, job: Option<&Job>) -> Result<VerifyReport> {
     if let Some(e) = rank_chain(&ChainIndex::load(l2)?, &l2.describe(), "verify") {
         return Err(e);
     }
-    verify_with(l2, job, None)
+    verify_with(l2, job, None, None)
 }
 
 /// [`verify`] with the pages other ranks store read through `xrefs` (a
-/// rank's chain of an MPI job; no refusal).
+/// rank's chain of an MPI job; no refusal), of the generations job
+/// generations up to `job_committed` committed ([`verify_store_with`]):
+/// L1's pending checkpoints are those after the rank's committed
+/// generation, as a restore takes them (helper-71: counted after a
+/// generation a killed collective push never committed, a damaged pending
+/// checkpoint went unchecked, "no checkpoint pending", exit 0).
 pub fn verify_with(
     l2: &dyn Store,
     job: Option<&Job>,
     xrefs: Option<&Arc<dyn XrefSource>>,
+    job_committed: Option<u64>,
 ) -> Result<VerifyReport> {
     let mut report = VerifyReport::default();
-    verify_store_with(l2, "L2", xrefs, &mut report)?;
+    verify_store_with(l2, "L2", xrefs, job_committed, &mut report)?;
     if let Some(job) = job {
         // L1 against L2 between a push's two manifests, or after its commit
         // and before it deleted its batch, is a false alarm: no push
@@ -1612,8 +1632,8 @@ pub fn verify_with(
         // permission) is a problem of L1's, reported beside the others.
         let l1_index = match ChainIndex::load(&job.l1_chain) {
             Ok(i) => {
-                verify_store_with(&job.l1_chain, "L1", xrefs, &mut report)?;
-                i
+                verify_store_with(&job.l1_chain, "L1", xrefs, job_committed, &mut report)?;
+                committed_only(i, job_committed)
             }
             Err(e @ Error::Io { .. }) => {
                 report.l1_errors.push(e.report());
@@ -1623,7 +1643,7 @@ pub fn verify_with(
         };
         // L1 must hold L2's newest chain: it is where a transient restore
         // and the next push start.
-        let l2_index = ChainIndex::load(l2)?;
+        let l2_index = committed_only(ChainIndex::load(l2)?, job_committed);
         // Not when the L1 directory has started a new run (a job restarted
         // in a fresh L1 whose FULL checkpoint is still pending): its next
         // push starts a new chain, and L1 needs no copy of the old one.

@@ -92,8 +92,21 @@ fn row(m: &Manifest, in_l1: bool) -> GenerationStatus {
 
 /// Reads the status of `job`.
 pub fn status(job: &Job) -> Result<Status> {
-    let l2 = ChainIndex::load(job.l2.as_ref())?;
-    let l1 = ChainIndex::load(&job.l1_chain)?;
+    status_committed(job, None)
+}
+
+/// [`status`] of a rank of an MPI job: of the generations job generations
+/// up to `job_committed` committed (all when `None`), so that the pending
+/// checkpoints are those after the rank's committed generation, as a
+/// restore takes them (helper-71: a generation a killed collective push
+/// never committed hid them).
+pub fn status_committed(job: &Job, job_committed: Option<u64>) -> Result<Status> {
+    let committed = |i: ChainIndex| match job_committed {
+        Some(j) => i.committed(Some(j)),
+        None => i,
+    };
+    let l2 = committed(ChainIndex::load(job.l2.as_ref())?);
+    let l1 = committed(ChainIndex::load(&job.l1_chain)?);
     let generations: Vec<_> = l2
         .manifests
         .values()

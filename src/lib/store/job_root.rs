@@ -54,14 +54,6 @@ impl JobRoot {
         self.open(&rank.to_string(), create)
     }
 
-    /// Rank `rank`'s directory, when the location is a directory.
-    pub fn rank_dir(&self, rank: u32) -> Option<PathBuf> {
-        match L2Location::parse(&self.location) {
-            Ok(L2Location::Dir(p)) => Some(p.join(rank.to_string())),
-            _ => None,
-        }
-    }
-
     /// The store of the job manifests.
     pub fn job_store(&self, create: bool) -> Result<Box<dyn Store>> {
         self.open(JOB_DIR, create)

@@ -28,7 +28,7 @@ use crate::ui;
 /// every rank's chain of the newest job generation is collected in turn
 /// (rank R's alone with --rank R; the job manifests are pruned by the
 /// collective push itself), with the job's L1 directory under each rank's
-/// L1/R lock. A rank that cannot be collected is said, the others are
+/// L1/R lock (an --l1 under which no rank has its L1/R is refused, exit 5). A rank that cannot be collected is said, the others are
 /// collected, and the exit code is the first failure's.
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -85,17 +85,33 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             None => (0..ranks).collect(),
         };
         let l1 = s.opt_l1()?;
+        // A mistyped --l1 (no rank's L1/R there) would collect with no
+        // lock (helper-71): refused, as verify and status refuse it.
+        if let Some(l) = &l1
+            && !(0..jobs.newest().map_or(0, |m| m.ranks)).any(|r| l.join(r.to_string()).is_dir())
+        {
+            return Err(rexctl::Error::Invalid(format!(
+                "L1 directory {}: no rank of the job has its subdirectory there ({}): a mistyped --l1? Leave it out to collect L2 alone",
+                l.display(),
+                l.join("R").display()
+            ))
+            .into());
+        }
         let mut all = Vec::new();
         let mut code = 0;
         for rank in ranks {
             let dir = l1.as_ref().map(|l| l.join(rank.to_string()));
             let r = root.rank_store(rank, false).and_then(|store| {
-                if let Some(d) = root.rank_dir(rank)
-                    && !d.is_dir()
-                {
+                // The same on both backends (helper-71: a bucket's missing
+                // prefix read as an empty chain).
+                let index = rexctl::l2::chain::ChainIndex::load(store.as_ref())?;
+                if index.manifests.is_empty() && index.invalid.is_empty() {
                     return Err(rexctl::Error::chain(
-                        d.display().to_string(),
-                        format!("rank {rank}'s chain is missing (the newest job generation has {} ranks)", jobs.newest().map_or(0, |m| m.ranks)),
+                        store.describe(),
+                        format!(
+                            "rank {rank}'s chain is missing (the newest job generation has {} ranks)",
+                            jobs.newest().map_or(0, |m| m.ranks)
+                        ),
                     ));
                 }
                 gc(store.as_ref(), dir.as_deref().filter(|d| d.is_dir()), &opts)

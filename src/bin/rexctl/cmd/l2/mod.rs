@@ -133,6 +133,37 @@ pub fn run_job(
         }
     }
     if st.job_generations.is_empty() || !st.ok() {
+        // Said on standard error too, which `-q` keeps (helper-71: a
+        // failing job verify was silent under -q).
+        let mut said = false;
+        for m in &st.members {
+            let gens = m
+                .verify
+                .iter()
+                .flat_map(|v| v.generations.iter())
+                .filter_map(|g| {
+                    g.error
+                        .as_ref()
+                        .map(|e| format!("{} generation {}: {e}", g.level, g.generation))
+                });
+            let other = m
+                .verify
+                .iter()
+                .flat_map(|v| v.invalid_manifests.iter().chain(&v.l1_errors))
+                .cloned();
+            let l1 = m.l1.iter().flat_map(|l| l.errors.iter()).cloned();
+            for e in m.error.iter().cloned().chain(gens).chain(other).chain(l1) {
+                ui::error(&format!("rank {}: {e}", m.rank));
+                said = true;
+            }
+        }
+        for i in &st.invalid {
+            ui::error(i);
+            said = true;
+        }
+        if !said {
+            ui::error(&format!("{}: no job generation", st.location));
+        }
         return Ok(rexctl::error::exit::DATA);
     }
     Ok(0)

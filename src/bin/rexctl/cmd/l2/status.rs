@@ -35,23 +35,40 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let mut l2 = None;
     let mut l1 = None;
     let mut member_error = None;
+    let mut committed = None;
     if s.layer.l2.is_some()
         && let Some(root) = super::job_root(&s)?
     {
-        let Some(rank) = super::job_rank(&s)? else {
-            return super::run_job(&root, false, s.opt_l1()?.as_deref(), None, a.json);
+        let l1_root = s.opt_l1()?;
+        let rank = super::job_rank(&s)?;
+        // The job's view: every rank, or rank R whose L1/R is missing (a
+        // lost node, said as the job's view says it: helper-71, exit 5).
+        let Some(rank) = rank.filter(|r| {
+            l1_root
+                .as_ref()
+                .is_some_and(|l| l.join(r.to_string()).is_dir())
+        }) else {
+            return super::run_job(&root, false, l1_root.as_deref(), rank, a.json);
         };
         // Its part of the newest job generation (an unknown rank is
-        // refused here).
+        // refused here), and what is wrong with the job's manifests
+        // (helper-71: a damaged newest one went unsaid with --rank).
         let st = rexctl::l2::jobgen::job_status(&root, false, None, Some(rank))?;
         let member = st.members.first();
-        member_error = member.and_then(|m| m.error.clone());
+        member_error = member
+            .and_then(|m| m.error.clone())
+            .into_iter()
+            .chain(st.invalid.iter().cloned())
+            .reduce(|a, b| format!("{a}; {b}"));
+        committed = st.job_generations.last().copied();
         if !a.json {
             outln!(
                 "rank {rank} of the MPI job at {}: {}",
                 st.location,
                 match (member.and_then(|m| m.generation), st.job_generations.last()) {
-                    (Some(g), Some(j)) => format!("generation {g} in job generation {j}"),
+                    (Some(g), Some(j)) if member_error.is_none() => {
+                        format!("generation {g} in job generation {j}")
+                    }
                     _ => format!(
                         "{}: {}",
                         ui::bad("BAD"),
@@ -76,7 +93,11 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         None => rexctl::store::open_l2_read(&s.l2()?, &s.store()?)?,
     };
     let job = Job::open_read(&l1, l2)?;
-    let st = status(&job).map_err(|e| job.l2.public_error(e))?;
+    let st = match committed {
+        Some(_) => rexctl::l2::status::status_committed(&job, committed),
+        None => status(&job),
+    }
+    .map_err(|e| job.l2.public_error(e))?;
     let bad = st.pending_error.is_some() || !st.invalid.is_empty() || member_error.is_some();
     if a.json {
         ui::print_json(&st)?;
