@@ -169,11 +169,6 @@ static ON_STACK: AtomicBool = AtomicBool::new(false);
 /// region on its own stack ([`ensure_alt_stack`]).
 const ALT_STACK_LEN: usize = 64 << 10;
 
-thread_local! {
-    /// This thread was given an alternate signal stack by librex.
-    static ALT_STACK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
 /// The calling thread's stack, `(low, high)`.
 fn thread_stack() -> Option<(usize, usize)> {
     // SAFETY: pthread_getattr_np fills the zeroed attribute object, which
@@ -206,9 +201,6 @@ fn ensure_alt_stack(r: Range) -> Result<()> {
         Some((lo, hi)) if r.start < hi && lo < end => {}
         _ => return Ok(()),
     }
-    if ALT_STACK.with(|a| a.get()) {
-        return Ok(());
-    }
     // SAFETY: sigaltstack only reads `new` and writes `old`, both valid;
     // the mapping given to it is ours, never unmapped (the thread may take
     // a signal on it at any time until it exits).
@@ -217,7 +209,7 @@ fn ensure_alt_stack(r: Range) -> Result<()> {
         if libc::sigaltstack(std::ptr::null(), &mut old) == 0
             && old.ss_flags & libc::SS_DISABLE == 0
         {
-            return Ok(()); // the thread's own
+            return Ok(()); // the thread's own, or the one given before
         }
         if !ON_STACK.load(Ordering::Acquire) {
             return Err(Error::Invalid(format!(
@@ -252,7 +244,6 @@ fn ensure_alt_stack(r: Range) -> Result<()> {
             )));
         }
     }
-    ALT_STACK.with(|a| a.set(true));
     Ok(())
 }
 /// The SIGSEGV action before ours, written once before ours is installed.

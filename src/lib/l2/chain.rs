@@ -139,6 +139,15 @@ impl ChainIndex {
         })
     }
 
+    /// [`committed`](Self::committed) up to job generation `j` when
+    /// `Some(j)` (a rank of an MPI job), all of it when `None`.
+    pub fn committed_if(self, job_committed: Option<u64>) -> ChainIndex {
+        match job_committed {
+            Some(j) => self.committed(Some(j)),
+            None => self,
+        }
+    }
+
     /// Only the generations `keep` accepts, and the invalid manifests
     /// older than the newest of them.
     fn keep(self, keep: impl Fn(&Manifest) -> bool) -> ChainIndex {

@@ -746,15 +746,8 @@ pub fn job_status(
         Some(r) => vec![r],
         None => (0..jm.ranks).collect(),
     };
-    if let Some(l1) = l1_root
-        && !(0..jm.ranks).any(|r| l1.join(r.to_string()).is_dir())
-    {
-        return Err(Error::Invalid(format!(
-            "L1 directory {}: none of the job's {} ranks has its subdirectory there ({}): a mistyped --l1? Leave it out (or give --l2-only) to read L2 alone",
-            l1.display(),
-            jm.ranks,
-            l1.join("R").display()
-        )));
+    if let Some(l1) = l1_root {
+        check_l1_root(l1, jm.ranks)?;
     }
     let job_xrefs = JobXrefs::new(root.clone());
     let xrefs: Arc<dyn XrefSource> = job_xrefs.clone();
@@ -837,6 +830,20 @@ pub fn job_status(
         st.members.push(rc);
     }
     Ok(st)
+}
+
+/// Refuses a job's L1 directory `l1` under which none of its `ranks` has
+/// its subdirectory `l1/R`: a mistyped path, which would read as every
+/// node lost (helper-66, helper-71).
+pub fn check_l1_root(l1: &Path, ranks: u32) -> Result<()> {
+    if (0..ranks).any(|r| l1.join(r.to_string()).is_dir()) {
+        return Ok(());
+    }
+    Err(Error::Invalid(format!(
+        "L1 directory {}: none of the job's {ranks} ranks has its subdirectory there ({}): a mistyped --l1? Leave it out (or give --l2-only) to read L2 alone",
+        l1.display(),
+        l1.join("R").display()
+    )))
 }
 
 /// What a rank's L1 directory holds; the L1 findings of its verification

@@ -1477,15 +1477,6 @@ pub fn verify_store(
     verify_store_with(store, level, None, None, report)
 }
 
-/// The generations of a rank's chain that job generations up to
-/// `committed` committed (all of `index` when `None`: not a rank's).
-fn committed_only(index: ChainIndex, committed: Option<u64>) -> ChainIndex {
-    match committed {
-        Some(j) => index.committed(Some(j)),
-        None => index,
-    }
-}
-
 /// [`verify_store`], reading the pages other ranks store through `xrefs`
 /// (a rank of an MPI job), of the generations job generations up to
 /// `job_committed` committed: one a collective push wrote and never
@@ -1499,7 +1490,7 @@ pub fn verify_store_with(
     job_committed: Option<u64>,
     report: &mut VerifyReport,
 ) -> Result<()> {
-    let index = committed_only(ChainIndex::load(store)?, job_committed);
+    let index = ChainIndex::load(store)?.committed_if(job_committed);
     for (g, e) in &index.invalid {
         report
             .invalid_manifests
@@ -1633,7 +1624,7 @@ pub fn verify_with(
         let l1_index = match ChainIndex::load(&job.l1_chain) {
             Ok(i) => {
                 verify_store_with(&job.l1_chain, "L1", xrefs, job_committed, &mut report)?;
-                committed_only(i, job_committed)
+                i.committed_if(job_committed)
             }
             Err(e @ Error::Io { .. }) => {
                 report.l1_errors.push(e.report());
@@ -1643,7 +1634,7 @@ pub fn verify_with(
         };
         // L1 must hold L2's newest chain: it is where a transient restore
         // and the next push start.
-        let l2_index = committed_only(ChainIndex::load(l2)?, job_committed);
+        let l2_index = ChainIndex::load(l2)?.committed_if(job_committed);
         // Not when the L1 directory has started a new run (a job restarted
         // in a fresh L1 whose FULL checkpoint is still pending): its next
         // push starts a new chain, and L1 needs no copy of the old one.

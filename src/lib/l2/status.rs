@@ -101,12 +101,8 @@ pub fn status(job: &Job) -> Result<Status> {
 /// restore takes them (helper-71: a generation a killed collective push
 /// never committed hid them).
 pub fn status_committed(job: &Job, job_committed: Option<u64>) -> Result<Status> {
-    let committed = |i: ChainIndex| match job_committed {
-        Some(j) => i.committed(Some(j)),
-        None => i,
-    };
-    let l2 = committed(ChainIndex::load(job.l2.as_ref())?);
-    let l1 = committed(ChainIndex::load(&job.l1_chain)?);
+    let l2 = ChainIndex::load(job.l2.as_ref())?.committed_if(job_committed);
+    let l1 = ChainIndex::load(&job.l1_chain)?.committed_if(job_committed);
     let generations: Vec<_> = l2
         .manifests
         .values()

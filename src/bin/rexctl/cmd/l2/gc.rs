@@ -28,8 +28,9 @@ use crate::ui;
 /// every rank's chain of the newest job generation is collected in turn
 /// (rank R's alone with --rank R; the job manifests are pruned by the
 /// collective push itself), with the job's L1 directory under each rank's
-/// L1/R lock (an --l1 under which no rank has its L1/R is refused, exit 5). A rank that cannot be collected is said, the others are
-/// collected, and the exit code is the first failure's.
+/// L1/R lock (an --l1 under which no rank has its L1/R is refused, exit
+/// 5). A rank that cannot be collected is said, the others are collected,
+/// and the exit code is the first failure's.
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Grace period: only objects at least this old are deleted, seconds.
@@ -72,30 +73,23 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     // the exit code is the first failure's.
     if let Some(root) = super::job_root(&s)? {
         let jobs = rexctl::l2::jobgen::JobIndex::load(root.job_store(false)?.as_ref())?;
-        let ranks = jobs.newest().map_or(0, |m| m.ranks);
+        let job_ranks = jobs.newest().map_or(0, |m| m.ranks);
         let ranks: Vec<u32> = match super::job_rank(&s)? {
-            Some(r) if r >= ranks => {
+            Some(r) if r >= job_ranks => {
                 return Err(rexctl::Error::Invalid(format!(
-                    "--rank {r}: the job at {} has {ranks} ranks",
+                    "--rank {r}: the job at {} has {job_ranks} ranks",
                     root.describe()
                 ))
                 .into());
             }
             Some(r) => vec![r],
-            None => (0..ranks).collect(),
+            None => (0..job_ranks).collect(),
         };
         let l1 = s.opt_l1()?;
         // A mistyped --l1 (no rank's L1/R there) would collect with no
         // lock (helper-71): refused, as verify and status refuse it.
-        if let Some(l) = &l1
-            && !(0..jobs.newest().map_or(0, |m| m.ranks)).any(|r| l.join(r.to_string()).is_dir())
-        {
-            return Err(rexctl::Error::Invalid(format!(
-                "L1 directory {}: no rank of the job has its subdirectory there ({}): a mistyped --l1? Leave it out to collect L2 alone",
-                l.display(),
-                l.join("R").display()
-            ))
-            .into());
+        if let Some(l) = &l1 {
+            rexctl::l2::jobgen::check_l1_root(l, job_ranks)?;
         }
         let mut all = Vec::new();
         let mut code = 0;
@@ -109,8 +103,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                     return Err(rexctl::Error::chain(
                         store.describe(),
                         format!(
-                            "rank {rank}'s chain is missing (the newest job generation has {} ranks)",
-                            jobs.newest().map_or(0, |m| m.ranks)
+                            "rank {rank}'s chain is missing (the newest job generation has {job_ranks} ranks)"
                         ),
                     ));
                 }
