@@ -877,6 +877,104 @@ fn push_after_l1_copy_damage_succeeds_and_heals() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// `verify --repair`: a file of any kind damaged (flipped, cut short,
+/// deleted) in one copy of a generation, L2's or L1's, is rewritten from
+/// the other; afterwards verify passes and a restore from L2 alone (a lost
+/// node) gives the newest generation's image. Without --repair, L2's bit
+/// rot is what no push reads. Damaged in both copies: nothing is written,
+/// exit 3, said. Refused without L1 and beside a push (the job lock).
+#[test]
+fn verify_repair_rewrites_a_damaged_copy_from_the_other() {
+    let c = chain3(31);
+    let mut failures = Vec::new();
+    for (place, g) in [("L2", 3), ("L2", 1), ("L1", 2)] {
+        for kind in KINDS {
+            for defect in DEFECTS {
+                let ctx = format!("{place} copy of generation {g} {kind} {defect:?}");
+                let (work, l1, l2) = chain_copy(&c);
+                let dir = if place == "L2" {
+                    l2.clone()
+                } else {
+                    l1.join("rex")
+                };
+                damage(&gen_file(&dir, g, kind), defect);
+                let verify = ["verify", "--l2", s(&l2), "--l1", s(&l1)];
+                let v = rex(&verify, None);
+                if v.status.code() != Some(3) {
+                    failures.push(format!("{ctx}: verify before exits {:?}", v.status.code()));
+                }
+                let args = [&verify[..], &["--repair", "--json"]].concat();
+                let r = rex(&args, None);
+                let text = String::from_utf8_lossy(&r.stdout);
+                if !r.status.success() || !text.contains(&format!("{place} generation {g}")) {
+                    failures.push(format!("{ctx}: {}", show(&args, &r)));
+                    continue;
+                }
+                let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+                if json["repair"]["repaired"]
+                    .as_array()
+                    .is_none_or(|a| a.is_empty())
+                {
+                    failures.push(format!("{ctx}: nothing said repaired: {text}"));
+                }
+                if !rex(&verify, None).status.success() {
+                    failures.push(format!("{ctx}: verify after the repair fails"));
+                }
+                restore_exact(&l2, None, &[], &work.path().join("a"), &c.images[&5], &ctx);
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+
+    // Both copies damaged: reported, nothing written, exit 3.
+    let (_work, l1, l2) = chain_copy(&c);
+    for dir in [l2.clone(), l1.join("rex")] {
+        damage(&gen_file(&dir, 2, "rps"), Defect::Flip);
+    }
+    let before = (
+        std::fs::read(gen_file(&l2, 2, "rps")).unwrap(),
+        std::fs::read(gen_file(&l1.join("rex"), 2, "rps")).unwrap(),
+    );
+    let args = ["verify", "--l2", s(&l2), "--l1", s(&l1), "--repair"];
+    let out = rex(&args, None);
+    assert_eq!(out.status.code(), Some(3), "{}", show(&args, &out));
+    assert!(
+        stderr(&out).contains("damaged in both copies"),
+        "{}",
+        show(&args, &out)
+    );
+    let after = (
+        std::fs::read(gen_file(&l2, 2, "rps")).unwrap(),
+        std::fs::read(gen_file(&l1.join("rex"), 2, "rps")).unwrap(),
+    );
+    assert!(before == after, "a copy was rewritten from a damaged one");
+
+    // No L1: nothing to repair from (configuration, exit 5); --l2-only
+    // contradicts it (usage, exit 2).
+    let out = rex(&["verify", "--l2", s(&l2), "--repair"], None);
+    assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
+    let out = rex(
+        &[
+            "verify",
+            "--l2",
+            s(&l2),
+            "--l1",
+            s(&l1),
+            "--l2-only",
+            "--repair",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    // Beside a writer holding the job lock: busy, exit 4.
+    let _lock = rexctl::l1::lock::JobLock::acquire(&l1, "test").unwrap();
+    let out = rex(
+        &["verify", "--l2", s(&l2), "--l1", s(&l1), "--repair"],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+}
+
 /// Rewrites the P-Table delta at `path` as another valid one of the same
 /// length: its last page renumbered, every CRC recomputed. Returns the
 /// whole-file CRC-32 before and after, which are equal: each region of a

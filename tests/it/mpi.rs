@@ -1499,6 +1499,43 @@ fn verify_status_and_gc_of_a_job_check_each_rank_s_l1_and_take_a_rank() {
     );
     std::fs::write(&victim, &good).unwrap();
 
+    // `verify --repair`: rank 1's L2 RPS altered (what no push reads) is
+    // rewritten from its L1/1 copy; with --rank, only that rank is touched
+    // (rank 0 reads pages rank 1 stores: its verify then fails on them).
+    let rps = l2.join("1/g00000001.rps");
+    let good_rps = std::fs::read(&rps).unwrap();
+    let mut bad = good_rps.clone();
+    let at = bad.len() / 2;
+    bad[at] ^= 0x10;
+    std::fs::write(&rps, &bad).unwrap();
+    let o = run(&[
+        "verify",
+        "--l2",
+        s(&l2),
+        "--l1",
+        s(&l1),
+        "--rank",
+        "0",
+        "--repair",
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(3),
+        "{}",
+        show(&["verify --repair --rank 0"], &o)
+    );
+    assert_eq!(
+        std::fs::read(&rps).unwrap(),
+        bad,
+        "--rank 0 repaired rank 1"
+    );
+    let text = ok(&["verify", "--l2", s(&l2), "--l1", s(&l1), "--repair"]);
+    assert!(
+        text.contains("repaired: rank 1 L2 generation 1") && text.contains("g00000001.rps"),
+        "{text}"
+    );
+    assert_eq!(std::fs::read(&rps).unwrap(), good_rps);
+
     // One rank: its chain (references read from the others) and its L1.
     let text = ok(&["verify", "--l2", s(&l2), "--l1", s(&l1), "--rank", "1"]);
     assert!(text.contains("rank 1: generation 1"), "{text}");

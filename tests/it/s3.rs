@@ -999,7 +999,7 @@ fn s3_altered_or_deleted_objects_are_detected_and_named() {
     let mut w = workload("balanced", 256, 4);
     let seq1 = take_until(&mut w, &job.l1, 1, &truth);
     job.push(&[]);
-    take_until(&mut w, &job.l1, 3, &truth);
+    let seq3 = take_until(&mut w, &job.l1, 3, &truth);
     job.push(&[]);
     let l2 = job.l2();
     let url = |name: &str| format!("s3://rex-damage/ckpt/dmg/0/{name}");
@@ -1109,6 +1109,27 @@ fn s3_altered_or_deleted_objects_are_detected_and_named() {
     let out = job.run(&["verify", "--l2", &l2]);
     assert_fails(&out, 3, &["g00000001.ptab"], "verify with a deleted object");
     assert!(!out_file.exists());
+
+    // `verify --repair` puts back from L1's copy the deleted P-Table and
+    // an altered RPS (which no push reads: it reads L1's copy), each named
+    // by its URL; then L2 alone restores the newest state.
+    let f = job.object_file("g00000002.rps");
+    let mut bad = std::fs::read(&f).unwrap();
+    bad[100] ^= 0x01;
+    std::fs::write(&f, &bad).unwrap();
+    let said = job.ok(&["verify", "--l2", &l2, "--l1", s(&job.l1), "--repair"]);
+    for (g, name) in [(1, "g00000001.ptab"), (2, "g00000002.rps")] {
+        assert!(
+            said.lines()
+                .any(|l| l.starts_with(&format!("repaired: L2 generation {g}: "))
+                    && l.contains(name)
+                    && l.contains("s3://rex-damage/ckpt/dmg/0")
+                    && !l.contains("http")),
+            "{name} not said repaired, by its s3:// name:\n{said}"
+        );
+    }
+    job.ok(&["verify", "--l2", &l2]);
+    job.restore_exact(false, &[], &seq3, "restore from L2 after --repair");
 }
 
 /// `flush` takes an s3:// L2 and the endpoint and credentials from its

@@ -6,7 +6,8 @@
 //! the L2 store and L1's copy of the chain in a crash-safe order and only
 //! then deletes the IC files it replaced; [`chain`] reads generations back;
 //! [`restore`] rebuilds the image (from L2 alone, or L1 plus L2) and
-//! verifies chains; [`gc`] removes what crashed pushes left; [`status`]
+//! verifies chains ([`repair`] rewrites a copy damaged in one place from the
+//! other); [`gc`] removes what crashed pushes left; [`status`]
 //! reports what both levels hold. An MPI job pushes collectively
 //! ([`collective`]: cross-rank deduplication of whole pages) into job
 //! generations ([`jobgen`]); the transport is MPI (`mpi`, cargo feature
@@ -22,5 +23,6 @@ pub mod jobgen;
 pub mod mpi;
 pub mod partners;
 pub mod push;
+pub mod repair;
 pub mod restore;
 pub mod status;

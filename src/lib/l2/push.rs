@@ -1471,49 +1471,7 @@ fn copy_generation(
     manifest: bool,
 ) -> Result<()> {
     for f in &m.files {
-        let src = from.open_local(&f.name)?;
-        let wrong = |(bytes, crc): (u64, Option<u32>), what: String| {
-            ((bytes, crc) != (f.bytes, Some(f.crc32))).then(|| {
-                let got = match crc {
-                    Some(crc) => format!("{bytes} bytes with CRC {crc:08x}"),
-                    None => format!("{bytes} bytes"),
-                };
-                Error::corrupt(
-                    &src,
-                    0,
-                    "file",
-                    format!(
-                        "{got} {what}, the manifest of generation {} says {} bytes with CRC {:08x}",
-                        m.generation, f.bytes, f.crc32
-                    ),
-                )
-            })
-        };
-        // The source is checked before anything is sent: a damaged copy
-        // must never replace a missing file under a committed manifest.
-        // Of another length, it is not read at all.
-        let here = format!("(not copied to {})", to.describe());
-        if let Some(e) = wrong(crate::store::file_crc_if_len(&src, f.bytes)?, here) {
-            return Err(e);
-        }
-        // A P-Table's CRC-32 follows from its length (see
-        // `format::manifest`): its XXH3 tells another generation's apart.
-        if let Some(got) = f.xxh3_mismatch(&src)? {
-            return Err(Error::corrupt(
-                &src,
-                0,
-                "file",
-                format!(
-                    "XXH3 {got:016x}, the manifest of generation {} says {:016x}: not this generation's file",
-                    m.generation,
-                    f.xxh3.unwrap_or_default()
-                ),
-            ));
-        }
-        let sent = to.put_file(&f.name, &src, progress)?;
-        if let Some(e) = wrong((sent.0, Some(sent.1)), format!("reached {}", to.describe())) {
-            return Err(e);
-        }
+        copy_file(from, to, m, f, progress)?;
     }
     if manifest {
         to.put_bytes(&manifest_name(m.generation), &manifest_bytes(from, m)?)?;
@@ -1521,10 +1479,96 @@ fn copy_generation(
     Ok(())
 }
 
+/// Copies data file `f` of generation `m` from `from` to `to` (replacing
+/// whatever `to` holds under its name), after checking that the source has
+/// the size, CRC and XXH3 the manifest records, and checks what arrived.
+pub(crate) fn copy_file(
+    from: &dyn Store,
+    to: &dyn Store,
+    m: &Manifest,
+    f: &FileEntry,
+    progress: &dyn Progress,
+) -> Result<()> {
+    let src = from.open_local(&f.name)?;
+    // The source is checked before anything is sent: a damaged copy must
+    // never replace a missing file under a committed manifest.
+    if let Some(e) = file_unsound(&src, m, f, &format!("(not copied to {})", to.describe()))? {
+        return Err(e);
+    }
+    let sent = to.put_file(&f.name, &src, progress)?;
+    if let Some(e) = unsound_error(
+        &src,
+        m,
+        f,
+        (sent.0, Some(sent.1)),
+        &format!("reached {}", to.describe()),
+    ) {
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// Why the local file `path` is not data file `f` of generation `m` (its
+/// size, whole-file CRC-32, or XXH3 where the manifest records one, the
+/// latter because a P-Table's CRC-32 follows from its length, see
+/// `format::manifest`); `None` when it is. A file of another length is not
+/// read. `what` ends the message ("(not copied to ...)").
+pub(crate) fn file_unsound(
+    path: &Path,
+    m: &Manifest,
+    f: &FileEntry,
+    what: &str,
+) -> Result<Option<Error>> {
+    let got = crate::store::file_crc_if_len(path, f.bytes)?;
+    if let Some(e) = unsound_error(path, m, f, got, what) {
+        return Ok(Some(e));
+    }
+    if let Some(got) = f.xxh3_mismatch(path)? {
+        return Ok(Some(Error::corrupt(
+            path,
+            0,
+            "file",
+            format!(
+                "XXH3 {got:016x}, the manifest of generation {} says {:016x}: not this generation's file",
+                m.generation,
+                f.xxh3.unwrap_or_default()
+            ),
+        )));
+    }
+    Ok(None)
+}
+
+/// The error of a file of (bytes, CRC) `got` that is not `f`'s size and
+/// CRC (`None` for the CRC: not read, another length).
+fn unsound_error(
+    path: &Path,
+    m: &Manifest,
+    f: &FileEntry,
+    (bytes, crc): (u64, Option<u32>),
+    what: &str,
+) -> Option<Error> {
+    if (bytes, crc) == (f.bytes, Some(f.crc32)) {
+        return None;
+    }
+    let got = match crc {
+        Some(crc) => format!("{bytes} bytes with CRC {crc:08x}"),
+        None => format!("{bytes} bytes"),
+    };
+    Some(Error::corrupt(
+        path,
+        0,
+        "file",
+        format!(
+            "{got} {what}, the manifest of generation {} says {} bytes with CRC {:08x}",
+            m.generation, f.bytes, f.crc32
+        ),
+    ))
+}
+
 /// The bytes of generation `m`'s manifest in `from`, checked to be `m`, so
 /// that a copy is byte for byte the original (re-encoding could differ in
 /// the last digit of a float).
-fn manifest_bytes(from: &dyn Store, m: &Manifest) -> Result<Vec<u8>> {
+pub(crate) fn manifest_bytes(from: &dyn Store, m: &Manifest) -> Result<Vec<u8>> {
     let name = manifest_name(m.generation);
     let bytes = from.read(&name)?;
     let path = std::path::Path::new(&from.describe()).join(&name);
@@ -1542,7 +1586,11 @@ fn manifest_bytes(from: &dyn Store, m: &Manifest) -> Result<Vec<u8>> {
 /// no generation, and gives way to L1's valid copy (deleted first, because
 /// stores never overwrite a manifest). Returns the note of
 /// [`reupload_missing`] when a file had to be sent again after the commit.
-fn upload_generation(job: &Job, m: &Manifest, replace_invalid: bool) -> Result<Option<String>> {
+pub(crate) fn upload_generation(
+    job: &Job,
+    m: &Manifest,
+    replace_invalid: bool,
+) -> Result<Option<String>> {
     copy_generation(&job.l1_chain, job.l2.as_ref(), m, job.progress(), false)?;
     let bytes = manifest_bytes(&job.l1_chain, m)?;
     if replace_invalid {

@@ -43,13 +43,17 @@ pub fn run_job(
     l1_root: Option<&std::path::Path>,
     only: Option<u32>,
     json: bool,
+    repair: Option<&rexctl::l2::repair::RepairReport>,
 ) -> anyhow::Result<i32> {
     let pb = ui::spinner(if verify { "verifying" } else { "reading" });
     let st = job_status(root, verify, l1_root, only);
     pb.finish_and_clear();
     let st: JobStatus = st?;
     if json {
-        ui::print_json(&st)?;
+        match repair {
+            Some(r) => ui::print_json(&serde_json::json!({ "repair": r, "verify": &st }))?,
+            None => ui::print_json(&st)?,
+        }
     } else {
         outln!(
             "MPI job at {}: job generations {:?}, {} ranks in the newest",

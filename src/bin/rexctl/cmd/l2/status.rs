@@ -48,7 +48,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 .as_ref()
                 .is_some_and(|l| l.join(r.to_string()).is_dir())
         }) else {
-            return super::run_job(&root, false, l1_root.as_deref(), rank, a.json);
+            return super::run_job(&root, false, l1_root.as_deref(), rank, a.json, None);
         };
         // Its part of the newest job generation (an unknown rank is
         // refused here), and what is wrong with the job's manifests

@@ -2,6 +2,7 @@
 
 use rexctl::control::config::ConfigLayer;
 use rexctl::l2::push::Job;
+use rexctl::l2::repair::RepairReport;
 use rexctl::l2::restore::verify;
 
 use crate::cmd::config_args::Settings;
@@ -23,11 +24,25 @@ use crate::ui;
 /// exits 3 when any rank's part of the newest job generation, or its L1, is
 /// missing or bad. A rank's chain alone (`--l2 JOB/R`) is refused (exit 3,
 /// naming --rank): its generations count only once the job commits them.
+///
+/// With --repair (and L1), a file damaged in one of a generation's two
+/// copies (L2 and L1's copy of the chain) is first rewritten from the other,
+/// and a manifest invalid in one place replaced by the other's: bit rot in
+/// L2 that no push reads would otherwise surface only when a lost node's
+/// restore fails on it. Nothing is copied from a copy that does not match
+/// its manifest; a file damaged in both copies is reported. It then
+/// verifies as above (exit 0 only when everything checks out afterwards),
+/// under the job's writer locks (exit 4 beside a push). On an MPI job's
+/// location, each rank's chain against its L1/R.
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Check L2 alone, even when an L1 directory is configured.
     #[arg(long)]
     l2_only: bool,
+    /// First rewrite a file damaged in one copy (L2 or L1's) from the
+    /// other; needs L1.
+    #[arg(long, conflicts_with = "l2_only")]
+    repair: bool,
     /// Print a JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -41,15 +56,59 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     // --rank R), references read from the ranks that store them, and with
     // the job's L1 directory each rank's L1/R (helper-66: both backends
     // read the rank's chain with --rank, and L1 was never checked).
-    if let Some(root) = super::job_root(&s)? {
-        let l1 = if a.l2_only { None } else { s.opt_l1()? };
-        return super::run_job(&root, true, l1.as_deref(), super::job_rank(&s)?, a.json);
+    let l1 = if a.l2_only { None } else { s.opt_l1()? };
+    if a.repair && l1.is_none() {
+        return Err(rexctl::Error::Invalid(
+            "--repair rewrites a damaged copy from the other one: it needs the job's L1 directory (--l1, REX_L1 or rex.toml)".into(),
+        )
+        .into());
     }
-    // A directory that does not exist has nothing to verify (below).
+    if let Some(root) = super::job_root(&s)? {
+        let repaired = match (&l1, a.repair) {
+            (Some(l1), true) => {
+                let pb = ui::spinner("repairing");
+                let r = rexctl::l2::repair::repair_job(&root, l1, super::job_rank(&s)?);
+                pb.finish_and_clear();
+                Some(r?)
+            }
+            _ => None,
+        };
+        if let Some(r) = &repaired {
+            print_repair(r, a.json)?;
+        }
+        let code = super::run_job(
+            &root,
+            true,
+            l1.as_deref(),
+            super::job_rank(&s)?,
+            a.json,
+            repaired.as_ref(),
+        )?;
+        return Ok(match repaired {
+            Some(r) if r.incomplete() && code == 0 => rexctl::error::exit::DATA,
+            _ => code,
+        });
+    }
+    let repaired = match (&l1, a.repair) {
+        (Some(l1), true) => {
+            let pb = ui::spinner("repairing");
+            let l2 = rexctl::store::open_l2(&s.l2()?, &s.store()?, false)?;
+            let r = Job::open(l1, l2).and_then(|job| {
+                rexctl::l2::repair::repair(&job).map_err(|e| job.l2.public_error(e))
+            });
+            pb.finish_and_clear();
+            let r = r?;
+            print_repair(&r, a.json)?;
+            Some(r)
+        }
+        _ => None,
+    };
+    // A directory that does not exist has nothing to verify (below). The
+    // store is opened again after a repair: a bucket's cached copies of
+    // what it replaced are not read again.
     let l2 = rexctl::store::open_l2_read(&s.l2()?, &s.store()?)?;
     let place = l2.describe();
     let pb = ui::spinner("verifying");
-    let l1 = if a.l2_only { None } else { s.opt_l1()? };
     let (r, l2) = match &l1 {
         Some(l1) => {
             let job = Job::open_read(l1, l2)?;
@@ -72,7 +131,13 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         return Err(rexctl::Error::chain(&place, "nothing to verify: no generation here").into());
     }
     if a.json {
-        ui::print_json(&r)?;
+        match &repaired {
+            Some(rep) => ui::print_json(&serde_json::json!({
+                "repair": rep,
+                "verify": &r,
+            }))?,
+            None => ui::print_json(&r)?,
+        }
     } else {
         for g in &r.generations {
             match &g.error {
@@ -115,7 +180,12 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             );
         }
     }
-    if !r.ok() {
+    if let Some(rep) = &repaired {
+        for e in &rep.unrepairable {
+            ui::error(e);
+        }
+    }
+    if !r.ok() || repaired.as_ref().is_some_and(|r| r.incomplete()) {
         for g in r.generations.iter().filter_map(|g| g.error.as_ref()) {
             ui::error(g);
         }
@@ -125,4 +195,18 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         return Ok(rexctl::error::exit::DATA);
     }
     Ok(0)
+}
+
+/// Says what `--repair` did (human output; the JSON goes with verify's).
+pub(super) fn print_repair(r: &RepairReport, json: bool) -> anyhow::Result<()> {
+    if json {
+        return Ok(());
+    }
+    for line in &r.repaired {
+        outln!("{}: {line}", ui::good("repaired"));
+    }
+    for line in &r.unrepairable {
+        outln!("{}: {line}", ui::bad("NOT REPAIRED"));
+    }
+    Ok(())
 }
