@@ -2503,3 +2503,64 @@ fn an_l1_directory_of_another_job_is_refused_with_nothing_pending() {
         crate::util::assert_image(&out, &p(&format!("{job}.rexic")), job);
     }
 }
+
+/// A restore for a named rank (--rank, REX_RANK, a launcher's variable)
+/// refuses a chain another rank pushed: two ranks given one L2 directory,
+/// rank 1's restore gave rank 0's image with exit 0 (helper-72). With no
+/// rank named (a lost rank restored from a login node), the chain restores.
+#[test]
+fn a_named_rank_never_restores_another_rank_s_chain() {
+    let d = tempfile::tempdir().unwrap();
+    let (l1, l2, truth) = (d.path().join("l1"), d.path().join("l2"), d.path().join("t"));
+    let mut w = workload("balanced", 64, 12);
+    let image = take_until(&mut w, &l1, 2, &truth);
+    rex_ok(&["push-l2", "--l1", s(&l1), "--l2", s(&l2), "--rank", "0"]);
+    let out = d.path().join("r.rexic");
+    let restore = |env: &[(&str, &str)], extra: &[&str]| {
+        let _ = std::fs::remove_file(&out);
+        let mut c: Command = rexctl();
+        c.env_remove("REX_FAILPOINT");
+        for v in [
+            "REX_RANK",
+            "SLURM_PROCID",
+            "PMIX_RANK",
+            "PMI_RANK",
+            "OMPI_COMM_WORLD_RANK",
+            "FLUX_TASK_RANK",
+        ] {
+            c.env_remove(v);
+        }
+        c.envs(env.iter().copied());
+        c.args(["restore", "--l2-only", "--l2", s(&l2), "--out", s(&out)])
+            .args(extra);
+        c.output().unwrap()
+    };
+    for (env, extra) in [
+        (&[][..], &["--rank", "1"][..]),
+        (&[("SLURM_PROCID", "1")][..], &[][..]),
+        (&[("REX_RANK", "1")][..], &[][..]),
+    ] {
+        let o = restore(env, extra);
+        assert_eq!(
+            o.status.code(),
+            Some(3),
+            "{env:?} {extra:?}: {}",
+            stderr(&o)
+        );
+        assert!(
+            stderr(&o).contains("pushed by rank 0, this is rank 1"),
+            "{}",
+            stderr(&o)
+        );
+        assert!(!out.exists(), "an image was left");
+    }
+    for (env, extra) in [
+        (&[][..], &[][..]),
+        (&[][..], &["--rank", "0"][..]),
+        (&[("OMPI_COMM_WORLD_RANK", "0")][..], &[][..]),
+    ] {
+        let o = restore(env, extra);
+        assert!(o.status.success(), "{env:?} {extra:?}: {}", stderr(&o));
+        assert_image(&out, &image, "rank 0's own restore");
+    }
+}

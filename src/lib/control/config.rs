@@ -625,15 +625,7 @@ impl StoreSettings {
         let rank = l
             .rank
             .clone()
-            .or_else(|| {
-                scheduler(&[
-                    "SLURM_PROCID",
-                    "PMIX_RANK",
-                    "PMI_RANK",
-                    "OMPI_COMM_WORLD_RANK",
-                    "FLUX_TASK_RANK",
-                ])
-            })
+            .or_else(|| scheduler(&LAUNCHER_RANKS))
             .unwrap_or_else(|| "0".into());
         for (key, v) in [("job", job.as_deref()), ("rank", Some(rank.as_str()))] {
             if let Some(v) = v
@@ -1035,6 +1027,29 @@ impl Config {
             sources,
         })
     }
+}
+
+/// The launchers' variables that give a process its rank, first found first.
+const LAUNCHER_RANKS: [&str; 5] = [
+    "SLURM_PROCID",
+    "PMIX_RANK",
+    "PMI_RANK",
+    "OMPI_COMM_WORLD_RANK",
+    "FLUX_TASK_RANK",
+];
+
+/// The rank `l` (`--rank`, REX_RANK, rex.toml) or a launcher's variable
+/// (SLURM_PROCID, PMIX_RANK, PMI_RANK, OMPI_COMM_WORLD_RANK, FLUX_TASK_RANK,
+/// read through `env`) names; `None` when nothing does (the rank is then 0
+/// by default, which a restore does not hold against a chain: a lost
+/// rank's chain is often restored from a login node).
+pub fn named_rank(l: &ConfigLayer, env: impl Fn(&str) -> Option<String>) -> Option<String> {
+    l.rank.clone().or_else(|| {
+        LAUNCHER_RANKS
+            .iter()
+            .find_map(|v| env(v).filter(|v| !v.trim().is_empty()))
+            .map(|v| v.trim().to_string())
+    })
 }
 
 #[cfg(test)]

@@ -307,8 +307,14 @@ pub fn push_collective(
             .copied()
             .max()
             .unwrap_or(0);
+        let next = max.checked_add(1).ok_or_else(|| {
+            Error::chain(
+                root.describe(),
+                format!("job generation numbers are exhausted (job generation {max} exists): give the job a new L2 location"),
+            )
+        })?;
         report.rolled_back = rollback(job, committed)?;
-        Ok((w, max + 1))
+        Ok((w, next))
     });
     let _writer = match start {
         Ok((w, j)) => {

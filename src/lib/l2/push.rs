@@ -297,27 +297,40 @@ pub fn begin_writing(job: &Job, what: &str) -> Result<Writer> {
     // ranks never share a chain. Another job (the same job restarted under
     // a new scheduler id) may only take over with a FULL checkpoint newer
     // than L2's chain, which the L1 scan enforces per run.
-    if let Some(me) = &job.identity
-        && let Some(n) = ChainIndex::load(job.l2.as_ref())?.newest()
-        && let Some(r) = &n.rank
-        && r != &me.rank
-    {
-        return Err(Error::chain(
-            job.l2.describe(),
-            format!(
-                "L2's newest generation {} was pushed by rank {r}{}, this is rank {}: two writers on one L2 are refused (give each rank its own L2 location); the pending checkpoints are kept",
-                n.generation,
-                n.job
-                    .as_ref()
-                    .map_or(String::new(), |j| format!(" of job {j}")),
-                me.rank
-            ),
-        ));
+    if let Some(me) = &job.identity {
+        check_rank(
+            job.l2.as_ref(),
+            &me.rank,
+            "two writers on one L2 are refused (give each rank its own L2 location); the pending checkpoints are kept",
+        )?;
     }
     Ok(Writer {
         _job: job_lock,
         _l2: l2_lock,
     })
+}
+
+/// Refuses `l2` when its newest generation was pushed by another rank than
+/// `rank` (`then` ends the message): a push would make two writers of one
+/// chain, a restore would give another rank's image (helper-72: with exit
+/// 0, when two ranks were given one L2 location).
+pub fn check_rank(l2: &dyn Store, rank: &str, then: &str) -> Result<()> {
+    if let Some(n) = ChainIndex::load(l2)?.newest()
+        && let Some(r) = &n.rank
+        && r != rank
+    {
+        return Err(Error::chain(
+            l2.describe(),
+            format!(
+                "L2's newest generation {} was pushed by rank {r}{}, this is rank {rank}: {then}",
+                n.generation,
+                n.job
+                    .as_ref()
+                    .map_or(String::new(), |j| format!(" of job {j}")),
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Refuses a rank's chain of an MPI job (its newest generation, in L2 or
@@ -1065,7 +1078,16 @@ fn next_generation(job: &Job, rec: &Recovered) -> Result<u64> {
             }
         }
     }
-    Ok(max + 1)
+    // Numbers only grow, so the last one ends the location: never a
+    // wrap to 0, below every generation (helper-74: a chain whose newest
+    // generation was 2^64 - 1 took a FULL push as generation 0, deleted
+    // its checkpoint from L1, and every restore gave the older state).
+    max.checked_add(1).ok_or_else(|| {
+        Error::chain(
+            job.l2.describe(),
+            format!("generation numbers are exhausted (generation {max} exists): push to a new L2 location; the pending checkpoints are kept"),
+        )
+    })
 }
 
 pub use crate::format::manifest::generation_of;
@@ -1654,4 +1676,31 @@ fn prune(job: &Job, opts: &PushOptions, report: &mut PushReport) -> Result<()> {
 /// on first use.
 pub fn ensure_dir(path: &Path) -> Result<()> {
     std::fs::create_dir_all(path).ctx(path, "create directory")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The number after 2^64 - 1 is no number: refused, never a wrap to 0
+    /// below every generation (helper-74).
+    #[test]
+    fn generation_numbers_never_wrap() {
+        let d = tempfile::tempdir().unwrap();
+        let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
+        std::fs::create_dir_all(&l1).unwrap();
+        std::fs::create_dir_all(&l2).unwrap();
+        let job = Job::open(&l1, Box::new(DirStore::open(&l2).unwrap())).unwrap();
+        let rec = Recovered {
+            newest: None,
+            l2_index: ChainIndex::default(),
+            l1_index: ChainIndex::default(),
+        };
+        std::fs::write(l2.join(format!("g{:08}.rps", u64::MAX - 1)), b"x").unwrap();
+        assert_eq!(next_generation(&job, &rec).unwrap(), u64::MAX);
+        std::fs::write(l2.join(format!("g{:08}.rps", u64::MAX)), b"x").unwrap();
+        let e = next_generation(&job, &rec).unwrap_err();
+        assert!(e.report().contains("exhausted"), "{}", e.report());
+        assert_eq!(e.exit_code(), crate::error::exit::DATA);
+    }
 }

@@ -40,7 +40,10 @@ use crate::ui;
 /// they are still in L1). Each rank restores its own newest state; a job
 /// restarting all its ranks must restore the same seq on every rank
 /// (librex's restart agrees on it): give every rank `--seq S`, S the
-/// smallest of the seqs the ranks restore alone.
+/// smallest of the seqs the ranks restore alone. On a single chain, a
+/// rank named (--rank, REX_RANK, or the launcher's SLURM_PROCID and the
+/// like) must be the one that pushed it: another rank's chain is refused
+/// (exit 3); with no rank named, the chain restores whoever pushed it.
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Output file; an existing file is replaced only with --force.
@@ -236,6 +239,19 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     // An L2 directory no push has made yet reads as empty: with L1, its
     // checkpoints alone restore; without, "no valid generation under ...".
     let l2 = rexctl::store::open_l2_read(&s.l2()?, &s.store()?)?;
+    // A rank named (--rank, REX_RANK, a launcher's variable) restores that
+    // rank's chain, never another's (helper-72: two ranks given one L2
+    // directory, rank 1 restored rank 0's image with exit 0).
+    if job_rank.is_none()
+        && let Some(rank) = rexctl::control::config::named_rank(&s.layer, |k| std::env::var(k).ok())
+    {
+        rexctl::l2::push::check_rank(
+            l2.as_ref(),
+            &rank,
+            &format!("give rank {rank}'s own L2 location, or no rank to restore this chain"),
+        )
+        .map_err(|e| l2.public_error(e))?;
+    }
     // A few pages need a few chunks: a bucket is read on demand.
     l2.read_on_demand(opts.pages.is_some() || opts.region.is_some());
     // The restore keeps pushes out of L1 while it reads it, and waits for
