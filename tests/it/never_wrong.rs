@@ -2564,3 +2564,58 @@ fn a_named_rank_never_restores_another_rank_s_chain() {
         assert_image(&out, &image, "rank 0's own restore");
     }
 }
+
+/// A manifest under a name of the listing form that is not its
+/// generation's own (`g000000002.manifest`, digits beyond 2^64 - 1) is an
+/// invalid manifest of that generation, not a name to ignore: renamed so,
+/// the newest generation's manifest let a restore give the generation
+/// before it with exit 0, and verify said ok (helper-74). Beside the
+/// generation's own manifest, it makes the generation ambiguous: refused
+/// too, `--fallback` takes the valid one.
+#[test]
+fn a_manifest_under_a_stray_name_is_never_ignored() {
+    let d = tempfile::tempdir().unwrap();
+    let (l1, l2, truth) = (d.path().join("l1"), d.path().join("l2"), d.path().join("t"));
+    let mut w = workload("balanced", 64, 13);
+    let first = take_until(&mut w, &l1, 1, &truth);
+    rex_ok(&["push-l2", "--l1", s(&l1), "--l2", s(&l2)]);
+    let second = take_until(&mut w, &l1, 3, &truth);
+    rex_ok(&["push-l2", "--l1", s(&l1), "--l2", s(&l2)]);
+    let out = d.path().join("r.rexic");
+    let restore = |extra: &[&str]| {
+        let _ = std::fs::remove_file(&out);
+        rex(&[
+            &["restore", "--l2-only", "--l2", s(&l2), "--out", s(&out)][..],
+            extra,
+        ]
+        .concat())
+    };
+    let own = l2.join(manifest_name(2));
+    for (stray, keep_own, fallback_to) in [
+        ("g000000002.manifest", false, &first),
+        ("g99999999999999999999.manifest", true, &second),
+        ("g000000002.manifest", true, &second),
+    ] {
+        let ctx = format!("{stray} (own kept: {keep_own})");
+        std::fs::copy(&own, l2.join(stray)).unwrap();
+        if !keep_own {
+            std::fs::rename(&own, d.path().join("own")).unwrap();
+        }
+        let o = restore(&[]);
+        assert_eq!(o.status.code(), Some(3), "{ctx}: {}", stderr(&o));
+        assert!(stderr(&o).contains(stray), "{ctx}: {}", stderr(&o));
+        assert!(!out.exists(), "{ctx}");
+        let v = rex(&["verify", "--l2", s(&l2)]);
+        assert_eq!(v.status.code(), Some(3), "{ctx}: verify {}", stderr(&v));
+        let o = restore(&["--fallback"]);
+        assert!(o.status.success(), "{ctx}: {}", stderr(&o));
+        assert_image(&out, fallback_to, &ctx);
+        std::fs::remove_file(l2.join(stray)).unwrap();
+        if !keep_own {
+            std::fs::rename(d.path().join("own"), &own).unwrap();
+        }
+        let o = restore(&[]);
+        assert!(o.status.success(), "{ctx}: {}", stderr(&o));
+        assert_image(&out, &second, &ctx);
+    }
+}

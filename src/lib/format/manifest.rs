@@ -719,6 +719,21 @@ pub fn parse_manifest_name(name: &str) -> Option<u64> {
     (manifest_name(g) == name).then_some(g)
 }
 
+/// A name of a manifest's listing form (`g`, at least 8 ASCII digits,
+/// `.manifest`: FORMAT.md §3.1.1) that is not a generation's canonical
+/// manifest name (`g000000004.manifest`, or digits beyond 2^64 - 1): the
+/// generation it names (2^64 - 1 when the digits overflow), which readers
+/// report as an invalid manifest of it. Ignored, such a name let a restore
+/// give the generation before it with exit 0 (helper-74).
+pub fn stray_manifest_name(name: &str) -> Option<u64> {
+    let d = name.strip_prefix('g')?.strip_suffix(".manifest")?;
+    if d.len() < 8 || !d.bytes().all(|b| b.is_ascii_digit()) || parse_manifest_name(name).is_some()
+    {
+        return None;
+    }
+    Some(d.parse().unwrap_or(u64::MAX))
+}
+
 /// The generation of a generation file name `gNNNNNNNN.<ext>` (canonical
 /// spelling only), for any extension.
 pub fn generation_of(name: &str) -> Option<u64> {

@@ -19,7 +19,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::error::{Error, Result};
 use crate::format::chunked::{ChunkPool, ChunkedFile, Coding, Kind};
 use crate::format::ic::DropRange;
-use crate::format::manifest::{FileEntry, Manifest, Role, manifest_name, parse_manifest_name};
+use crate::format::manifest::{
+    FileEntry, Manifest, Role, manifest_name, parse_manifest_name, stray_manifest_name,
+};
 use crate::format::pointer_coding::HOLE;
 use crate::format::ptable::PTableDelta;
 use crate::format::xref::{Xref, XrefFile};
@@ -41,6 +43,28 @@ impl ChainIndex {
         let mut idx = ChainIndex::default();
         for o in store.list()? {
             let Some(g) = parse_manifest_name(&o.name) else {
+                if let Some(g) = stray_manifest_name(&o.name) {
+                    let at = store.local_root().map_or_else(
+                        || format!("{}/{}", store.describe(), o.name).into(),
+                        |r| r.join(&o.name),
+                    );
+                    let what = if g == u64::MAX && o.name != manifest_name(g) {
+                        "a manifest name whose number lies beyond 2^64 - 1, the last generation"
+                            .to_string()
+                    } else {
+                        format!(
+                            "a manifest under another name than generation {g}'s ({})",
+                            manifest_name(g)
+                        )
+                    };
+                    idx.invalid.push((
+                        g,
+                        Error::chain(
+                            at,
+                            format!("{what}: which manifest is the generation's cannot be told; remove or rename it"),
+                        ),
+                    ));
+                }
                 continue;
             };
             match read_manifest(store, g) {

@@ -842,7 +842,9 @@ fn restore_with_fallback(
     let target = match opts.generation {
         Some(g) => g,
         None => match (index.newest(), index.invalid.iter().map(|(g, _)| *g).max()) {
-            (Some(m), Some(bad)) if bad > m.generation && !opts.fallback => {
+            // Equal: a stray manifest name beside the generation's own
+            // (`format::manifest::stray_manifest_name`).
+            (Some(m), Some(bad)) if bad >= m.generation && !opts.fallback => {
                 let e = &index
                     .invalid
                     .iter()
