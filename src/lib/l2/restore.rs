@@ -38,7 +38,7 @@ use crate::durable::AtomicFile;
 use crate::error::{Error, Result};
 use crate::format::chunked::{ChunkedFile, Kind, check_all_parallel};
 use crate::format::ic::{ChainId, IcExt, IcFile, IcMeta, IcWriter, RegionTable};
-use crate::format::manifest::{Manifest, Role, Writer, generation_of};
+use crate::format::manifest::{Manifest, Role, Writer, generation_of, parse_manifest_name};
 use crate::format::ptable::PTableDelta;
 use crate::l1::coalesce::{PageLayer, merge_layers};
 use crate::l1::{Covered, L1Dir, LeftOut, same_run};
@@ -248,7 +248,39 @@ pub struct RestoreReport {
 }
 
 /// Restores from L2 alone (permanent failure) into `out`.
+///
+/// Nothing keeps a push out of L2 meanwhile (there is no L1 to lock): a
+/// push that prunes the chain being read (its complete coalescence made a
+/// newer one) makes its files vanish under the restore. When an attempt
+/// fails, or falls back, while the store's manifests changed under it, the
+/// restore starts again on the new listing, a few times (helper-73: exit 1
+/// or 3, "no valid generation", while a newer valid generation existed).
 pub fn restore_l2(l2: &dyn Store, opts: &RestoreOptions, out: &Path) -> Result<RestoreReport> {
+    let manifests = || -> Result<Vec<String>> {
+        Ok(l2
+            .list()?
+            .into_iter()
+            .filter(|o| parse_manifest_name(&o.name).is_some())
+            .map(|o| o.name)
+            .collect())
+    };
+    let mut again = 0;
+    loop {
+        let before = manifests()?;
+        let r = restore_l2_once(l2, opts, out);
+        let retry = match &r {
+            Err(_) => true,
+            Ok(rep) => rep.fell_back.is_some(),
+        };
+        if retry && again < 8 && manifests().is_ok_and(|after| after != before) {
+            again += 1;
+            continue;
+        }
+        return r;
+    }
+}
+
+fn restore_l2_once(l2: &dyn Store, opts: &RestoreOptions, out: &Path) -> Result<RestoreReport> {
     let out = Output::File(out);
     let index = ChainIndex::load(l2)?;
     if let Some(e) = rank_chain_alone(&index, &l2.describe(), opts) {

@@ -25,6 +25,9 @@ use crate::ui;
 /// and appears only when complete and verified. With an L1 directory, the
 /// restore waits while a push holds L1's lock (`push-l2`, `flush`, `gc`, a
 /// librex job's push), and says so; pushes meanwhile are busy (exit 4).
+/// From L2 alone nothing keeps a push out: a restore whose chain a push
+/// pruned meanwhile (a complete coalescence made a newer one) starts again
+/// on the new listing.
 ///
 /// From a bucket (s3://BUCKET/PREFIX), objects are fetched into a cache
 /// directory (removed afterwards) with several ranged GETs in flight; with
