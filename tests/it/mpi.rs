@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use crate::util::{assert_image, copy_tree, names_in, ok, run, s, show};
+use crate::util::{assert_image, copy_tree, names_in, ok, run, s, show, stderr};
 
 const RANKS: u32 = 4;
 
@@ -1622,4 +1622,56 @@ fn verify_status_and_gc_of_a_job_check_each_rank_s_l1_and_take_a_rank() {
     assert!(!junk(1).exists() && junk(3).exists());
     // Nothing of the job was lost on the way.
     assert_ranks_restore_l1(&l1, &l2, &truth, t.path(), "after verify, status and gc");
+}
+
+/// A first collective push by fewer ranks than L1 holds directories for
+/// (run without `mpirun`, or with a smaller -np) is refused (exit 5) and
+/// commits nothing: it made a job of one rank, whose later pushes with
+/// every rank were refused for good, and rank 1's checkpoints were never
+/// pushed (helper-72). With every rank, it pushes.
+#[test]
+fn a_first_collective_push_with_ranks_missing_is_refused() {
+    let _one_at_a_time = crate::util::exclusive();
+    let t = tempfile::tempdir().unwrap();
+    let (l1, l2, truth) = (t.path().join("l1"), t.path().join("l2"), t.path().join("t"));
+    gen_ranks(&l1, "0.5", "64", "2", &truth);
+    let args = ["push-l2", "--collective", "--l1", s(&l1), "--l2", s(&l2)];
+    let o = run(&args);
+    assert_eq!(o.status.code(), Some(5), "{}", show(&args, &o));
+    assert!(
+        stderr(&o).contains("L1 directory of rank 1"),
+        "{}",
+        stderr(&o)
+    );
+    let o = mpirun_np(RANKS - 1, &args, None);
+    assert!(!o.status.success(), "{}", show(&args, &o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("L1 directory of rank 3")
+            || stderr(&o).contains("L1 directory of rank 3"),
+        "{}",
+        show(&args, &o)
+    );
+    assert!(
+        !l2.join("job").is_dir() || names_in(&l2.join("job")).is_empty(),
+        "a job generation was committed"
+    );
+    success(&mpirun(&args, None), "the push of every rank");
+    for r in 0..RANKS {
+        let out = t.path().join(format!("r{r}.rexic"));
+        ok(&[
+            "restore",
+            "--l2",
+            s(&l2),
+            "--rank",
+            &r.to_string(),
+            "--l2-only",
+            "-o",
+            s(&out),
+        ]);
+        assert_image(
+            &out,
+            &truth.join(format!("{r}.rexic")),
+            &format!("rank {r}"),
+        );
+    }
 }

@@ -286,6 +286,23 @@ pub fn push_collective(
                 ),
             ));
         }
+        // The first push makes the job's number of ranks: an L1 directory
+        // of the next rank means ranks are missing from this push (helper-72:
+        // `push-l2 --collective` run without `mpirun` committed a job of one
+        // rank; rank 1's checkpoints could then never be pushed).
+        if committed.is_none()
+            && jobs.invalid.is_empty()
+            && let Some(l1_root) = job.l1.parent()
+            && l1_root.join(comm.size().to_string()).is_dir()
+        {
+            return Err(Error::Invalid(format!(
+                "{} holds the L1 directory of rank {}, and this push runs {} rank{}: run it with every rank of the job (`mpirun -np N`); a job keeps the ranks of its first push",
+                l1_root.display(),
+                comm.size(),
+                comm.size(),
+                if comm.size() == 1 { "" } else { "s" }
+            )));
+        }
         // A damaged job manifest is never taken for one that was not
         // written: rolling its generations back would lose checkpoints.
         if let Some((j, e)) = jobs.invalid.iter().find(|(j, _)| Some(*j) > committed) {

@@ -40,7 +40,10 @@ pub struct Args {
     /// in a directory, PREFIX/JOB/R/ in a bucket); pages several ranks hold
     /// are stored once, by one of them (byte-verified), and the push commits
     /// as one job generation (L2/job/). Restore a rank with `restore --rank
-    /// R`. Needs a rexctl built with the cargo feature `mpi`.
+    /// R`. The first push makes the job's number of ranks: run with an
+    /// L1/N beside it (fewer ranks than L1 has directories for, or no
+    /// `mpirun`), it is refused (exit 5). Needs a rexctl built with the
+    /// cargo feature `mpi`.
     #[arg(long)]
     collective: bool,
     /// Print a JSON object instead of text.
