@@ -2725,3 +2725,56 @@ fn a_restore_from_l2_alone_beside_a_pruning_push_gives_the_newer_state() {
     assert!(r.fell_back.is_none(), "{:?}", r.fell_back);
     assert_image(&out, &want, "restore beside a pruning push");
 }
+
+/// `--fallback` passes over damaged or missing data only: a pending
+/// checkpoint that cannot be read (no permission) may be sound, and the
+/// state after it the newest, so the restore fails (exit 1), with or
+/// without `--fallback` (helper-72: it restored the state before it, exit
+/// 0). Run as nobody (root reads every file).
+#[test]
+fn fallback_never_passes_over_a_checkpoint_it_could_not_read() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let d = tempfile::tempdir().unwrap();
+    let (l1, l2, truth) = (d.path().join("l1"), d.path().join("l2"), d.path().join("t"));
+    let mut w = workload("balanced", 64, 15);
+    take_until(&mut w, &l1, 3, &truth);
+    rex_ok(&["push-l2", "--l1", s(&l1), "--l2", s(&l2)]);
+    let newest = take_until(&mut w, &l1, 5, &truth);
+    fn open_up(p: &Path) {
+        let mode = if p.is_dir() { 0o777 } else { 0o666 };
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+        if p.is_dir() {
+            for e in std::fs::read_dir(p).unwrap() {
+                open_up(&e.unwrap().path());
+            }
+        }
+    }
+    open_up(d.path());
+    let out = d.path().join("r.rexic");
+    let restore = |extra: &[&str]| {
+        let _ = std::fs::remove_file(&out);
+        let mut c = rexctl();
+        c.env_remove("REX_FAILPOINT")
+            .args(["restore", "--l1", s(&l1), "--l2", s(&l2), "--out", s(&out)])
+            .args(extra);
+        if root {
+            c.uid(65534).gid(65534);
+        }
+        c.output().unwrap()
+    };
+    let victim = l1.join(ic_file_name(4));
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o000)).unwrap();
+    for extra in [&[][..], &["--fallback"][..]] {
+        let o = restore(extra);
+        assert_eq!(o.status.code(), Some(1), "{extra:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains("Permission denied"), "{}", stderr(&o));
+        assert!(!out.exists(), "{extra:?}: an image was written");
+    }
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let o = restore(&[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_image(&out, &newest, "readable again");
+}

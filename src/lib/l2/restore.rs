@@ -372,7 +372,7 @@ pub fn restore_l1_l2_to(
         // Nothing in L2 yet: the L1 checkpoints alone.
         let pending = match L1Dir::scan_after_up_to(&job.l1, None, opts.seq) {
             Ok(l1) => l1.files,
-            Err(e) if opts.fallback => {
+            Err(e) if opts.fallback && e.is_about_data() => {
                 return restore_pending_prefix(job, opts, out, e);
             }
             Err(e) => return Err(e),
@@ -386,7 +386,9 @@ pub fn restore_l1_l2_to(
         let mut report = RestoreReport::default();
         return match write_image(None, &pending, opts, out, &mut report) {
             Ok(()) => Ok(report),
-            Err(e) if opts.fallback => restore_pending_prefix(job, opts, out, e),
+            Err(e) if opts.fallback && e.is_about_data() => {
+                restore_pending_prefix(job, opts, out, e)
+            }
             Err(e) => Err(e),
         };
     }
@@ -650,7 +652,7 @@ impl Attempt<'_> {
             }
             // The generation cannot be opened, but a pending FULL
             // checkpoint after it needs nothing from it.
-            Err(e) if opts.fallback && pending_apply => {
+            Err(e) if opts.fallback && pending_apply && e.is_about_data() => {
                 let (prefix, skipped) = L1Dir::valid_prefix_after(&job.l1, Some(covered.clone()));
                 let Some(i) = prefix.iter().rposition(|p| p.is_full()) else {
                     return Err(e);
@@ -686,8 +688,11 @@ impl Attempt<'_> {
             Ok(()) => Ok(report),
             // The generation is sound but a pending file is not: its newest
             // valid state is the generation plus the files before it (or a
-            // later pending FULL checkpoint and the files after it).
-            Err(e) if opts.fallback => {
+            // later pending FULL checkpoint and the files after it). Not
+            // for a file that could not be read (no permission, an I/O
+            // error): it may be sound, and what follows it the newest state
+            // (helper-72: an unreadable checkpoint was passed over, exit 0).
+            Err(e) if opts.fallback && e.is_about_data() => {
                 let (prefix, skipped) = L1Dir::valid_prefix_after(&job.l1, Some(covered.clone()));
                 // Nothing of the pending files continues this generation,
                 // and they are of another run: this generation is not the
