@@ -2380,3 +2380,24 @@ fn crash_after_committing_a_batch_of_two_runs_recovers() {
         max_l2_chains: 2,
     });
 }
+
+/// A data file a valid manifest names and a directory L2 lacks is bad data
+/// (exit 3, naming the file and the generation), as a bucket's missing
+/// object is, not an I/O failure (helper-72: exit 1, "no such object").
+#[test]
+fn a_missing_data_file_is_bad_data_not_an_io_failure() {
+    let c = chain3(32);
+    for kind in ["rps", "pf", "ptab"] {
+        let (work, _l1, l2) = chain_copy(&c);
+        std::fs::remove_file(gen_file(&l2, 2, kind)).unwrap();
+        let (out, _) = restore(&l2, None, &[], &work.path().join("o"));
+        assert_eq!(out.status.code(), Some(3), "{kind}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains(&format!(
+                "g00000002.{kind}: missing: generation 2's manifest"
+            )),
+            "{kind}: {}",
+            stderr(&out)
+        );
+    }
+}

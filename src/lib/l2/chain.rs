@@ -313,6 +313,25 @@ fn entry(m: &Manifest, role: Role) -> Result<&FileEntry> {
 /// A hole of a Pointer File in coding 2, as the payload holds it.
 const HOLE_LE: [u8; 4] = HOLE.to_le_bytes();
 
+/// The local path of file `e` of generation `m`. One a valid manifest
+/// names and the store does not hold is a chain not whole: bad data (exit
+/// 3, as a bucket's missing object is), not an I/O failure (helper-72: exit
+/// 1, "no such object").
+fn open_named(store: &dyn Store, m: &Manifest, e: &FileEntry) -> Result<std::path::PathBuf> {
+    store.open_local(&e.name).map_err(|err| match err {
+        Error::Io { path, source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+            Error::chain(
+                path,
+                format!(
+                    "missing: generation {}'s manifest names it ({}, {} bytes)",
+                    m.generation, e.name, e.bytes
+                ),
+            )
+        }
+        err => err,
+    })
+}
+
 impl OpenGeneration {
     /// Whether the Pointer File refers to previous versions (coding 2):
     /// its holes are to be filled.
@@ -325,7 +344,7 @@ impl OpenGeneration {
     pub fn open(store: &dyn Store, m: &Manifest) -> Result<OpenGeneration> {
         let open = |role: Role| -> Result<std::path::PathBuf> {
             let e = entry(m, role)?;
-            let p = store.open_local(&e.name)?;
+            let p = open_named(store, m, e)?;
             let len = std::fs::metadata(&p).map(|md| md.len()).unwrap_or(0);
             if len != e.bytes {
                 return Err(Error::corrupt(
@@ -568,7 +587,7 @@ impl OpenChain {
                 .iter()
                 .filter(|f| !matches!(f.role, Role::Rps | Role::Pf))
             {
-                store.open_local(&f.name)?;
+                open_named(store, m, f)?;
             }
         }
         let gens = lineage
