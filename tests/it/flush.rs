@@ -662,3 +662,29 @@ fn push_l2_keeps_to_the_maximum_chain_length() {
     assert_eq!(kinds, ["full", "delta", "full", "delta", "full"]);
     ok(&["verify", "--l2", s(&l2)]);
 }
+
+/// A failed run logs its line too, on standard output beside the error
+/// (decision=error, the exit code, the message), so that a cron or
+/// journald log holds one line per run (helper-73: only the error text).
+#[test]
+fn a_failed_flush_logs_its_line() {
+    let d = tempfile::tempdir().unwrap();
+    let l1 = d.path().join("l1");
+    crate::util::ok(&["gen", "--pages", "64", "--count", "1", s(&l1)]);
+    let not_a_dir = d.path().join("file");
+    std::fs::write(&not_a_dir, b"").unwrap();
+    let out = crate::util::run(&["flush", "--l1", s(&l1), "--l2", s(&not_a_dir), "--job", "j"]);
+    assert_eq!(
+        out.status.code(),
+        Some(5),
+        "{}",
+        crate::util::show(&["flush"], &out)
+    );
+    let line = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        line.contains(" flush job=j rank=0 decision=error exit=5 error=\"")
+            && line.trim_end().ends_with('"')
+            && line.lines().count() == 1,
+        "{line}"
+    );
+}

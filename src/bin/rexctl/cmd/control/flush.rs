@@ -21,7 +21,8 @@ use crate::ui;
 /// coalescence (pointer space, chain length, bytes rule, cost rule). Logs one line per
 /// run for cron and journald: RFC 3339 time, job, rank, decision (push,
 /// wait, would-push, nothing-to-push), bytes uploaded, seconds, pending
-/// checkpoints and the reason, as key=value pairs; -v adds the controller's
+/// checkpoints and the reason, as key=value pairs (a failed run:
+/// decision=error, exit and error, beside the error on stderr); -v adds the controller's
 /// inputs and the recovery notes (a progress bar on a terminal). Exit status
 /// 0 when pushed or nothing was due. The L2 location may be a bucket
 /// (s3://BUCKET/PREFIX), see rex.toml(5). systemd units and a crontab
@@ -40,6 +41,32 @@ pub struct Args {
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
     let cfg = Settings::load(&a.settings)?.config()?;
+    let json = a.json;
+    let r = run_with(a, &cfg);
+    // A failed run logs its line too (decision=error), so that a cron or
+    // journald log has one line per run (helper-73: only the error text).
+    if let Err(e) = &r
+        && !json
+    {
+        let code = e
+            .downcast_ref::<rexctl::Error>()
+            .map_or(rexctl::error::exit::FAILURE, |e| e.exit_code());
+        let text = format!("{e:#}")
+            .replace('\\', "\\\\")
+            .replace('"', "\\\"")
+            .replace('\n', " ");
+        outln!(
+            "{} flush job={} rank={} decision=error exit={code} error=\"{text}\"",
+            humantime::format_rfc3339_seconds(std::time::SystemTime::now()),
+            cfg.store.job.as_deref().unwrap_or("-"),
+            cfg.store.rank
+        );
+    }
+    r
+}
+
+fn run_with(a: Args, cfg: &Config) -> anyhow::Result<i32> {
+    let cfg = cfg.clone();
     rexctl::l2::push::check_l1(&cfg.l1)?;
     // A dry run acts on nothing: it reads, as `plan` does.
     let job = if a.dry_run {
