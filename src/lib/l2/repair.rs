@@ -17,7 +17,7 @@
 //! manifest that is invalid in one place is replaced by the other's valid
 //! one. Nothing is ever written from a copy that does not match its
 //! manifest, and each file is checked again where it arrived
-//! ([`super::push::copy_file`]). A generation whose two manifests differ
+//! (`push::copy_file`). A generation whose two manifests differ
 //! is not damage (two chains under one number) and is left to `verify` to
 //! report; a generation only one place has is what retention (`keep_chains_l1`)
 //! or an interrupted push (which the next push finishes) leaves, not damage.
