@@ -40,8 +40,17 @@ pub struct ChainIndex {
 impl ChainIndex {
     /// Reads every manifest in `store`.
     pub fn load(store: &dyn Store) -> Result<ChainIndex> {
+        Self::load_listed(store, &store.list()?)
+    }
+
+    /// [`load`](Self::load) from `objects`, the store's listing taken by
+    /// the caller.
+    pub fn load_listed(
+        store: &dyn Store,
+        objects: &[crate::store::ObjectInfo],
+    ) -> Result<ChainIndex> {
         let mut idx = ChainIndex::default();
-        for o in store.list()? {
+        for o in objects {
             let Some(g) = parse_manifest_name(&o.name) else {
                 if let Some(g) = stray_manifest_name(&o.name) {
                     let at = store.local_root().map_or_else(

@@ -1485,7 +1485,7 @@ fn heal_l2_lineage(
 /// what arrived has the size and CRC its manifest records, then (with
 /// `manifest`) publishes the manifest there: the one copy routine behind
 /// uploads, recovery's copy back to L1 and healing L1 from L2.
-fn copy_generation(
+pub(crate) fn copy_generation(
     from: &dyn Store,
     to: &dyn Store,
     m: &Manifest,
@@ -1590,7 +1590,7 @@ fn unsound_error(
 /// The bytes of generation `m`'s manifest in `from`, checked to be `m`, so
 /// that a copy is byte for byte the original (re-encoding could differ in
 /// the last digit of a float).
-pub(crate) fn manifest_bytes(from: &dyn Store, m: &Manifest) -> Result<Vec<u8>> {
+fn manifest_bytes(from: &dyn Store, m: &Manifest) -> Result<Vec<u8>> {
     let name = manifest_name(m.generation);
     let bytes = from.read(&name)?;
     let path = std::path::Path::new(&from.describe()).join(&name);

@@ -31,7 +31,9 @@ use crate::error::Result;
 use crate::format::manifest::{Manifest, manifest_name};
 use crate::l2::chain::ChainIndex;
 use crate::l2::jobgen::{JobIndex, check_l1_root};
-use crate::l2::push::{Job, begin_writing, copy_file, file_unsound, upload_generation};
+use crate::l2::push::{
+    Job, begin_writing, copy_file, copy_generation, file_unsound, upload_generation,
+};
 use crate::store::{JobRoot, NoProgress, Store};
 
 /// What [`repair`] did.
@@ -145,15 +147,9 @@ pub fn repair(job: &Job) -> Result<RepairReport> {
                 match generation_unsound(l2, m) {
                     None => {
                         // Stores never overwrite a manifest: the invalid
-                        // one goes first, the data files, then the
-                        // manifest last.
+                        // one goes first, the manifest comes last.
                         l1.delete(&manifest_name(g))?;
-                        for f in &m.files {
-                            if unsound(l1, m, f).is_some() {
-                                copy_file(l2, l1, m, f, &NoProgress)?;
-                            }
-                        }
-                        l1.put_bytes(&manifest_name(g), &super::push::manifest_bytes(l2, m)?)?;
+                        copy_generation(l2, l1, m, &NoProgress, true)?;
                         report.repaired.push(format!(
                             "L1 generation {g}: {why}; replaced by L2's copy"
                         ));
@@ -203,12 +199,7 @@ pub fn repair(job: &Job) -> Result<RepairReport> {
                     report.repaired.push(note);
                 }
             } else {
-                for f in &m.files {
-                    if unsound(to, &m, f).is_some() {
-                        copy_file(from, to, &m, f, &NoProgress)?;
-                    }
-                }
-                to.put_bytes(&manifest_name(g), &super::push::manifest_bytes(from, &m)?)?;
+                copy_generation(from, to, &m, &NoProgress, true)?;
             }
             report.repaired.push(format!(
                 "{to_name} generation {g}: its manifest was missing (lost, or a push was interrupted between its two manifests); copied from the other place"

@@ -256,33 +256,39 @@ pub struct RestoreReport {
 /// restore starts again on the new listing, a few times (helper-73: exit 1
 /// or 3, "no valid generation", while a newer valid generation existed).
 pub fn restore_l2(l2: &dyn Store, opts: &RestoreOptions, out: &Path) -> Result<RestoreReport> {
-    let manifests = || -> Result<Vec<String>> {
-        Ok(l2
-            .list()?
-            .into_iter()
+    let manifests = |objects: &[crate::store::ObjectInfo]| -> Vec<String> {
+        objects
+            .iter()
             .filter(|o| parse_manifest_name(&o.name).is_some())
-            .map(|o| o.name)
-            .collect())
+            .map(|o| o.name.clone())
+            .collect()
     };
-    let mut again = 0;
-    loop {
-        let before = manifests()?;
-        let r = restore_l2_once(l2, opts, out);
+    let mut objects = l2.list()?;
+    for _ in 0..8 {
+        let r = restore_l2_once(l2, &objects, opts, out);
         let retry = match &r {
             Err(_) => true,
             Ok(rep) => rep.fell_back.is_some(),
         };
-        if retry && again < 8 && manifests().is_ok_and(|after| after != before) {
-            again += 1;
-            continue;
+        if !retry {
+            return r;
         }
-        return r;
+        match l2.list() {
+            Ok(now) if manifests(&now) != manifests(&objects) => objects = now,
+            _ => return r,
+        }
     }
+    restore_l2_once(l2, &objects, opts, out)
 }
 
-fn restore_l2_once(l2: &dyn Store, opts: &RestoreOptions, out: &Path) -> Result<RestoreReport> {
+fn restore_l2_once(
+    l2: &dyn Store,
+    objects: &[crate::store::ObjectInfo],
+    opts: &RestoreOptions,
+    out: &Path,
+) -> Result<RestoreReport> {
     let out = Output::File(out);
-    let index = ChainIndex::load(l2)?;
+    let index = ChainIndex::load_listed(l2, objects)?;
     if let Some(e) = rank_chain_alone(&index, &l2.describe(), opts) {
         return Err(e);
     }

@@ -66,7 +66,6 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
 }
 
 fn run_with(a: Args, cfg: &Config) -> anyhow::Result<i32> {
-    let cfg = cfg.clone();
     rexctl::l2::push::check_l1(&cfg.l1)?;
     // A dry run acts on nothing: it reads, as `plan` does.
     let job = if a.dry_run {
@@ -81,13 +80,13 @@ fn run_with(a: Args, cfg: &Config) -> anyhow::Result<i32> {
             rank: cfg.store.rank.clone(),
         })
         .with_progress(Arc::new(ui::UploadBar::new(pb.clone())));
-    let report = flush(&job, &cfg, a.dry_run);
+    let report = flush(&job, cfg, a.dry_run);
     pb.finish_and_clear();
     let report = report.map_err(|e| job.l2.public_error(e))?;
     if a.json {
         ui::print_json(&report)?;
     } else {
-        outln!("{}", log_line(&report, &cfg, std::time::SystemTime::now()));
+        outln!("{}", log_line(&report, cfg, std::time::SystemTime::now()));
         for note in &report.recovered {
             detailln!("recovered: {note}");
         }
