@@ -1281,11 +1281,16 @@ impl ChunkedFile {
     /// decoded mapping is not written, and the chunk stays unverified (a
     /// reader that needs it later decodes it then). `verify` checks the
     /// chunks no live page references this way, so that its memory follows
-    /// what the live pages reference, not the payload's decoded size.
+    /// what the live pages reference, not the payload's decoded size. A
+    /// chunk verified before (and released since, or still held) is not
+    /// checked again: a published file never changes.
     /// `false` when there is no such chunk.
     pub fn check_chunk_at(&self, i: usize) -> Result<bool> {
         if i >= self.chunks.len() {
             return Ok(false);
+        }
+        if self.ever[i].load(Ordering::Acquire) {
+            return Ok(true);
         }
         if self.decoded.is_none() || self.verified[i].load(Ordering::Acquire) {
             // Nothing to decode: the check is the verification.
