@@ -123,14 +123,78 @@ impl ChainIndex {
                 };
                 return Err(Error::chain(store.describe(), what));
             };
-            if let Some(child) = out.last() {
-                check_link(store, m, child)?;
+            match out.last() {
+                Some(child) => {
+                    check_link(store, m, child)?;
+                    self.check_no_sibling(store, m, child)?;
+                }
+                None => self.check_not_stale(store, m)?,
             }
             out.push(m.clone());
             cur = m.parent;
         }
         out.reverse();
         Ok(out)
+    }
+
+    /// A Δ generation's parent is the newest generation of its L2 chain
+    /// before it (FORMAT.md §3.1.2): a push builds on the newest, and
+    /// recovery deletes a generation it rolls back. A valid generation of
+    /// the chain between the two makes `child` a second branch of the
+    /// chain, whose state is older than its number says (helper-74: a copy
+    /// of generation 3 numbered 5 with parent 2 restored generation 3's
+    /// state as the newest, exit 0, and verify said ok).
+    fn check_no_sibling(
+        &self,
+        store: &dyn Store,
+        parent: &Manifest,
+        child: &Manifest,
+    ) -> Result<()> {
+        let between = (parent.generation + 1)..child.generation;
+        match self
+            .manifests
+            .range(between)
+            .find(|(_, h)| h.chain_base == child.chain_base)
+        {
+            None => Ok(()),
+            Some((h, _)) => Err(Error::chain(
+                store.describe(),
+                format!(
+                    "generation {} continues generation {}, but generation {h} of the same L2 chain lies between them (a Δ generation's parent is the newest generation of its chain before it): two branches of one chain",
+                    child.generation, parent.generation
+                ),
+            )),
+        }
+    }
+
+    /// Within a run, a higher generation number holds a later state: `m`
+    /// may not end before an older generation of its run does (FORMAT.md
+    /// §3.1.2). Runs with a chain id only: checkpoints of version 1 carry
+    /// none, and a restarted job's seqs began again under them (helper-74:
+    /// a copy of the run's full generation 1 numbered 5 restored the run's
+    /// oldest state as the newest, exit 0).
+    fn check_not_stale(&self, store: &dyn Store, m: &Manifest) -> Result<()> {
+        if m.chain_id.is_none() {
+            return Ok(());
+        }
+        match self
+            .manifests
+            .range(..m.generation)
+            .rev()
+            .find(|(_, h)| crate::l1::same_run(h.chain_id, m.chain_id) && h.last_seq > m.last_seq)
+        {
+            None => Ok(()),
+            Some((h, o)) => Err(Error::chain(
+                store.describe(),
+                format!(
+                    "generation {} of {} ends at seq {}, but the older generation {h} of the same run ends at seq {}: a stale state under a newer number",
+                    m.generation,
+                    crate::l1::run_name(m.chain_id),
+                    m.last_seq,
+                    o.last_seq
+                ),
+            )),
+        }
     }
 
     /// The index a restore from L1 plus L2 uses: L2's valid manifests, and
@@ -1503,4 +1567,104 @@ impl PageDecoder<'_> {
 
 fn chunked_offset(payload_off: u64) -> u64 {
     crate::format::chunked::HEADER_LEN + payload_off
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::ic::ChainId;
+    use crate::format::manifest::{GenKind, test_manifest};
+
+    /// Generation `g` with `parent`, of the chain based at `base`, holding
+    /// seqs `first..=last` and patterns from its parent's end.
+    fn generation(g: u64, parent: Option<u64>, base: u64, seqs: (u64, u64), run: u8) -> Manifest {
+        let mut m = test_manifest();
+        m.generation = g;
+        m.parent = parent;
+        m.chain_base = base;
+        m.kind = if parent.is_some() {
+            GenKind::Delta
+        } else {
+            GenKind::Full
+        };
+        (m.first_seq, m.last_seq) = seqs;
+        m.pattern_base = 0;
+        m.patterns = 10;
+        m.chain_id = Some(ChainId([run; 16]));
+        m
+    }
+
+    fn index(gens: Vec<Manifest>) -> ChainIndex {
+        let mut gens = gens;
+        // Pattern bases as a push numbers them: each Δ from its parent's end.
+        for i in 0..gens.len() {
+            if let Some(p) = gens[i].parent {
+                let end = gens
+                    .iter()
+                    .find(|m| m.generation == p)
+                    .unwrap()
+                    .pattern_end();
+                gens[i].pattern_base = end;
+            }
+        }
+        ChainIndex {
+            manifests: gens.into_iter().map(|m| (m.generation, m)).collect(),
+            invalid: Vec::new(),
+        }
+    }
+
+    /// helper-74's forgeries, every file self-consistent: a second branch
+    /// of a chain (a Δ whose parent is not the newest generation of its
+    /// chain before it), and a state of a run older than an older
+    /// generation's under a newer number. Each gives its lineage an error,
+    /// so a restore of the newest state refuses rather than restoring it.
+    #[test]
+    fn a_lineage_is_one_branch_and_never_older_than_its_number() {
+        let d = tempfile::tempdir().unwrap();
+        let store = crate::store::DirStore::open(d.path()).unwrap();
+        let good = index(vec![
+            generation(1, None, 1, (0, 2), 1),
+            generation(2, Some(1), 1, (3, 4), 1),
+            generation(3, Some(2), 1, (5, 5), 1),
+            // A new chain of the same run, then of a new run (seqs again
+            // from 0, with a chain id of its own).
+            generation(4, None, 4, (0, 5), 1),
+            generation(5, Some(4), 4, (6, 7), 1),
+            generation(6, None, 6, (0, 1), 2),
+        ]);
+        for g in 1..=6 {
+            good.lineage(g, &store).unwrap();
+        }
+
+        let mut sibling = good.clone_manifests();
+        // Generation 7: a second child of 2 beside 3, ending later.
+        sibling.push(generation(7, Some(2), 1, (5, 9), 1));
+        let e = index(sibling).lineage(7, &store).unwrap_err().to_string();
+        assert!(
+            e.contains("generation 3 of the same L2 chain lies between"),
+            "{e}"
+        );
+
+        let mut stale = good.clone_manifests();
+        // Generation 7: the run's first state again, under a newer number.
+        stale.push(generation(7, None, 7, (0, 2), 1));
+        let e = index(stale).lineage(7, &store).unwrap_err().to_string();
+        assert!(
+            e.contains("older generation 5 of the same run ends at seq 7"),
+            "{e}"
+        );
+
+        // Version 1 runs (no chain id) restarted their seqs: not stale.
+        let mut v1 = good.clone_manifests();
+        v1.iter_mut().for_each(|m| m.chain_id = None);
+        v1.push(generation(7, None, 7, (0, 2), 1));
+        v1.last_mut().unwrap().chain_id = None;
+        index(v1).lineage(7, &store).unwrap();
+    }
+
+    impl ChainIndex {
+        fn clone_manifests(&self) -> Vec<Manifest> {
+            self.manifests.values().cloned().collect()
+        }
+    }
 }
