@@ -315,7 +315,49 @@ pub fn newest_member(root: &JobRoot, rank: u32, store: &dyn Store) -> Result<(Jo
 /// generation whose part of this rank restores, each one that does not
 /// (its data damaged or missing) said in the report; a store out of reach
 /// is an error, never a reason to restore an older state.
+///
+/// The newest state (no `job_generation`) is taken again, up to 8 times,
+/// when an attempt fails or falls back while the job manifests changed: a
+/// collective push that committed a newer job generation and pruned the
+/// one being read meanwhile, as [`restore_l2`] does for one chain.
 pub fn restore_rank(
+    root: &JobRoot,
+    rank: u32,
+    job_generation: Option<u64>,
+    opts: &RestoreOptions,
+    out: &Path,
+) -> Result<(RestoreReport, u64)> {
+    if job_generation.is_some() {
+        return restore_rank_once(root, rank, job_generation, opts, out);
+    }
+    let jobs = root.job_store(false)?;
+    let manifests = || -> Result<Vec<String>> {
+        Ok(jobs
+            .list()?
+            .into_iter()
+            .filter(|o| parse_job_manifest_name(&o.name).is_some())
+            .map(|o| o.name)
+            .collect())
+    };
+    let mut listed = manifests()?;
+    for _ in 0..8 {
+        let r = restore_rank_once(root, rank, None, opts, out);
+        let retry = match &r {
+            Err(_) => true,
+            Ok((rep, _)) => rep.fell_back.is_some(),
+        };
+        if !retry {
+            return r;
+        }
+        match manifests() {
+            Ok(now) if now != listed => listed = now,
+            _ => return r,
+        }
+    }
+    restore_rank_once(root, rank, None, opts, out)
+}
+
+fn restore_rank_once(
     root: &JobRoot,
     rank: u32,
     job_generation: Option<u64>,
@@ -372,7 +414,7 @@ fn restore_rank_fallback(
     let mut left_out = newer_invalid(&jobs);
     let mut first: Option<Error> = None;
     for jm in jobs.manifests.values().rev() {
-        match restore_rank(root, rank, Some(jm.job_generation), &opts, out) {
+        match restore_rank_once(root, rank, Some(jm.job_generation), &opts, out) {
             Ok((mut r, j)) => {
                 if !left_out.is_empty() {
                     r.fell_back = Some(format!(
