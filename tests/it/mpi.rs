@@ -1015,6 +1015,23 @@ fn partner_copies_are_pruned_by_what_their_sender_pushed() {
         t.path().join("later"),
     );
     gen_ranks(&l1, "0.5", "64", "4", &truth);
+    // More copies than ranks: refused on every rank, nothing copied
+    // (helper-72: one rank, `--replicas 2`, exit 0 and no copy).
+    let o = mpirun(&["replicate", "--l1", s(&l1), "--replicas", "5"], None);
+    assert_eq!(
+        o.status.code(),
+        Some(5),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--replicas 5 needs at least 5 ranks"));
+    for r in 0..RANKS {
+        let names = names_in(&l1.join(r.to_string()));
+        assert!(
+            !names.iter().any(|n| n.starts_with("partner-")),
+            "{names:?}"
+        );
+    }
     let o = mpirun(&["replicate", "--l1", s(&l1), "--replicas", "2"], None);
     success(&o, "replicate");
     // The copies of rank 1's checkpoints after seq 1, wherever the

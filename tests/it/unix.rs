@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use super::util::{assert_clean_failure, assert_image, names_in, rexctl, s, workload};
+use super::util::{assert_clean_failure, assert_image, names_in, ok, rexctl, run, s, workload};
 
 /// A job with one pushed generation and one pending checkpoint, in `dir`.
 struct Job {
@@ -1337,6 +1337,33 @@ fn gen_with_a_truth_it_cannot_write_writes_nothing() {
         .unwrap();
     assert_clean_failure(&out, 5, &["--truth", "missing"]);
     assert_eq!(names_in(d.path()), Vec::<String>::new());
+    // The truth named as OUTDIR itself (helper-72: the checkpoints were
+    // written into it, then the truth failed on the directory).
+    for truth in ["l1", "./l1"] {
+        let out = clean(rexctl())
+            .current_dir(d.path())
+            .args(["gen", "l1", "--count", "1", "--truth", truth])
+            .output()
+            .unwrap();
+        assert_clean_failure(&out, 5, &["is OUTDIR itself"]);
+        assert_eq!(names_in(d.path()), Vec::<String>::new());
+    }
+    // A directory the truth cannot be made in (not for root, whom modes
+    // do not stop).
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        use std::os::unix::fs::PermissionsExt;
+        let ro = d.path().join("ro");
+        std::fs::create_dir(&ro).unwrap();
+        std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o555)).unwrap();
+        let out = clean(rexctl())
+            .current_dir(d.path())
+            .args(["gen", "l1", "--count", "1", "--truth", "ro/t.rexic"])
+            .output()
+            .unwrap();
+        assert_clean_failure(&out, 1, &["ro", "--truth"]);
+        assert_eq!(names_in(d.path()), vec!["ro".to_string()]);
+    }
     // An image past the machine's memory: it grew until the kernel killed
     // the generator (4 GB in 5 s).
     let out = clean(rexctl())
@@ -1435,4 +1462,29 @@ fn json_reports_write_paths_that_are_not_utf8() {
     }
     // gen, inspect, coalesce, analyze, capture (and compare) name a path.
     assert!(lossy >= 5, "{lossy} reports named the directory");
+}
+
+/// `gc -n` writes nothing to L2, not even a directory L2's lock file
+/// (helper-72: it made `.rex.lock`, and failed on a read-only L2), and
+/// still lists what a real run deletes.
+#[test]
+fn gc_dry_run_writes_nothing_to_l2() {
+    let d = tempfile::tempdir().unwrap();
+    let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
+    ok(&["gen", s(&l1), "--pages", "64", "--count", "2"]);
+    ok(&["push-l2", "--l1", s(&l1), "--l2", s(&l2)]);
+    std::fs::remove_file(l2.join(".rex.lock")).unwrap();
+    std::fs::write(l2.join("g00000009.rps"), b"garbage").unwrap();
+    let before = names_in(&l2);
+    for extra in [&[][..], &["--l1", s(&l1)]] {
+        let args = [&["gc", "-n", "--grace", "0", "--l2", s(&l2)][..], extra].concat();
+        let text = ok(&args);
+        assert!(text.contains("would delete 1 object"), "{text}");
+        assert_eq!(names_in(&l2), before, "{args:?}");
+    }
+    // L2 equal to L1 is still refused.
+    let o = run(&["gc", "-n", "--l2", s(&l1), "--l1", s(&l1)]);
+    assert_clean_failure(&o, 5, &["is the L1 directory"]);
+    ok(&["gc", "--grace", "0", "--l2", s(&l2)]);
+    assert!(!l2.join("g00000009.rps").exists());
 }

@@ -838,14 +838,25 @@ impl ConfigLayer {
 
     /// The keys this layer sets (its TOML names).
     pub fn keys_set(&self) -> Vec<String> {
-        match serde_json::to_value(self) {
+        let mut keys: Vec<String> = match serde_json::to_value(self) {
             Ok(serde_json::Value::Object(m)) => m
                 .into_iter()
                 .filter(|(_, v)| !v.is_null())
                 .map(|(k, _)| k)
                 .collect(),
             _ => Vec::new(),
+        };
+        // JSON has no NaN nor infinity (they become null, like an unset
+        // key), TOML has both: so that a value refused for being NaN still
+        // says where it was set (helper-73).
+        if let Ok(toml::Value::Table(t)) = toml::Value::try_from(self) {
+            for (k, v) in t {
+                if v.as_float().is_some_and(|f| !f.is_finite()) && !keys.contains(&k) {
+                    keys.push(k);
+                }
+            }
         }
+        keys
     }
 }
 
@@ -1323,6 +1334,26 @@ mod tests {
             l.l2 = Some("/l2".into());
             let e = Config::resolve(l, vec![]).unwrap_err().to_string();
             assert!(e.starts_with(&format!("{key} ")), "{toml_text}: {e}");
+        }
+        // NaN and infinity say where they were set too (helper-73: JSON
+        // has neither, and the key passed for unset).
+        for (toml_text, key) in [
+            ("mtbf = nan", "mtbf"),
+            ("max_age = inf", "max_age"),
+            ("read_rate = -nan", "read_rate"),
+            ("full_bytes_margin = nan", "full_bytes_margin"),
+        ] {
+            let mut l: ConfigLayer = toml::from_str(toml_text).unwrap();
+            assert_eq!(l.keys_set(), vec![key.to_string()], "{toml_text}");
+            l.l1 = Some("/l1".into());
+            l.l2 = Some("/l2".into());
+            let mut origins = Origins::default();
+            origins.note(key.into(), "set in rex.toml".into());
+            let e = origins.annotate(Config::resolve(l, vec![]).unwrap_err());
+            assert!(
+                e.to_string().ends_with("(set in rex.toml)"),
+                "{toml_text}: {e}"
+            );
         }
     }
 

@@ -127,8 +127,17 @@ pub struct GcReport {
 pub fn gc(store: &dyn Store, l1: Option<&Path>, opts: &GcOptions) -> Result<GcReport> {
     let _lock = l1.map(|d| JobLock::acquire(d, "gc")).transpose()?;
     // A directory L2 has a writer lock of its own (see `begin_writing`);
-    // L2 equal to L1 is refused there.
-    let _l2_lock = crate::l2::push::lock_l2(store, l1, "gc")?;
+    // L2 equal to L1 is refused there. A dry run writes nothing, not even
+    // the lock file (helper-72: `gc -n` made `.rex.lock`, and failed on a
+    // read-only L2); what it lists is what the grace period lets go.
+    let _l2_lock = match l1 {
+        Some(l1) if opts.dry_run => {
+            crate::l2::push::check_l2_is_not_l1(store, l1)?;
+            None
+        }
+        _ if opts.dry_run => None,
+        _ => crate::l2::push::lock_l2(store, l1, "gc")?,
+    };
     // List first, then read the manifests: a manifest committed in between
     // is seen, so none of its files can pass for garbage.
     let objects = store.list()?;

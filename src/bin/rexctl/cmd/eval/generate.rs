@@ -114,6 +114,22 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 ))
                 .into());
             }
+            // The file OUTDIR will be (helper-72: `gen d --truth d` wrote
+            // the checkpoints into d, then failed on the truth), or a
+            // directory the truth cannot be made in (a read-only one).
+            if std::path::absolute(t).ok() == std::path::absolute(&outdir).ok() {
+                return Err(rexctl::Error::Invalid(format!(
+                    "--truth {} is OUTDIR itself: give the truth a file name outside it",
+                    t.display()
+                ))
+                .into());
+            }
+            tempfile::Builder::new()
+                .prefix(".rex-truth-")
+                .tempfile_in(parent)
+                .map_err(|e| {
+                    rexctl::Error::io(parent, "make the --truth file in this directory", e)
+                })?;
         } else if t.is_dir() {
             for r in 0..a.ranks.unwrap_or(0) {
                 crate::cmd::check_out(&t.join(format!("{r}.rexic")), a.force)?;

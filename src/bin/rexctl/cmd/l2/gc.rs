@@ -22,7 +22,8 @@ use crate::ui;
 /// other nodes that share the bucket: a push writes its manifest right
 /// after its data files. With an L1 directory (--l1, REX_L1 or rex.toml),
 /// gc also takes the job's lock without waiting, and exits 4 while a push
-/// holds it.
+/// holds it. A dry run (-n) writes nothing to L2, not even a directory
+/// L2's lock file, so it also runs on a read-only L2.
 ///
 /// On an MPI job's location (written by `push-l2 --collective` or librex),
 /// every rank's chain of the newest job generation is collected in turn
@@ -36,7 +37,7 @@ pub struct Args {
     /// Grace period: only objects at least this old are deleted, seconds.
     #[arg(long, value_name = "SECS", default_value_t = DEFAULT_GRACE.as_secs_f64(), value_parser = seconds_arg)]
     grace: f64,
-    /// Show what would be deleted; delete nothing.
+    /// Show what would be deleted; write nothing to L2.
     #[arg(short = 'n', long)]
     dry_run: bool,
     /// Print a JSON object instead of text.

@@ -12,7 +12,8 @@ use rexctl::control::config::ConfigLayer;
 /// partner's own checkpoint of the same seq holds are not sent: the partner
 /// takes them from its own file. Partners are chosen per checkpoint with
 /// the whole job's view: the heaviest senders first, to the receivers with
-/// the least to receive. Every rank must hold the same seqs. Each rank holds
+/// the least to receive. Every rank must hold the same seqs, and K is at
+/// most the number of ranks (exit 5 otherwise). Each rank holds
 /// its L1 directory's producer lock while it runs, as a librex job or a
 /// capture does: it is refused (exit 4) beside one on the same directory.
 /// Copies are deleted by `push-l2 --collective` once their sender's L2
@@ -39,6 +40,16 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let k = s.layer.replicas.unwrap_or(2);
     let comm = rexctl::l2::mpi::MpiComm::init()?;
     let rank = comm.rank();
+    // Every rank sees the same K and N, so every rank stops here alike.
+    // Fewer copies than asked would be a silent loss of resilience
+    // (helper-72: `--replicas 2` on one rank exited 0 and copied nothing).
+    if k > comm.size() {
+        return Err(rexctl::Error::Invalid(format!(
+            "--replicas {k} needs at least {k} ranks, this run has {}: each copy goes to another rank (run it under `mpirun -np N`)",
+            comm.size()
+        ))
+        .into());
+    }
     // The producer lock of the rank's L1 while it writes partner copies
     // there: a push's recovery then leaves their temporaries alone, and a
     // librex job cannot replicate into the same directory at once. The
