@@ -138,6 +138,19 @@ impl BytesRule {
     }
 }
 
+/// [`decide`] now, without the job's lock (`plan`, `flush -n`): read
+/// again when a push changed the files under the read
+/// ([`read_unlocked`](crate::l2::status::read_unlocked); helper-73: a
+/// spurious "seq N missing", exit 3, about 1 in 280 beside a job pushing
+/// in a loop).
+pub fn decide_unlocked(job: &Job, cfg: &Config) -> Result<Decision> {
+    crate::l2::status::read_unlocked(
+        job,
+        || decide(job, cfg, crate::format::ic::now_ns()),
+        |_| false,
+    )
+}
+
 /// Computes the controller's decision for `job` now (`now_ns`, Unix
 /// nanoseconds), from its files and `cfg`.
 pub fn decide(job: &Job, cfg: &Config, now_ns: u64) -> Result<Decision> {
@@ -380,7 +393,7 @@ pub fn flush(job: &Job, cfg: &Config, dry_run: bool) -> Result<FlushReport> {
         max_chain_length: cfg.max_chain_length,
     };
     if dry_run {
-        let decision = decide(job, cfg, crate::format::ic::now_ns())?;
+        let decision = decide_unlocked(job, cfg)?;
         return Ok(FlushReport {
             decision,
             dry_run,

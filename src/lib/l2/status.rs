@@ -100,7 +100,74 @@ pub fn status(job: &Job) -> Result<Status> {
 /// checkpoints are those after the rank's committed generation, as a
 /// restore takes them (helper-71: a generation a killed collective push
 /// never committed hid them).
+///
+/// A push that commits and deletes what it coalesced while this reads made
+/// the pending checkpoints look damaged ("seq N missing", a file gone:
+/// exit 3, helper-73, about 1 status in 70 beside a job pushing in a
+/// loop). So when something reads as wrong while the job's files changed
+/// under the read, it is read again, up to 8 times.
 pub fn status_committed(job: &Job, job_committed: Option<u64>) -> Result<Status> {
+    read_unlocked(
+        job,
+        || status_once(job, job_committed),
+        |s| s.pending_error.is_some() || !s.invalid.is_empty(),
+    )
+}
+
+/// Runs `read`, a read of `job`'s files without its lock (`status`,
+/// `plan`, `flush -n`), again while it fails or `wrong` finds its result
+/// wrong: once, then as long as the job's files changed under the last
+/// read (a push committed, or a producer wrote, meanwhile), up to 8 reads
+/// in all. A push deletes the checkpoints it coalesced after its commit,
+/// and a read between the two saw them neither pending nor covered. A
+/// read that is right costs nothing more.
+pub fn read_unlocked<T>(
+    job: &Job,
+    mut read: impl FnMut() -> Result<T>,
+    wrong: impl Fn(&T) -> bool,
+) -> Result<T> {
+    let mut r = read();
+    let mut seen = None;
+    for _ in 1..8 {
+        if r.as_ref().is_ok_and(|t| !wrong(t)) {
+            return r;
+        }
+        let now = files_of(job);
+        if seen.as_ref() == Some(&now) {
+            return r;
+        }
+        seen = Some(now);
+        r = read();
+    }
+    r
+}
+
+/// The names of the job's manifests (in L2 and in L1's copy) and of its
+/// L1 directory's files: what a push changes when it commits.
+fn files_of(job: &Job) -> [Vec<String>; 3] {
+    let manifests = |s: &dyn crate::store::Store| -> Vec<String> {
+        let mut v: Vec<String> = s
+            .list()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|o| crate::format::manifest::parse_manifest_name(&o.name).is_some())
+            .map(|o| o.name)
+            .collect();
+        v.sort();
+        v
+    };
+    let mut l1: Vec<String> = std::fs::read_dir(&job.l1)
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    l1.sort();
+    [manifests(job.l2.as_ref()), manifests(&job.l1_chain), l1]
+}
+
+fn status_once(job: &Job, job_committed: Option<u64>) -> Result<Status> {
     let l2 = ChainIndex::load(job.l2.as_ref())?.committed_if(job_committed);
     let l1 = ChainIndex::load(&job.l1_chain)?.committed_if(job_committed);
     let generations: Vec<_> = l2
@@ -165,4 +232,91 @@ pub fn status_committed(job: &Job, job_committed: Option<u64>) -> Result<Status>
         pending_bytes: pending.iter().map(|m| m.layout.file_len).sum(),
         pending_error,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Error;
+    use crate::store::DirStore;
+    use std::cell::Cell;
+
+    /// A read that goes wrong while a push changes the job's files is read
+    /// again until it is right; one that goes wrong on files nobody
+    /// changes is read twice and its error returned; one that is right is
+    /// read once.
+    #[test]
+    fn an_unlocked_read_is_read_again_only_while_the_files_change() {
+        let d = tempfile::tempdir().unwrap();
+        let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
+        std::fs::create_dir_all(&l1).unwrap();
+        std::fs::create_dir_all(&l2).unwrap();
+        let job = Job::open_read(&l1, Box::new(DirStore::open(&l2).unwrap())).unwrap();
+        let reads = Cell::new(0);
+        // Wrong three times, each time with a file of L1 changed (a push
+        // deleting what it coalesced, a producer writing), then right.
+        let r = read_unlocked(
+            &job,
+            || {
+                reads.set(reads.get() + 1);
+                if reads.get() <= 3 {
+                    std::fs::write(l1.join(format!("ckpt-{}.rexic", reads.get())), b"").unwrap();
+                    Err(Error::Invalid("seq 7 missing".into()))
+                } else {
+                    Ok(reads.get())
+                }
+            },
+            |_| false,
+        );
+        assert_eq!(r.unwrap(), 4);
+        // A wrong result (not an error) is read again too, and the last
+        // one returned when nothing changes.
+        reads.set(0);
+        let r = read_unlocked(
+            &job,
+            || {
+                reads.set(reads.get() + 1);
+                Ok(reads.get())
+            },
+            |_| true,
+        );
+        assert_eq!((r.unwrap(), reads.get()), (2, 2));
+        // An error on files nobody changes: read twice.
+        reads.set(0);
+        let r: Result<()> = read_unlocked(
+            &job,
+            || {
+                reads.set(reads.get() + 1);
+                Err(Error::Invalid("damaged".into()))
+            },
+            |_| false,
+        );
+        assert!(r.is_err());
+        assert_eq!(reads.get(), 2);
+        // Changing for ever: at most 8 reads.
+        reads.set(0);
+        let r: Result<()> = read_unlocked(
+            &job,
+            || {
+                reads.set(reads.get() + 1);
+                std::fs::write(l1.join(format!("x-{}", reads.get())), b"").unwrap();
+                Err(Error::Invalid("damaged".into()))
+            },
+            |_| false,
+        );
+        assert!(r.is_err());
+        assert_eq!(reads.get(), 8);
+        // Right at once: one read.
+        reads.set(0);
+        let r = read_unlocked(
+            &job,
+            || {
+                reads.set(reads.get() + 1);
+                Ok(())
+            },
+            |_| false,
+        );
+        assert!(r.is_ok());
+        assert_eq!(reads.get(), 1);
+    }
 }

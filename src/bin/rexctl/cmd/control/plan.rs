@@ -1,7 +1,7 @@
 //! `rexctl plan`: the controller's interval table and where the job sits.
 
 use rexctl::control::config::ConfigLayer;
-use rexctl::control::flush::decide;
+use rexctl::control::flush::decide_unlocked;
 use rexctl::l2::push::Job;
 use serde::Serialize;
 
@@ -40,7 +40,7 @@ fn frac(x: f64) -> String {
 pub fn run(a: Args) -> anyhow::Result<i32> {
     let cfg = Settings::load(&a.settings)?.config()?;
     let job = Job::open_read(&cfg.l1, rexctl::store::open_l2_read(&cfg.l2, &cfg.store)?)?;
-    let d = decide(&job, &cfg, rexctl::format::ic::now_ns()).map_err(|e| job.l2.public_error(e))?;
+    let d = decide_unlocked(&job, &cfg).map_err(|e| job.l2.public_error(e))?;
     let t = &cfg.interval_table;
     let plan = Plan {
         table: t,
