@@ -2401,3 +2401,36 @@ fn a_missing_data_file_is_bad_data_not_an_io_failure() {
         );
     }
 }
+
+/// `status` compares the listing's sizes with the manifests: a data file
+/// missing or of another size in L2 or in L1's copy is said, exit 3
+/// (helper-72: a 0-byte RPS said ok, exit 0). It reads no data, so a
+/// flipped byte stays `verify`'s to find.
+#[test]
+fn status_says_a_missing_or_resized_data_file() {
+    let c = chain3(33);
+    for (level, what) in [("L2", "missing"), ("L2", "empty"), ("L1", "empty")] {
+        let ctx = format!("{level} {what}");
+        let (_work, l1, l2) = chain_copy(&c);
+        let st = |l1: &Path, l2: &Path| rex(&["status", "--l1", s(l1), "--l2", s(l2)], None);
+        assert!(st(&l1, &l2).status.success(), "{ctx}");
+        let dir = if level == "L2" {
+            l2.clone()
+        } else {
+            l1.join("rex")
+        };
+        let f = gen_file(&dir, 3, "rps");
+        match what {
+            "missing" => std::fs::remove_file(&f).unwrap(),
+            _ => std::fs::File::create(&f).map(drop).unwrap(),
+        }
+        let o = st(&l1, &l2);
+        assert_eq!(o.status.code(), Some(3), "{ctx}: {}", stderr(&o));
+        let said = String::from_utf8_lossy(&o.stdout).into_owned() + &stderr(&o);
+        let want = match what {
+            "missing" => format!("{level} generation 3: g00000003.rps is missing"),
+            _ => format!("{level} generation 3: g00000003.rps holds 0 bytes, its manifest says"),
+        };
+        assert!(said.contains(&want), "{ctx}: {said}");
+    }
+}

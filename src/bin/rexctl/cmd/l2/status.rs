@@ -11,7 +11,10 @@ use crate::ui;
 /// Show a job's state: L2 generations (kind, seqs, pages, sizes,
 /// compression ratios), chains, and the L1 checkpoints waiting for the next
 /// push. Reads only: a directory L2 that does not exist yet shows no
-/// generation. Exits 3 when a pending checkpoint or a manifest is bad.
+/// generation. Exits 3 when a pending checkpoint's header or a manifest is
+/// bad, or a file a manifest names is missing or of another size. It reads
+/// manifests, listings and headers, not data: `rexctl verify` checks every
+/// byte.
 ///
 /// On an MPI job's location (written by `push-l2 --collective` or librex):
 /// its job generations and each rank's generation in the newest, checked
