@@ -139,6 +139,12 @@ fn inspect_checks_every_file_and_fails_on_a_bad_one() {
     );
     let missing = d.path().join("nope.rexic");
     assert_clean_failure(&run(&["inspect", s(&missing)]), 1, &["nope.rexic", "open"]);
+    // --json says the errors on stderr too, as verify and status do
+    // (helper-72: only in the JSON).
+    let out = run(&["inspect", "--json", s(&bad), s(&missing)]);
+    assert_clean_failure(&out, 3, &["flipped.rexic", "page data", "nope.rexic"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((v[0]["ok"].clone(), v[1]["ok"].clone()), (false.into(), false.into()));
 }
 
 #[test]

@@ -117,6 +117,10 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         }
         if !a.json {
             print_human(&r)?;
+        } else if let Some(e) = &r.error {
+            // On stderr too, as verify and status --json say theirs: a
+            // script reading stdout sees the field, a user the message.
+            ui::error(e);
         }
         reports.push(r);
     }
