@@ -688,3 +688,25 @@ fn a_failed_flush_logs_its_line() {
         "{line}"
     );
 }
+
+/// After L2 is lost, a flush puts L1's copy back and says each recovery
+/// once under -v (helper-73: every note came twice).
+#[test]
+fn a_flush_says_each_recovery_once() {
+    let d = tempfile::tempdir().unwrap();
+    let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
+    crate::util::ok(&["gen", "--pages", "64", "--count", "3", s(&l1)]);
+    crate::util::ok(&["push-l2", "--l1", s(&l1), "--l2", s(&l2)]);
+    std::fs::remove_dir_all(&l2).unwrap();
+    std::fs::create_dir(&l2).unwrap();
+    let out = crate::util::run(&["flush", "-v", "--l1", s(&l1), "--l2", s(&l2)]);
+    let all = String::from_utf8_lossy(&out.stdout).into_owned() + &crate::util::stderr(&out);
+    assert!(out.status.success(), "{all}");
+    let notes: Vec<&str> = all.lines().filter(|l| l.starts_with("recovered: ")).collect();
+    assert!(!notes.is_empty(), "no recovery said: {all}");
+    let mut once = notes.clone();
+    once.sort();
+    once.dedup();
+    assert_eq!(once.len(), notes.len(), "{all}");
+    crate::util::ok(&["verify", "--l1", s(&l1), "--l2", s(&l2)]);
+}

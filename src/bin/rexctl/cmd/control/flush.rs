@@ -87,9 +87,8 @@ fn run_with(a: Args, cfg: &Config) -> anyhow::Result<i32> {
         ui::print_json(&report)?;
     } else {
         outln!("{}", log_line(&report, cfg, std::time::SystemTime::now()));
-        for note in &report.recovered {
-            detailln!("recovered: {note}");
-        }
+        // The recovery notes lead `line`'s text (helper-73: printed here
+        // as well, each note came twice).
         detailln!("{}", line(&report));
     }
     Ok(0)
