@@ -144,7 +144,10 @@ fn inspect_checks_every_file_and_fails_on_a_bad_one() {
     let out = run(&["inspect", "--json", s(&bad), s(&missing)]);
     assert_clean_failure(&out, 3, &["flipped.rexic", "page data", "nope.rexic"]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!((v[0]["ok"].clone(), v[1]["ok"].clone()), (false.into(), false.into()));
+    assert_eq!(
+        (v[0]["ok"].clone(), v[1]["ok"].clone()),
+        (false.into(), false.into())
+    );
 }
 
 #[test]

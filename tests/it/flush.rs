@@ -702,7 +702,10 @@ fn a_flush_says_each_recovery_once() {
     let out = crate::util::run(&["flush", "-v", "--l1", s(&l1), "--l2", s(&l2)]);
     let all = String::from_utf8_lossy(&out.stdout).into_owned() + &crate::util::stderr(&out);
     assert!(out.status.success(), "{all}");
-    let notes: Vec<&str> = all.lines().filter(|l| l.starts_with("recovered: ")).collect();
+    let notes: Vec<&str> = all
+        .lines()
+        .filter(|l| l.starts_with("recovered: "))
+        .collect();
     assert!(!notes.is_empty(), "no recovery said: {all}");
     let mut once = notes.clone();
     once.sort();

@@ -1488,3 +1488,33 @@ fn gc_dry_run_writes_nothing_to_l2() {
     ok(&["gc", "--grace", "0", "--l2", s(&l2)]);
     assert!(!l2.join("g00000009.rps").exists());
 }
+
+/// A directory operand that is not there is a mistyped name, exit 5 for
+/// every command that reads an L1 directory, as for a push; a batch of 0
+/// is a usage error for both commands that take one; an L1 that is a file
+/// is said to be one (helper-72: exit 1 for coalesce, analyze and compare;
+/// 5 and 2 for --batch 0; "no such directory" for a file).
+#[test]
+fn a_missing_l1_directory_is_the_same_error_everywhere() {
+    let d = tempfile::tempdir().unwrap();
+    let nol1 = d.path().join("nol1");
+    for args in [
+        vec!["coalesce", s(&nol1)],
+        vec!["analyze", s(&nol1)],
+        vec!["compare", s(&nol1)],
+        vec!["push-l2", "--l1", s(&nol1), "--l2", "./l2"],
+        vec!["status", "--l1", s(&nol1), "--l2", "./l2"],
+        vec!["plan", "--l1", s(&nol1), "--l2", "./l2"],
+    ] {
+        let o = run(&args);
+        assert_clean_failure(&o, 5, &["nol1"]);
+    }
+    let l1 = d.path().join("l1");
+    ok(&["gen", s(&l1), "--pages", "16", "--count", "2"]);
+    for cmd in ["analyze", "compare"] {
+        assert_clean_failure(&run(&[cmd, s(&l1), "--batch", "0"]), 2, &["--batch"]);
+    }
+    let file = l1.join("ckpt-00000000.rexic");
+    let o = run(&["restore", "--l1", s(&file), "--l2", "./l2", "-o", "x.rexic"]);
+    assert_clean_failure(&o, 5, &["not a directory"]);
+}

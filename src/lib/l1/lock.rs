@@ -125,7 +125,8 @@ impl JobLock {
                 shared_seen += 1;
                 if shared_seen >= 3 {
                     return Err(Error::Busy {
-                        holder: "held by a restore, a verify or a restart reading this directory".into(),
+                        holder: "held by a restore, a verify or a restart reading this directory"
+                            .into(),
                         path,
                     });
                 }

@@ -54,7 +54,7 @@ pub struct Args {
     svg: Option<PathBuf>,
     /// Incrementals per L2 checkpoint for Fig. 1 and the prediction
     /// (default: the controller's [chi]).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = crate::cmd::at_least_one)]
     batch: Option<u64>,
     /// Do not run the pipeline: assume a compression ratio of 2 (the
     /// controller's value before any L2 checkpoint) and write nothing.
@@ -78,6 +78,9 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         Some(d) => d.clone(),
         None => s.l1()?,
     };
+    // A directory that is not there is a mistyped name, exit 5 as for a
+    // push (helper-72: exit 1).
+    rexctl::l2::push::check_l1(&l1dir)?;
     if let Some(svg) = &a.svg {
         // A report: an existing file is replaced, never a device, nor a
         // file of the directory analysed.

@@ -115,6 +115,9 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         return summarize(&a);
     }
     let l1dir = a.l1dir.clone().expect("clap requires L1DIR");
+    // A directory that is not there is a mistyped name, exit 5 as for a
+    // push (helper-72: exit 1).
+    rexctl::l2::push::check_l1(&l1dir)?;
     if let Some(stage) = a.stage {
         return child_stage(&a, stage, &l1dir);
     }

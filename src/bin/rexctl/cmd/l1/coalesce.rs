@@ -78,6 +78,9 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         Some(d) => d.clone(),
         None => Settings::load(&a.settings)?.l1()?,
     };
+    // A directory that is not there is a mistyped name, exit 5 as for a
+    // push (helper-72: exit 1).
+    rexctl::l2::push::check_l1(&l1dir)?;
     if let Some(out) = &a.out {
         crate::cmd::not_inside(out, "--out", &l1dir, "the L1 directory")?;
         crate::cmd::check_out(out, a.force)?;

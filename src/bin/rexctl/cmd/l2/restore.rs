@@ -152,8 +152,13 @@ fn no_l1_dir(l1: &std::path::Path, s: &Settings) -> anyhow::Result<()> {
         return Ok(());
     }
     Err(rexctl::Error::Invalid(format!(
-        "L1 directory {}: no such directory (--l1, REX_L1 or `l1` in {}{}): give --l2-only to restore from L2 alone",
+        "L1 directory {}: {} (--l1, REX_L1 or `l1` in {}{}): give --l2-only to restore from L2 alone",
         l1.display(),
+        if l1.exists() {
+            "not a directory"
+        } else {
+            "no such directory"
+        },
         if s.sources.is_empty() {
             "rex.toml".to_string()
         } else {
