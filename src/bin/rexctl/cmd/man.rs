@@ -17,7 +17,7 @@ Exit status:
   2  the command line does not parse: an unknown option, a missing or malformed value (clap names the option or REX_* variable)
   3  bad data: a corrupt or inconsistent checkpoint file or chain, or no checkpoint where one is needed
   4  busy: another rexctl holds the job's lock
-  5  the settings cannot be used: a configuration file missing or invalid, a value out of range, an unusable L2 location, no job name for a bucket, an output that exists, pages outside the image
+  5  the settings cannot be used: a configuration file missing or invalid, a value out of range, an L1 directory that is not there, an unusable L2 location, no job name for a bucket, an output that exists, pages outside the image
   6  mismatch: a restored image differs from the expected one
   ranks  of an MPI job (--collective) exit alike: a rank whose command fails because another rank's did exits with that rank's status (the lowest failed rank's), so that mpirun's status does not depend on which rank ends first
   128+N  ended by signal N, as a shell reports it: SIGINT, SIGTERM and SIGHUP first remove the temporary files of outputs not yet published and their scratch directories, so nothing half written is left (capture instead ends after the checkpoint in progress; a signal ignored when rexctl started, as under nohup, stays ignored)";
