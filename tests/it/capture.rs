@@ -436,6 +436,29 @@ fn attaching_to_a_missing_process_says_so() {
         .output()
         .unwrap();
     assert_clean_failure(&out, 1, &["no such process"]);
+    // A program that ends before the first checkpoint: exit 1, nothing
+    // captured (helper-72: exit 0); an L1 that is a file: exit 5.
+    for json in [false, true] {
+        let l1 = d.path().join(format!("early-{json}"));
+        let mut c = rexctl();
+        c.args(["capture", "--l1"])
+            .arg(&l1)
+            .args(["--interval", "2"]);
+        if json {
+            c.arg("--json");
+        }
+        let out = c.args(["--", "sleep", "0.1"]).output().unwrap();
+        assert_clean_failure(&out, 1, &["exited before the first checkpoint"]);
+    }
+    let file = d.path().join("file");
+    std::fs::write(&file, b"").unwrap();
+    let out = rexctl()
+        .args(["capture", "--l1"])
+        .arg(&file)
+        .args(["--interval", "1", "--", "sleep", "0.1"])
+        .output()
+        .unwrap();
+    assert_clean_failure(&out, 5, &["not a directory"]);
 }
 
 #[test]

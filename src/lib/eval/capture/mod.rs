@@ -381,6 +381,12 @@ impl Capture {
             }
             DirtyMode::Auto => soft_dirty_supported() && clear_refs_ok(),
         };
+        if l1.exists() && !l1.is_dir() {
+            return Err(Error::Invalid(format!(
+                "L1 directory {}: not a directory",
+                l1.display()
+            )));
+        }
         std::fs::create_dir_all(&l1).ctx(&l1, "create directory")?;
         let lock = lock_dir(&l1)?;
         let producer = JobLock::acquire_producer(&l1, "rexctl capture")?;

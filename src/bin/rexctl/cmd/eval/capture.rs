@@ -307,9 +307,16 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             (r.run, r.exit)
         }
     };
+    // A program that ended before the first checkpoint left nothing to
+    // restore: exit 1, as the man page says (helper-72: 0).
+    let none = report.checkpoints.is_empty() && matches!(report.ended, Ended::Exited);
+    let code = i32::from(none);
     if a.json {
         ui::print_json(&Output { run: &report, exit })?;
-        return Ok(0);
+        if none {
+            ui::error("the program exited before the first checkpoint: nothing was captured");
+        }
+        return Ok(code);
     }
     let n = report.checkpoints.len();
     let how = match report.ended {
@@ -344,7 +351,10 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             None => outln!("program: {e}"),
         }
     }
-    Ok(0)
+    if none {
+        ui::error("the program exited before the first checkpoint: nothing was captured");
+    }
+    Ok(code)
 }
 
 fn method(m: StopMethod) -> &'static str {
