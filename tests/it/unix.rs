@@ -1518,3 +1518,31 @@ fn a_missing_l1_directory_is_the_same_error_everywhere() {
     let o = run(&["restore", "--l1", s(&file), "--l2", "./l2", "-o", "x.rexic"]);
     assert_clean_failure(&o, 5, &["not a directory"]);
 }
+
+/// One of a thing is not "1 things" (helper-72).
+#[test]
+fn one_is_singular() {
+    let d = tempfile::tempdir().unwrap();
+    let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
+    let text = ok(&["gen", s(&l1), "--pages", "16", "--count", "0"]);
+    assert!(text.starts_with("generated 1 checkpoint ("), "{text}");
+    let f0 = l1.join("ckpt-00000000.rexic");
+    let index: serde_json::Value =
+        serde_json::from_str(&ok(&["inspect", "--json", "--index", s(&f0)])).unwrap();
+    let page = index[0]["pages"][0].as_u64().unwrap();
+    let text = ok(&["push-l2", "--l1", s(&l1), "--l2", s(&l2)]);
+    assert!(text.contains("; 1 L1 checkpoint replaced"), "{text}");
+    let out = d.path().join("one.rexic");
+    let pages = format!("{page:#x}");
+    let text = ok(&[
+        "restore",
+        "--l2-only",
+        "--l2",
+        s(&l2),
+        "--pages",
+        &pages,
+        "-o",
+        s(&out),
+    ]);
+    assert!(text.starts_with("restored 1 page ("), "{text}");
+}

@@ -166,12 +166,12 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         ui::print_json(&summary)?;
     } else {
         outln!(
-            "generated {} checkpoints (1 FULL + {n} incremental) of profile {name}, seed {}, in {}: {}; final footprint {} pages{}",
-            summary.files.len(),
+            "generated {} (1 FULL + {n} incremental) of profile {name}, seed {}, in {}: {}; final footprint {}{}",
+            ui::count(summary.files.len() as u64, "checkpoint"),
             a.seed,
             outdir.display(),
             ui::bytes(bytes),
-            summary.final_pages,
+            ui::count(summary.final_pages, "page"),
             a.truth
                 .as_ref()
                 .map(|t| format!("; final image in {}", t.display()))

@@ -172,7 +172,7 @@ pub fn print_human(r: &PushReport) -> Result<(), ui::StdoutError> {
     let d = r.dedup.as_ref().expect("dedup with manifest");
     let mbps = ui::mbps;
     outln!(
-        "pushed generation {} ({}{}, seq {}..={}): {} pages ({} live), {} in -> {} out, ratio {:.2}; dedup {:.3}s ({:.0} MB/s), uploaded {} ({:.0} MB/s over {:.3}s of link time, {:.3}s after the deduplication); {} L1 checkpoints replaced{}",
+        "pushed generation {} ({}{}, seq {}..={}): {} pages ({} live), {} in -> {} out, ratio {:.2}; dedup {:.3}s ({:.0} MB/s), uploaded {} ({:.0} MB/s over {:.3}s of link time, {:.3}s after the deduplication); {} replaced{}",
         m.generation,
         match m.kind {
             rexctl::format::manifest::GenKind::Full => "full RPS",
@@ -195,7 +195,7 @@ pub fn print_human(r: &PushReport) -> Result<(), ui::StdoutError> {
         mbps(m.bytes_out, m.timings.link_s),
         m.timings.link_s,
         m.timings.upload_s,
-        r.deleted_ics,
+        ui::count(r.deleted_ics as u64, "L1 checkpoint"),
         if r.pruned_l2.is_empty() {
             String::new()
         } else {

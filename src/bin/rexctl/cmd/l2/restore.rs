@@ -420,8 +420,8 @@ fn print_report(
     } else {
         let secs = report.seconds.max(1e-9);
         outln!(
-            "restored {} pages ({}) of seq {}{}{} to {} in {:.3}s ({:.0} MB/s){}",
-            report.pages,
+            "restored {} ({}) of seq {}{}{} to {} in {:.3}s ({:.0} MB/s){}",
+            ui::count(report.pages, "page"),
             ui::bytes(report.bytes),
             report.seq,
             report
@@ -429,7 +429,10 @@ fn print_report(
                 .map(|g| format!(" from generation {g}"))
                 .unwrap_or_default(),
             if report.pages_from_l1_ics > 0 {
-                format!(" ({} pages from L1 checkpoints)", report.pages_from_l1_ics)
+                format!(
+                    " ({} from L1 checkpoints)",
+                    ui::count(report.pages_from_l1_ics, "page")
+                )
             } else {
                 String::new()
             },
