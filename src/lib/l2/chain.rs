@@ -35,6 +35,10 @@ pub struct ChainIndex {
     pub manifests: BTreeMap<u64, Manifest>,
     /// Manifests that could not be read or are invalid, with the reason.
     pub invalid: Vec<(u64, Error)>,
+    /// The generations [`overlaid_with`](Self::overlaid_with) took from
+    /// L1's copy alone: a push interrupted before its L2 manifest, which
+    /// L2 never published.
+    pub unpublished: std::collections::BTreeSet<u64>,
 }
 
 impl ChainIndex {
@@ -172,17 +176,21 @@ impl ChainIndex {
     /// §3.1.2). Runs with a chain id only: checkpoints of version 1 carry
     /// none, and a restarted job's seqs began again under them (helper-74:
     /// a copy of the run's full generation 1 numbered 5 restored the run's
-    /// oldest state as the newest, exit 0).
+    /// oldest state as the newest, exit 0). A generation only L1's copy
+    /// holds is no such older state: its push never published it, and its
+    /// checkpoints are still pending in L1, where a restore from L1 and L2
+    /// takes them after `m` (helper-76: a node whose push was killed before
+    /// its L2 manifest came back after another node had pushed a full
+    /// generation of L2's state, and its restore was refused).
     fn check_not_stale(&self, store: &dyn Store, m: &Manifest) -> Result<()> {
         if m.chain_id.is_none() {
             return Ok(());
         }
-        match self
-            .manifests
-            .range(..m.generation)
-            .rev()
-            .find(|(_, h)| crate::l1::same_run(h.chain_id, m.chain_id) && h.last_seq > m.last_seq)
-        {
+        match self.manifests.range(..m.generation).rev().find(|(g, h)| {
+            !self.unpublished.contains(g)
+                && crate::l1::same_run(h.chain_id, m.chain_id)
+                && h.last_seq > m.last_seq
+        }) {
             None => Ok(()),
             Some((h, o)) => Err(Error::chain(
                 store.describe(),
@@ -207,8 +215,12 @@ impl ChainIndex {
     /// damaged restored the generation before with exit 0, silently).
     pub fn overlaid_with(self, l1: &ChainIndex) -> ChainIndex {
         let mut manifests = self.manifests;
+        let mut unpublished = self.unpublished;
         for (g, m) in &l1.manifests {
-            manifests.entry(*g).or_insert_with(|| m.clone());
+            if !manifests.contains_key(g) {
+                manifests.insert(*g, m.clone());
+                unpublished.insert(*g);
+            }
         }
         let mut invalid: Vec<(u64, Error)> = self
             .invalid
@@ -221,7 +233,11 @@ impl ChainIndex {
             }
         }
         invalid.sort_by_key(|(g, _)| *g);
-        ChainIndex { manifests, invalid }
+        ChainIndex {
+            manifests,
+            invalid,
+            unpublished,
+        }
     }
 
     /// Without the generations of job generations after `committed` (an MPI
@@ -259,7 +275,16 @@ impl ChainIndex {
             .into_iter()
             .filter(|(g, _)| newest.is_some_and(|n| *g < n))
             .collect();
-        ChainIndex { manifests, invalid }
+        let unpublished = self
+            .unpublished
+            .into_iter()
+            .filter(|g| manifests.contains_key(g))
+            .collect();
+        ChainIndex {
+            manifests,
+            invalid,
+            unpublished,
+        }
     }
 
     /// Without the generations that end after checkpoint `seq` (a restore
@@ -1609,7 +1634,7 @@ mod tests {
         }
         ChainIndex {
             manifests: gens.into_iter().map(|m| (m.generation, m)).collect(),
-            invalid: Vec::new(),
+            ..Default::default()
         }
     }
 
@@ -1654,6 +1679,34 @@ mod tests {
             "{e}"
         );
 
+        // A generation only L1's copy holds (its push killed before the L2
+        // manifest) does not make a later full generation of L2's state
+        // stale: its checkpoints are still pending in L1 (helper-76). Once
+        // in L2 too, the two are ambiguous.
+        let l2 = index(vec![
+            generation(1, None, 1, (0, 9), 1),
+            generation(3, None, 3, (0, 9), 1),
+        ]);
+        let l1 = index(vec![
+            generation(1, None, 1, (0, 9), 1),
+            generation(2, Some(1), 1, (10, 19), 1),
+        ]);
+        l2.clone_index()
+            .overlaid_with(&l1)
+            .lineage(3, &store)
+            .unwrap();
+        let both = index(
+            l1.clone_manifests()
+                .into_iter()
+                .chain(l2.clone_manifests())
+                .collect(),
+        );
+        let e = both.lineage(3, &store).unwrap_err().to_string();
+        assert!(
+            e.contains("older generation 2 of the same run ends at seq 19"),
+            "{e}"
+        );
+
         // Version 1 runs (no chain id) restarted their seqs: not stale.
         let mut v1 = good.clone_manifests();
         v1.iter_mut().for_each(|m| m.chain_id = None);
@@ -1665,6 +1718,10 @@ mod tests {
     impl ChainIndex {
         fn clone_manifests(&self) -> Vec<Manifest> {
             self.manifests.values().cloned().collect()
+        }
+
+        fn clone_index(&self) -> ChainIndex {
+            index(self.clone_manifests())
         }
     }
 }
