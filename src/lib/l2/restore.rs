@@ -1536,13 +1536,24 @@ pub fn verify_store_with(
     report: &mut VerifyReport,
 ) -> Result<()> {
     let index = ChainIndex::load(store)?.committed_if(job_committed);
+    verify_index(store, level, &index, xrefs, report)
+}
+
+/// [`verify_store_with`] of the generations `index` holds.
+fn verify_index(
+    store: &dyn Store,
+    level: &'static str,
+    index: &ChainIndex,
+    xrefs: Option<&Arc<dyn XrefSource>>,
+    report: &mut VerifyReport,
+) -> Result<()> {
     for (g, e) in &index.invalid {
         report
             .invalid_manifests
             .push(format!("{level} generation {g}: {e}"));
     }
     for m in index.manifests.values() {
-        let r = verify_generation(store, &index, m, xrefs, report);
+        let r = verify_generation(store, index, m, xrefs, report);
         report.generations.push(GenerationCheck {
             generation: m.generation,
             level,
@@ -1686,8 +1697,22 @@ pub fn verify_with(
         // permission) is a problem of L1's, reported beside the others.
         let l1_index = match ChainIndex::load(&job.l1_chain) {
             Ok(i) => {
-                verify_store_with(&job.l1_chain, "L1", xrefs, job_committed, &mut report)?;
-                i.committed_if(job_committed)
+                // The generations L2 lacks are an interrupted push's, whose
+                // checkpoints are still pending: no state older than a later
+                // generation (`ChainIndex::unpublished`; helper-76: after
+                // `verify --repair` copied another node's newer full
+                // generation into L1's copy, verify refused it as stale).
+                let mut i = i.committed_if(job_committed);
+                let l2_valid = ChainIndex::load(l2)?.committed_if(job_committed);
+                i.unpublished = i
+                    .manifests
+                    .keys()
+                    .filter(|g| !l2_valid.manifests.contains_key(g))
+                    .copied()
+                    .collect();
+                verify_index(&job.l1_chain, "L1", &i, xrefs, &mut report)?;
+                i.unpublished.clear();
+                i
             }
             Err(e @ Error::Io { .. }) => {
                 report.l1_errors.push(e.report());
