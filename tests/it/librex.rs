@@ -1662,6 +1662,69 @@ mod rust_api {
         assert_l2_alone_restores(&l1, &l2, 9, &want);
     }
 
+    /// Bit rot in L2's newest generation, then the node is lost (L1 and
+    /// its copy of the chain gone): the restart falls back to the
+    /// generation before, and the new run's FULL batch is pushed although
+    /// the damaged generation cannot be copied back to L1 (helper-76:
+    /// every later push failed copying it, and L2 never advanced).
+    #[test]
+    fn bit_rot_in_l2_then_a_lost_node_does_not_stop_the_new_runs_pushes() {
+        let d = tempfile::tempdir().unwrap();
+        let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
+        let n = 8 * 4096;
+        let push = || crate::util::ok(&["push-l2", "--l1", super::s(&l1), "--l2", super::s(&l2)]);
+        // Gen 1 (seq 0..=2), gen 2 (3..=5).
+        let states = three_checkpoints(&l1, &l2, n);
+        push();
+        let mut rex = Rex::with_config(config(&l1, &l2, false, TrackerChoice::Mprotect)).unwrap();
+        let b = rex.alloc(4, n).unwrap();
+        rex.restart().unwrap();
+        // SAFETY: `n` bytes from rex.alloc.
+        let buf = unsafe { std::slice::from_raw_parts_mut(b, n) };
+        for k in 0..3u8 {
+            buf[8192 + k as usize] = k + 1;
+            rex.checkpoint().unwrap();
+        }
+        rex.finalize().unwrap();
+        push();
+        let rps = l2.join("g00000002.rps");
+        let mut bytes = std::fs::read(&rps).unwrap();
+        let at = bytes.len() / 2;
+        bytes[at] ^= 0xff;
+        std::fs::write(&rps, &bytes).unwrap();
+        std::fs::remove_dir_all(&l1).unwrap();
+
+        let mut rex = Rex::with_config(config(&l1, &l2, false, TrackerChoice::Mprotect)).unwrap();
+        let b = rex.alloc(4, n).unwrap();
+        let rep = rex.restart().unwrap();
+        assert_eq!(rep.seq, 2, "not generation 1's state");
+        assert!(rep.fell_back.is_some(), "no fallback reported");
+        // SAFETY: `n` bytes from rex.alloc.
+        let buf = unsafe { std::slice::from_raw_parts_mut(b, n) };
+        assert!(buf == &states[2][..], "not the state of seq 2");
+        buf[4096 * 5] = 77;
+        let c = rex.checkpoint().unwrap();
+        assert!(c.full, "a new run starts with a FULL checkpoint");
+        let want = buf.to_vec();
+        rex.finalize().unwrap();
+        let out = push();
+        assert!(out.contains("could not be copied"), "{out}");
+        // And again: the next push builds on the new chain.
+        let mut rex = Rex::with_config(config(&l1, &l2, false, TrackerChoice::Mprotect)).unwrap();
+        let b = rex.alloc(4, n).unwrap();
+        assert_eq!(rex.restart().unwrap().seq, c.seq);
+        // SAFETY: `n` bytes from rex.alloc.
+        let buf = unsafe { std::slice::from_raw_parts_mut(b, n) };
+        assert!(buf == &want[..], "not the new run's state");
+        buf[4096 * 6] = 78;
+        let c2 = rex.checkpoint().unwrap();
+        assert!(!c2.full);
+        let want = buf.to_vec();
+        rex.finalize().unwrap();
+        push();
+        assert_l2_alone_restores(&l1, &l2, c2.seq, &want);
+    }
+
     /// A checkpoint whose header cannot be read, in an L1 directory where
     /// nothing valid is left to restart from: the job starts afresh, and
     /// its first checkpoint sets the file aside, so the new run's pushes go

@@ -1252,7 +1252,25 @@ pub fn recover(
                         .is_some_and(|md| md.len() == f.bytes)
                 });
             if !in_l1 {
-                copy_generation(job.l2.as_ref(), &job.l1_chain, &m, &NoProgress, true)?;
+                match copy_generation(job.l2.as_ref(), &job.l1_chain, &m, &NoProgress, true) {
+                    Ok(()) => {}
+                    // L2's copy is damaged and L1 has none: the chain cannot
+                    // be extended, but a batch from a FULL checkpoint on needs
+                    // none of it (a librex restart that fell back past this
+                    // generation wrote one; helper-76: every later push failed
+                    // here and L2 never advanced). `prepare` decides, when it
+                    // opens the chain; the generations after this one depend
+                    // on it and are not copied either.
+                    Err(e) if e.is_about_data() => {
+                        report.recovered.push(format!(
+                            "generation {} could not be copied from L2 back to L1: {}",
+                            m.generation,
+                            e.report()
+                        ));
+                        break;
+                    }
+                    Err(e) => return Err(e),
+                }
                 l1_index.manifests.insert(m.generation, m.clone());
                 report.recovered.push(format!(
                     "copied generation {} from L2 back to L1",
