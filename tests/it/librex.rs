@@ -1537,6 +1537,21 @@ mod rust_api {
         states
     }
 
+    /// The job of [`three_checkpoints`] restarted: 3 more checkpoints, the
+    /// k-th setting byte `8192 + k` to `base + k + 1`.
+    fn three_more_checkpoints(l1: &Path, l2: &Path, n: usize, base: u8) {
+        let mut rex = Rex::with_config(config(l1, l2, false, TrackerChoice::Mprotect)).unwrap();
+        let b = rex.alloc(4, n).unwrap();
+        rex.restart().unwrap();
+        // SAFETY: `n` bytes from rex.alloc.
+        let buf = unsafe { std::slice::from_raw_parts_mut(b, n) };
+        for k in 0..3u8 {
+            buf[8192 + k as usize] = base + k + 1;
+            rex.checkpoint().unwrap();
+        }
+        rex.finalize().unwrap();
+    }
+
     /// A damaged newest checkpoint: the restart falls back to the newest
     /// valid state, says so, and the next checkpoint starts a new run above
     /// the damaged file, which stays as it was.
@@ -1612,17 +1627,7 @@ mod rust_api {
         let states = three_checkpoints(&l1, &l2, n);
         push();
         for round in 0..2u8 {
-            let mut rex =
-                Rex::with_config(config(&l1, &l2, false, TrackerChoice::Mprotect)).unwrap();
-            let b = rex.alloc(4, n).unwrap();
-            rex.restart().unwrap();
-            // SAFETY: `n` bytes from rex.alloc.
-            let buf = unsafe { std::slice::from_raw_parts_mut(b, n) };
-            for k in 0..3u8 {
-                buf[8192 + k as usize] = round * 3 + k + 1;
-                rex.checkpoint().unwrap();
-            }
-            rex.finalize().unwrap();
+            three_more_checkpoints(&l1, &l2, n, round * 3);
             if round == 0 {
                 push();
             }
@@ -1676,16 +1681,7 @@ mod rust_api {
         // Gen 1 (seq 0..=2), gen 2 (3..=5).
         let states = three_checkpoints(&l1, &l2, n);
         push();
-        let mut rex = Rex::with_config(config(&l1, &l2, false, TrackerChoice::Mprotect)).unwrap();
-        let b = rex.alloc(4, n).unwrap();
-        rex.restart().unwrap();
-        // SAFETY: `n` bytes from rex.alloc.
-        let buf = unsafe { std::slice::from_raw_parts_mut(b, n) };
-        for k in 0..3u8 {
-            buf[8192 + k as usize] = k + 1;
-            rex.checkpoint().unwrap();
-        }
-        rex.finalize().unwrap();
+        three_more_checkpoints(&l1, &l2, n, 0);
         push();
         let rps = l2.join("g00000002.rps");
         let mut bytes = std::fs::read(&rps).unwrap();

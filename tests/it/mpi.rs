@@ -715,7 +715,10 @@ fn a_rank_killed_during_a_collective_push_leaves_the_previous_job_generation() {
     // generation, uploads it, writes its manifests, or after.
     let mut completed = false;
     let mut killed = 0;
-    for n in [1u32, 2, 4, 6, 9, 12, 16, 21, 27, 34, 40, 46, 52, 80] {
+    let (mut lost_node_tried, mut lost_manifest_tried) = (false, false);
+    for n in [
+        1u32, 2, 4, 6, 9, 12, 16, 21, 27, 34, 40, 46, 48, 49, 50, 51, 52, 80,
+    ] {
         let trial = t.path().join(format!("trial-{n}"));
         copy_tree(&base, &trial);
         let (tl1, tl2) = (trial.join("l1"), trial.join("l2"));
@@ -726,8 +729,9 @@ fn a_rank_killed_during_a_collective_push_leaves_the_previous_job_generation() {
         );
         let committed = tl2.join("job/j00000002.job").is_file();
         eprintln!(
-            "killed at {n}: exit {:?}, job generation 2 committed: {committed}",
-            o.status.code()
+            "killed at {n}: exit {:?}, job generation 2 committed: {committed}, rank 2 part in L2: {}",
+            o.status.code(),
+            tl2.join("2/g00000002.manifest").is_file()
         );
         if o.status.success() {
             assert!(committed, "n={n}: success without a job manifest");
@@ -774,17 +778,88 @@ fn a_rank_killed_during_a_collective_push_leaves_the_previous_job_generation() {
             &trial,
             &format!("L1 after a kill at {n}"),
         );
+        // Rank 2's node lost after its part of the unfinished job
+        // generation reached L2: its L1 cannot tell that part from a
+        // committed one, ranks 0 and 1 still hold theirs pending, so the
+        // next push rolls it back and commits without rank 2's lost
+        // checkpoints (helper-76: refused for ever, "it committed and its
+        // job manifest was lost").
+        let unfinished = tl2.join("2/g00000002.manifest").is_file() && !committed;
+        if unfinished && !lost_node_tried {
+            lost_node_tried = true;
+            let lost = t.path().join(format!("lost-{n}"));
+            copy_tree(&trial, &lost);
+            let (ll1, ll2) = (lost.join("l1"), lost.join("l2"));
+            std::fs::remove_dir_all(ll1.join("2")).unwrap();
+            std::fs::create_dir(ll1.join("2")).unwrap();
+            let o = mpirun(
+                &["push-l2", "--collective", "--l1", s(&ll1), "--l2", s(&ll2)],
+                None,
+            );
+            success(
+                &o,
+                &format!("the push after a kill at {n} and rank 2's node lost"),
+            );
+            for (r, truth) in [(0, &truth_final), (1, &truth_final), (2, &truth2)] {
+                let out = lost.join(format!("restored-{r}.rexic"));
+                let o = restore_rank(&ll2, r, &out, &[]);
+                assert!(o.status.success(), "n={n}: {}", show(&["restore"], &o));
+                assert_image(
+                    &out,
+                    &truth.join(format!("{r}.rexic")),
+                    &format!("lost node at {n}, rank {r}"),
+                );
+            }
+            std::fs::remove_dir_all(&lost).unwrap();
+        }
         // The next run rolls back what did not commit and completes.
         let o = mpirun(
             &["push-l2", "--collective", "--l1", s(&tl1), "--l2", s(&tl2)],
             None,
         );
         success(&o, &format!("the push after a kill at {n}"));
+        if committed && !lost_manifest_tried {
+            // A committed job generation whose job manifest was lost, and
+            // rank 2's node too: ranks 0 and 1 show it committed (their
+            // checkpoints gone, their copies hold it), so no rank rolls
+            // anything back.
+            lost_manifest_tried = true;
+            let lost = t.path().join(format!("lost-manifest-{n}"));
+            copy_tree(&base, &lost);
+            let (ll1, ll2) = (lost.join("l1"), lost.join("l2"));
+            success(
+                &mpirun(
+                    &["push-l2", "--collective", "--l1", s(&ll1), "--l2", s(&ll2)],
+                    None,
+                ),
+                "a push that commits",
+            );
+            std::fs::remove_file(ll2.join("job/j00000002.job")).unwrap();
+            std::fs::remove_dir_all(ll1.join("2")).unwrap();
+            std::fs::create_dir(ll1.join("2")).unwrap();
+            let o = mpirun(
+                &["push-l2", "--collective", "--l1", s(&ll1), "--l2", s(&ll2)],
+                None,
+            );
+            assert_eq!(o.status.code(), Some(3), "{}", show(&["push-l2"], &o));
+            for r in 0..RANKS {
+                assert!(
+                    ll2.join(format!("{r}/g00000002.manifest")).is_file(),
+                    "rank {r}'s committed generation deleted"
+                );
+            }
+            std::fs::remove_dir_all(&lost).unwrap();
+        }
         assert_ranks_restore(&tl2, &truth_final, &trial, &format!("after a kill at {n}"));
         std::fs::remove_dir_all(&trial).unwrap();
     }
     assert!(killed >= 5, "only {killed} runs were killed");
     assert!(completed, "no run got past its last failpoint");
+    assert!(
+        lost_node_tried,
+        "no kill left rank 2's part unfinished in L2"
+    );
+    assert!(lost_manifest_tried);
 }
 
 #[test]
@@ -998,6 +1073,55 @@ fn an_mpi_job_checkpointing_itself_restarts_bit_identically_after_kills_and_a_lo
         );
     }
     outputs_equal(s(&part_out), s(&ref_out));
+
+    // Rank 1's node lost in the middle of a collective push, after its part
+    // of the new job generation reached L2 and before the job manifest:
+    // the job restarts from the previous job generation (helper-76:
+    // rex_restart_test refused on every rank, every time, taking the part
+    // for a committed one whose job manifest was lost). The push is
+    // `push-l2 --collective` killed on rank 1 at its N-th durable
+    // operation, for the first N that leaves that state.
+    let o = run_job("mid", &[("CRASH_RANK", "3"), ("CRASH_STEP", "57"), slow]);
+    assert!(!o.status.success());
+    let (l1, l2) = (t.path().join("mid-l1"), t.path().join("mid-l2"));
+    let jobs = |l2: &Path| names_in(&l2.join("job")).len();
+    let parts = |l2: &Path| {
+        names_in(&l2.join("1"))
+            .iter()
+            .filter(|n| n.ends_with(".manifest"))
+            .count()
+    };
+    let (jobs0, parts0) = (jobs(&l2), parts(&l2));
+    let (kl1, kl2) = (t.path().join("midk-l1"), t.path().join("midk-l2"));
+    let mut left_unfinished = false;
+    for n in 20..120u32 {
+        let _ = std::fs::remove_dir_all(&kl1);
+        let _ = std::fs::remove_dir_all(&kl2);
+        copy_tree(&l1, &kl1);
+        copy_tree(&l2, &kl2);
+        let vars = format!("REX_FAILPOINT={n} REX_FAILPOINT_SIGNAL=kill");
+        let o = mpirun(
+            &["push-l2", "--collective", "--l1", s(&kl1), "--l2", s(&kl2)],
+            Some((1, &vars)),
+        );
+        if o.status.success() {
+            break;
+        }
+        if parts(&kl2) > parts0 && jobs(&kl2) == jobs0 {
+            left_unfinished = true;
+            break;
+        }
+    }
+    assert!(
+        left_unfinished,
+        "no kill left rank 1's part unfinished in L2"
+    );
+    std::fs::remove_dir_all(kl1.join("1")).unwrap();
+    let o = run_job("midk", &[slow]);
+    success(&o, "the run after a node lost in a collective push");
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("rank 1 restarted from seq"), "{text}");
+    outputs_equal(s(&t.path().join("midk-out/o")), s(&ref_out));
 }
 
 /// Partner copies are pruned by what their sender pushed: a rank whose L1

@@ -64,8 +64,10 @@ use crate::format::region::{Region, RegionTable, page_number, split_page};
 use crate::l1::ic_file_name;
 use crate::l1::lock::JobLock;
 use crate::l2::chain::{ChainIndex, XrefSource};
-use crate::l2::collective::{CollectiveOptions, Comm, agree, fail_early, le64, push_collective};
-use crate::l2::jobgen::{JobIndex, JobXrefs, rollback};
+use crate::l2::collective::{
+    CollectiveOptions, Comm, agree, agree_rollback, fail_early, le64, push_collective,
+};
+use crate::l2::jobgen::{JobIndex, JobXrefs, rollback, rollback_plan};
 use crate::l2::push::{Job, JobIdentity, PushOptions, begin_writing};
 use crate::l2::restore::{Output, RestoreOptions, RestoreReport, restore_l1_l2, restore_l1_l2_to};
 use crate::store::JobRoot;
@@ -1244,11 +1246,23 @@ impl Rex {
             }
         }
         let job = open_job(&self.cfg, self.job_root.as_ref());
-        let local = job.and_then(|job| {
-            let _w = begin_writing(&job, "librex restart")?;
+        let start = job.and_then(|job| {
+            let w = begin_writing(&job, "librex restart")?;
             let jobs = JobIndex::load(root.job_store(true)?.as_ref())?;
-            rollback(&job, jobs.newest().map(|m| m.job_generation))?;
+            let plan = rollback_plan(&job, jobs.newest().map(|m| m.job_generation))?;
+            Ok((job, w, plan))
+        });
+        // Every rank takes part, also one that failed above.
+        let agreed = agree_rollback(
+            self.comm.as_deref().expect("an MPI job"),
+            &root,
+            start.as_ref().map(|s| &s.2).map_err(Failure::from),
+        );
+        let local = start.and_then(|(job, w, plan)| {
+            agreed?;
+            rollback(&job, &plan)?;
             let seq = self.restore_local(&job, Some(xrefs.clone()), true, false)?;
+            drop(w);
             Ok((job, seq))
         });
         let comm = self.comm.take().expect("an MPI job");

@@ -48,7 +48,7 @@ use crate::format::job_manifest::{
 use crate::format::manifest::{Manifest, manifest_name};
 use crate::format::xref::Xref;
 use crate::l2::dedup::PlanPages;
-use crate::l2::jobgen::{JobIndex, rollback};
+use crate::l2::jobgen::{JobIndex, RollbackPlan, rollback, rollback_plan};
 use crate::l2::push::{
     Agreed, Collective, Job, Local, Proposal, PushOptions, PushReport, begin_writing, push_with,
 };
@@ -330,22 +330,31 @@ pub fn push_collective(
                 format!("job generation numbers are exhausted (job generation {max} exists): give the job a new L2 location"),
             )
         })?;
-        report.rolled_back = rollback(job, committed)?;
-        Ok((w, next))
+        Ok((w, next, rollback_plan(job, committed)?))
     });
-    let _writer = match start {
-        Ok((w, j)) => {
-            hooks.job_generation = j;
-            w
-        }
+    // Every rank takes part in the agreement on what to roll back, also a
+    // rank that failed above, whose own error is the one it returns (its
+    // exit code: busy, a chain refused; helper-58: not the agreement's
+    // word that some rank failed). The agreement is the first exchange of
+    // the push, as for a rank that cannot even start (`fail_early`): when
+    // it fails, it has failed on every rank, and no rank exchanges more.
+    let agreed = agree_rollback(
+        comm,
+        root,
+        start.as_ref().map(|s| &s.2).map_err(Failure::from),
+    );
+    let (writer, next, plan) = start?;
+    agreed?;
+    hooks.job_generation = next;
+    let _writer = writer;
+    match rollback(job, &plan) {
+        Ok(notes) => report.rolled_back = notes,
         Err(e) => {
-            // This rank's own error (its exit code: busy, a chain refused),
-            // not the agreement's word that some rank failed (helper-58:
-            // exit 5 where 4 or 3 was due).
+            // The other ranks are in the push's first agreement.
             let _ = hooks.agree(Err(Failure::from(&e)));
             return Err(e);
         }
-    };
+    }
     report.push = push_with(job, opts, forced_reason, Some(&mut hooks))?;
     // Partner copies of what L2 now holds are not needed any more (librex
     // and `push-l2 --collective` alike): this rank's copies of rank S's
@@ -365,6 +374,47 @@ pub fn push_collective(
     hooks.stats.seconds = t0.elapsed().as_secs_f64();
     report.collective = hooks.stats;
     Ok(report)
+}
+
+/// Agrees whether every rank may roll back its generations of job
+/// generations that never committed (`crate::l2::jobgen::rollback`), from
+/// every rank's [`RollbackPlan`] (`Err`: this rank failed, and returns its
+/// own error after the call). A rank whose L1 lost the checkpoints of such
+/// a generation, and its copy of the chain too (its node was lost),
+/// cannot tell an unfinished push from a committed one whose job manifest
+/// was lost: its generations are rolled back only when another rank's L1
+/// still holds the checkpoints of its part of that job generation, which
+/// a commit would have deleted. Otherwise every rank refuses, the same on
+/// every rank. Every rank calls it once.
+pub fn agree_rollback(comm: &dyn Comm, root: &JobRoot, local: Local<&RollbackPlan>) -> Result<()> {
+    let stage = "agreeing on the unfinished job generations";
+    let failed = local.as_ref().err().cloned();
+    let all = agree(comm, local.map(RollbackPlan::encode), stage);
+    if let Some(e) = failed {
+        return Err(e.into_error(comm.rank(), stage));
+    }
+    let plans = all?
+        .iter()
+        .map(|b| RollbackPlan::decode(b))
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| {
+            Error::Invalid(format!("{stage}: a rank sent a message that is not a plan"))
+        })?;
+    let witnessed: std::collections::BTreeSet<u64> = plans
+        .iter()
+        .flat_map(|p| p.witnessed.iter().copied())
+        .collect();
+    for (r, p) in plans.iter().enumerate() {
+        if let Some((g, j, s)) = p.unknown.iter().find(|(_, j, _)| !witnessed.contains(j)) {
+            return Err(Error::chain(
+                root.describe(),
+                format!(
+                    "rank {r}'s generation {g} of job generation {j} has no job manifest, and its checkpoints (up to seq {s}) are in neither the rank's L1 directory nor its copy of the chain (its node was lost?), and no rank's L1 shows that job generation unfinished: it may have committed and lost its job manifest; refusing to roll it back"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Every rank's `payload` if every rank succeeded; else the lowest failed

@@ -11,7 +11,9 @@
 //! So a restore of any rank starts from the newest valid job manifest, not
 //! from the rank's newest generation (which may belong to a push another
 //! rank never finished), and [`rollback`] deletes a rank's generations of
-//! job generations that never committed, before its next push recovers.
+//! job generations that never committed, before its next push recovers,
+//! once the ranks agreed on their [`RollbackPlan`]s: a rank whose node was
+//! lost cannot tell an unfinished push from a lost job manifest by itself.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -633,54 +635,153 @@ fn fallen_back_to(job: &Job, jobs: &JobIndex, rank: u32, r: &RestoreReport) -> O
     (named == g).then_some(Some(j))
 }
 
-/// Deletes rank `job`'s generations of job generations newer than the
-/// newest committed one (a collective push interrupted before rank 0 wrote
-/// the job manifest), from L2 first, then from L1's copy, manifests before
-/// their files. Their IC files are still in L1 (a collective push deletes
-/// them only after the job generation commits), so the next push pushes
-/// them again. Generations without a job generation (single-rank pushes)
-/// are never touched. Returns a note per generation deleted.
-pub fn rollback(job: &Job, committed: Option<u64>) -> Result<Vec<String>> {
-    let uncommitted = |m: &Manifest| {
-        m.job_generation
-            .is_some_and(|j| committed.is_none_or(|c| j > c))
-    };
-    // A generation is rolled back only while the checkpoints it holds are
-    // still in L1: its IC files are deleted only after its job generation
-    // commits, so a generation whose checkpoints are gone did commit, and
-    // its job manifest was lost since. That is refused, never deleted.
+/// What a rank's L1 directory says of its generations of job generations
+/// newer than the newest committed one: a collective push interrupted
+/// before rank 0 wrote the job manifest, or one that committed and whose
+/// job manifest was lost since. Made by [`rollback_plan`]; the ranks agree
+/// on their plans (`crate::l2::collective::agree_rollback`) before any of
+/// them runs [`rollback`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RollbackPlan {
+    /// The newest committed job generation.
+    pub committed: Option<u64>,
+    /// Job generations this rank's L1 shows never committed: the
+    /// checkpoints its generation of them holds are still pending (a
+    /// collective push deletes them only once every rank knows the job
+    /// manifest is written).
+    pub witnessed: Vec<u64>,
+    /// Generations `(generation, job generation, last seq)` whose
+    /// checkpoints are gone from L1 while L1's copy of the chain lacks the
+    /// generation too, which a commit would have left there (a push
+    /// publishes L1's manifest before L2's): this rank's L1 was lost since
+    /// (its node; or its copy was damaged), and it cannot tell whether they
+    /// committed. Another rank's L1 must (helper-76: a node lost in the
+    /// middle of a collective push was taken for a committed job generation
+    /// whose job manifest was lost, and the job could never restart).
+    pub unknown: Vec<(u64, u64, u64)>,
+}
+
+impl RollbackPlan {
+    /// The plan as bytes, for the ranks' all-gather.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut words = vec![
+            self.committed.map_or(0, |c| c + 1),
+            self.witnessed.len() as u64,
+        ];
+        words.extend(&self.witnessed);
+        words.extend(self.unknown.iter().flat_map(|&(g, j, s)| [g, j, s]));
+        words.iter().flat_map(|w| w.to_le_bytes()).collect()
+    }
+
+    /// A plan from [`RollbackPlan::encode`]'s bytes (`None`: not such
+    /// bytes).
+    pub fn decode(b: &[u8]) -> Option<RollbackPlan> {
+        if !b.len().is_multiple_of(8) {
+            return None;
+        }
+        let words: Vec<u64> = b
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(std::array::from_fn(|i| c[i])))
+            .collect();
+        let (&c, rest) = words.split_first()?;
+        let (&n, rest) = rest.split_first()?;
+        let n = usize::try_from(n).ok().filter(|&n| n <= rest.len())?;
+        let (witnessed, unknown) = rest.split_at(n);
+        if !unknown.len().is_multiple_of(3) {
+            return None;
+        }
+        Some(RollbackPlan {
+            committed: c.checked_sub(1),
+            witnessed: witnessed.to_vec(),
+            unknown: unknown
+                .chunks_exact(3)
+                .map(|u| (u[0], u[1], u[2]))
+                .collect(),
+        })
+    }
+}
+
+/// Whether `m` belongs to a job generation newer than `committed`.
+fn uncommitted(m: &Manifest, committed: Option<u64>) -> bool {
+    m.job_generation
+        .is_some_and(|j| committed.is_none_or(|c| j > c))
+}
+
+/// What rank `job`'s L1 directory says of its generations of job
+/// generations newer than `committed` ([`RollbackPlan`]). A generation
+/// whose checkpoints are gone from L1 while L1's copy of the chain holds
+/// it did commit (its IC files are deleted only after its job generation
+/// commits), and its job manifest was lost since: refused, never rolled
+/// back.
+pub fn rollback_plan(job: &Job, committed: Option<u64>) -> Result<RollbackPlan> {
     let l2_index = ChainIndex::load(job.l2.as_ref())?;
+    let l1_index = ChainIndex::load(&job.l1_chain)?;
     let kept_last = l2_index
         .manifests
         .values()
-        .filter(|m| !uncommitted(m))
+        .filter(|m| !uncommitted(m, committed))
         .map(|m| m.last_seq)
         .max();
     let pending: Vec<u64> = crate::l1::read_readable(&job.l1)
         .iter()
         .map(|f| f.seq())
         .collect();
-    for m in l2_index.manifests.values().filter(|m| uncommitted(m)) {
-        let new_seqs = kept_last.is_none_or(|k| m.last_seq > k);
-        if new_seqs && !pending.contains(&m.last_seq) {
+    let mut plan = RollbackPlan {
+        committed,
+        ..RollbackPlan::default()
+    };
+    for m in l2_index
+        .manifests
+        .values()
+        .filter(|m| uncommitted(m, committed))
+    {
+        // A generation of no new seqs (a complete coalescence of seqs an
+        // older generation holds) tells nothing, and loses nothing.
+        if kept_last.is_some_and(|k| m.last_seq <= k) {
+            continue;
+        }
+        let j = m.job_generation.unwrap_or(0);
+        if pending.contains(&m.last_seq) {
+            plan.witnessed.push(j);
+        } else if l1_index.get(m.generation) == Some(m) {
             return Err(Error::chain(
                 job.l2.describe(),
                 format!(
-                    "generation {} of job generation {} has no job manifest, but its checkpoints (up to seq {}) are gone from L1: it committed and its job manifest was lost; refusing to roll it back",
-                    m.generation,
-                    m.job_generation.unwrap_or(0),
-                    m.last_seq
+                    "generation {} of job generation {j} has no job manifest, but its checkpoints (up to seq {}) are gone from L1: it committed and its job manifest was lost; refusing to roll it back",
+                    m.generation, m.last_seq
                 ),
             ));
+        } else {
+            plan.unknown.push((m.generation, j, m.last_seq));
         }
     }
-    let mut notes = Vec::new();
+    Ok(plan)
+}
+
+/// Deletes rank `job`'s generations of job generations newer than the
+/// plan's committed one (a collective push interrupted before rank 0
+/// wrote the job manifest), from L2 first, then from L1's copy, manifests
+/// before their files. Their IC files are still in L1 (a collective push
+/// deletes them only after the job generation commits), or were lost with
+/// the node while another rank's show the push unfinished, so the next
+/// push pushes what is left again. Generations without a job generation
+/// (single-rank pushes) are never touched. Call with the plans every rank
+/// agreed on (`crate::l2::collective::agree_rollback`), under the writer
+/// locks. Returns a note per generation deleted.
+pub fn rollback(job: &Job, plan: &RollbackPlan) -> Result<Vec<String>> {
+    let l2_index = ChainIndex::load(job.l2.as_ref())?;
     let l1_index = ChainIndex::load(&job.l1_chain)?;
+    let mut notes = Vec::new();
     for (store, index, level) in [
         (job.l2.as_ref(), &l2_index, "L2"),
         (&job.l1_chain as &dyn Store, &l1_index, "L1"),
     ] {
-        for m in index.manifests.values().rev().filter(|m| uncommitted(m)) {
+        for m in index
+            .manifests
+            .values()
+            .rev()
+            .filter(|m| uncommitted(m, plan.committed))
+        {
             store.delete(&manifest_name(m.generation))?;
             for f in &m.files {
                 store.delete(&f.name)?;
@@ -934,5 +1035,46 @@ impl JobStatus {
                             && v.generations.iter().all(|g| g.error.is_none())
                     })
             })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RollbackPlan;
+
+    #[test]
+    fn a_rollback_plan_survives_its_all_gather_and_nothing_else_decodes() {
+        for p in [
+            RollbackPlan::default(),
+            RollbackPlan {
+                committed: Some(0),
+                witnessed: vec![3, 4],
+                unknown: vec![(9, 4, 21), (10, 5, u64::MAX)],
+            },
+            RollbackPlan {
+                committed: Some(7),
+                witnessed: Vec::new(),
+                unknown: vec![(1, 2, 3)],
+            },
+        ] {
+            let b = p.encode();
+            assert_eq!(RollbackPlan::decode(&b), Some(p.clone()));
+            // Cut anywhere but between whole entries, or one word too
+            // many: not a plan.
+            let n = p.witnessed.len();
+            for cut in 0..b.len() {
+                let words = cut / 8;
+                let whole = cut % 8 == 0 && words >= 2 + n && (words - 2 - n) % 3 == 0;
+                let got = RollbackPlan::decode(&b[..cut]);
+                assert_eq!(got.is_some(), whole, "{p:?} cut at {cut}");
+            }
+            let mut more = b.clone();
+            more.extend_from_slice(&1u64.to_le_bytes());
+            assert_eq!(RollbackPlan::decode(&more), None);
+        }
+        // A count beyond the words there are.
+        let mut b = RollbackPlan::default().encode();
+        b[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert_eq!(RollbackPlan::decode(&b), None);
     }
 }
