@@ -975,6 +975,130 @@ fn verify_repair_rewrites_a_damaged_copy_from_the_other() {
     assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
 }
 
+/// `verify --repair` killed at every durable operation while it replaces
+/// L2's invalid newest manifest: a restore from L2 alone then refuses or
+/// gives the newest state, never the generation before it with exit 0
+/// (helper-77: the invalid manifest was deleted before its replacement
+/// was written), and the next repair converges.
+#[test]
+fn verify_repair_killed_never_leaves_a_generation_without_its_manifest() {
+    let c = chain3(33);
+    let mut done = false;
+    for n in 1..80 {
+        let (work, l1, l2) = chain_copy(&c);
+        damage(&gen_file(&l2, 3, "manifest"), Defect::Flip);
+        let args = ["verify", "--l2", s(&l2), "--l1", s(&l1), "--repair"];
+        let killed = rex(&args, Some(n));
+        let (out, img) = restore(&l2, None, &[], &work.path().join("a"));
+        if out.status.success() {
+            assert_image(&img, &c.images[&5], &format!("killed at {n}"));
+        } else {
+            assert_eq!(
+                out.status.code(),
+                Some(3),
+                "killed at {n}: {}",
+                stderr(&out)
+            );
+        }
+        rex_ok(&args);
+        restore_exact(
+            &l2,
+            None,
+            &[],
+            &work.path().join("b"),
+            &c.images[&5],
+            &format!("repaired after {n}"),
+        );
+        if killed.status.success() {
+            done = true;
+            break;
+        }
+    }
+    assert!(done, "the repair never got past its last durable operation");
+}
+
+/// `verify --repair` given another job's L1 or L2 copies nothing between
+/// the two (helper-77: that job's FULL generation, numbered above this
+/// job's newest, was copied in, and a restore gave its state with exit 0;
+/// its files overwrote this job's intact ones under an invalid manifest).
+/// Exit 3, said; this job's places are as they were.
+#[test]
+fn verify_repair_never_copies_another_job_s_generations() {
+    let (x, y) = (chain3(31), chain3(32));
+    let listing = |dir: &Path| -> Vec<(String, Vec<u8>)> {
+        names_in(dir)
+            .into_iter()
+            .map(|n| (n.clone(), std::fs::read(dir.join(&n)).unwrap_or_default()))
+            .collect()
+    };
+    // Y's L1 copy holds a FULL generation 4 alone (pruned after it), or
+    // Y's generations 1..=3 (another history under the same numbers).
+    for y_full in [true, false] {
+        let (_wx, xl1, xl2) = chain_copy(&x);
+        let (_wy, yl1, yl2) = chain_copy(&y);
+        if y_full {
+            rex_ok(&push_args(&yl1, &yl2, &["--full"]));
+            assert_eq!(
+                names_in(&yl1.join("rex"))
+                    .iter()
+                    .filter(|n| n.ends_with(".manifest"))
+                    .count(),
+                1
+            );
+        }
+        for (l1, l2, mine) in [(&yl1, &xl2, &xl2), (&xl1, &yl2, &xl1.join("rex"))] {
+            let ctx = format!(
+                "Y full {y_full}: --l1 {} --l2 {}",
+                l1.display(),
+                l2.display()
+            );
+            let before = listing(mine);
+            let args = ["verify", "--l2", s(l2), "--l1", s(l1), "--repair"];
+            let out = rex(&args, None);
+            assert_eq!(out.status.code(), Some(3), "{ctx}: {}", show(&args, &out));
+            assert!(
+                listing(mine) == before,
+                "{ctx}: this job's place was written"
+            );
+        }
+        restore_exact(
+            &xl2,
+            None,
+            &[],
+            &_wx.path().join("a"),
+            &x.images[&5],
+            "X from L2",
+        );
+        restore_exact(
+            &xl2,
+            Some(&xl1),
+            &[],
+            &_wx.path().join("b"),
+            &x.images[&7],
+            "X from L1 and L2",
+        );
+    }
+    // X's L2 newest manifest invalid, its files intact: Y's L1 (Y's own
+    // generation 3) does not overwrite them; X's own L1 repairs it.
+    let (wx, xl1, xl2) = chain_copy(&x);
+    let (_wy, yl1, _yl2) = chain_copy(&y);
+    damage(&gen_file(&xl2, 3, "manifest"), Defect::Flip);
+    let before = listing(&xl2);
+    let args = ["verify", "--l2", s(&xl2), "--l1", s(&yl1), "--repair"];
+    let out = rex(&args, None);
+    assert_eq!(out.status.code(), Some(3), "{}", show(&args, &out));
+    assert!(listing(&xl2) == before, "X's L2 was written from Y's L1");
+    rex_ok(&["verify", "--l2", s(&xl2), "--l1", s(&xl1), "--repair"]);
+    restore_exact(
+        &xl2,
+        None,
+        &[],
+        &wx.path().join("a"),
+        &x.images[&5],
+        "X repaired",
+    );
+}
+
 /// Rewrites the P-Table delta at `path` as another valid one of the same
 /// length: its last page renumbered, every CRC recomputed. Returns the
 /// whole-file CRC-32 before and after, which are equal: each region of a
@@ -1557,6 +1681,9 @@ impl Store for GcBeforeCommit {
     }
     fn list(&self) -> rexctl::Result<Vec<rexctl::store::ObjectInfo>> {
         self.0.list()
+    }
+    fn replace_bytes(&self, name: &str, bytes: &[u8]) -> rexctl::Result<()> {
+        self.0.replace_bytes(name, bytes)
     }
     fn put_bytes(&self, name: &str, bytes: &[u8]) -> rexctl::Result<()> {
         if let Some(g) = rexctl::format::manifest::parse_manifest_name(name) {

@@ -811,6 +811,28 @@ fn a_rank_killed_during_a_collective_push_leaves_the_previous_job_generation() {
                 );
             }
             std::fs::remove_dir_all(&lost).unwrap();
+            // Every rank's node lost (one node, L1 in memory): no rank can
+            // tell, and no restore takes the job generation without its
+            // manifest, so it is rolled back, said, and the job goes on
+            // from the previous one.
+            copy_tree(&trial, &lost);
+            for r in 0..RANKS {
+                std::fs::remove_dir_all(ll1.join(r.to_string())).unwrap();
+                std::fs::create_dir(ll1.join(r.to_string())).unwrap();
+            }
+            let o = mpirun(
+                &["push-l2", "--collective", "--l1", s(&ll1), "--l2", s(&ll2)],
+                None,
+            );
+            success(
+                &o,
+                &format!("the push after a kill at {n} and every node lost"),
+            );
+            let text = String::from_utf8_lossy(&o.stdout);
+            assert!(text.contains("taken as unfinished"), "{text}");
+            assert!(!ll2.join("2/g00000002.manifest").exists());
+            assert_ranks_restore(&ll2, &truth2, &lost, &format!("every node lost at {n}"));
+            std::fs::remove_dir_all(&lost).unwrap();
         }
         // The next run rolls back what did not commit and completes.
         let o = mpirun(

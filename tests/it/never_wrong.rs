@@ -2636,6 +2636,9 @@ impl rexctl::store::Store for PrunedWhileRead {
     fn list(&self) -> rexctl::Result<Vec<rexctl::store::ObjectInfo>> {
         self.inner.list()
     }
+    fn replace_bytes(&self, name: &str, bytes: &[u8]) -> rexctl::Result<()> {
+        self.inner.replace_bytes(name, bytes)
+    }
     fn put_bytes(&self, name: &str, bytes: &[u8]) -> rexctl::Result<()> {
         self.inner.put_bytes(name, bytes)
     }

@@ -1255,11 +1255,12 @@ impl Rex {
         // Every rank takes part, also one that failed above.
         let agreed = agree_rollback(
             self.comm.as_deref().expect("an MPI job"),
-            &root,
             start.as_ref().map(|s| &s.2).map_err(Failure::from),
         );
         let local = start.and_then(|(job, w, plan)| {
-            agreed?;
+            for note in agreed? {
+                eprintln!("librex: rolled back: {note}");
+            }
             rollback(&job, &plan)?;
             let seq = self.restore_local(&job, Some(xrefs.clone()), true, false)?;
             drop(w);

@@ -338,17 +338,13 @@ pub fn push_collective(
     // word that some rank failed). The agreement is the first exchange of
     // the push, as for a rank that cannot even start (`fail_early`): when
     // it fails, it has failed on every rank, and no rank exchanges more.
-    let agreed = agree_rollback(
-        comm,
-        root,
-        start.as_ref().map(|s| &s.2).map_err(Failure::from),
-    );
+    let agreed = agree_rollback(comm, start.as_ref().map(|s| &s.2).map_err(Failure::from));
     let (writer, next, plan) = start?;
-    agreed?;
+    report.rolled_back = agreed?;
     hooks.job_generation = next;
     let _writer = writer;
     match rollback(job, &plan) {
-        Ok(notes) => report.rolled_back = notes,
+        Ok(notes) => report.rolled_back.extend(notes),
         Err(e) => {
             // The other ranks are in the push's first agreement.
             let _ = hooks.agree(Err(Failure::from(&e)));
@@ -379,14 +375,16 @@ pub fn push_collective(
 /// Agrees whether every rank may roll back its generations of job
 /// generations that never committed (`crate::l2::jobgen::rollback`), from
 /// every rank's [`RollbackPlan`] (`Err`: this rank failed, and returns its
-/// own error after the call). A rank whose L1 lost the checkpoints of such
-/// a generation, and its copy of the chain too (its node was lost),
-/// cannot tell an unfinished push from a committed one whose job manifest
-/// was lost: its generations are rolled back only when another rank's L1
-/// still holds the checkpoints of its part of that job generation, which
-/// a commit would have deleted. Otherwise every rank refuses, the same on
-/// every rank. Every rank calls it once.
-pub fn agree_rollback(comm: &dyn Comm, root: &JobRoot, local: Local<&RollbackPlan>) -> Result<()> {
+/// own error after the call). A rank whose L1 shows such a generation
+/// committed (its job manifest lost since) refused to make a plan, and so
+/// every rank refuses: no rank deletes a part of it, not even a rank whose
+/// node was lost, which cannot tell by itself. Returns notes on this
+/// rank's parts that no rank's L1 could tell about (every L1 directory
+/// that held their checkpoints was lost, say all ranks on one node, with
+/// L1 in memory): they are rolled back too, since no restore can take a
+/// job generation without its job manifest; refusing would stop the job
+/// for ever (helper-76). Every rank calls it once.
+pub fn agree_rollback(comm: &dyn Comm, local: Local<&RollbackPlan>) -> Result<Vec<String>> {
     let stage = "agreeing on the unfinished job generations";
     let failed = local.as_ref().err().cloned();
     let all = agree(comm, local.map(RollbackPlan::encode), stage);
@@ -404,17 +402,17 @@ pub fn agree_rollback(comm: &dyn Comm, root: &JobRoot, local: Local<&RollbackPla
         .iter()
         .flat_map(|p| p.witnessed.iter().copied())
         .collect();
-    for (r, p) in plans.iter().enumerate() {
-        if let Some((g, j, s)) = p.unknown.iter().find(|(_, j, _)| !witnessed.contains(j)) {
-            return Err(Error::chain(
-                root.describe(),
-                format!(
-                    "rank {r}'s generation {g} of job generation {j} has no job manifest, and its checkpoints (up to seq {s}) are in neither the rank's L1 directory nor its copy of the chain (its node was lost?), and no rank's L1 shows that job generation unfinished: it may have committed and lost its job manifest; refusing to roll it back"
-                ),
-            ));
-        }
-    }
-    Ok(())
+    let mine = &plans[comm.rank() as usize];
+    Ok(mine
+        .unknown
+        .iter()
+        .filter(|(_, j, _)| !witnessed.contains(j))
+        .map(|(g, j, s)| {
+            format!(
+                "generation {g} of job generation {j} has no job manifest, and no rank's L1 directory holds its checkpoints (up to seq {s}) or shows that job generation unfinished (lost nodes): taken as unfinished, as a restore takes the job generation before it"
+            )
+        })
+        .collect())
 }
 
 /// Every rank's `payload` if every rank succeeded; else the lowest failed

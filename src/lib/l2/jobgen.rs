@@ -655,7 +655,7 @@ pub struct RollbackPlan {
     /// generation too, which a commit would have left there (a push
     /// publishes L1's manifest before L2's): this rank's L1 was lost since
     /// (its node; or its copy was damaged), and it cannot tell whether they
-    /// committed. Another rank's L1 must (helper-76: a node lost in the
+    /// committed. Another rank's L1 may (helper-76: a node lost in the
     /// middle of a collective push was taken for a committed job generation
     /// whose job manifest was lost, and the job could never restart).
     pub unknown: Vec<(u64, u64, u64)>,

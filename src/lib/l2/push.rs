@@ -1608,7 +1608,7 @@ fn unsound_error(
 /// The bytes of generation `m`'s manifest in `from`, checked to be `m`, so
 /// that a copy is byte for byte the original (re-encoding could differ in
 /// the last digit of a float).
-fn manifest_bytes(from: &dyn Store, m: &Manifest) -> Result<Vec<u8>> {
+pub(crate) fn manifest_bytes(from: &dyn Store, m: &Manifest) -> Result<Vec<u8>> {
     let name = manifest_name(m.generation);
     let bytes = from.read(&name)?;
     let path = std::path::Path::new(&from.describe()).join(&name);
@@ -1634,9 +1634,10 @@ pub(crate) fn upload_generation(
     copy_generation(&job.l1_chain, job.l2.as_ref(), m, job.progress(), false)?;
     let bytes = manifest_bytes(&job.l1_chain, m)?;
     if replace_invalid {
-        job.l2.delete(&manifest_name(m.generation))?;
+        job.l2.replace_bytes(&manifest_name(m.generation), &bytes)?;
+    } else {
+        job.l2.put_bytes(&manifest_name(m.generation), &bytes)?;
     }
-    job.l2.put_bytes(&manifest_name(m.generation), &bytes)?;
     // As after a push's own commit: a gc may have taken a file between its
     // upload and this manifest.
     reupload_missing(job, m)

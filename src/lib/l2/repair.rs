@@ -17,9 +17,10 @@
 //! manifest that is invalid in one place is replaced by the other's valid
 //! one. Nothing is ever written from a copy that does not match its
 //! manifest, and each file is checked again where it arrived
-//! (`push::copy_file`). A generation whose two manifests differ
-//! is not damage (two chains under one number) and is left to `verify` to
-//! report; a generation only one place has is what retention (`keep_chains_l1`)
+//! (`push::copy_file`). A generation whose two manifests differ is not
+//! damage but two histories under one number (another job's L1 or L2): it
+//! is reported, and nothing at all is copied between the two places; a
+//! generation only one place has is what retention (`keep_chains_l1`)
 //! or an interrupted push (which the next push finishes) leaves, not damage.
 //! It runs under the job's writer locks, as a push does.
 
@@ -32,7 +33,7 @@ use crate::format::manifest::{Manifest, manifest_name};
 use crate::l2::chain::ChainIndex;
 use crate::l2::jobgen::{JobIndex, check_l1_root};
 use crate::l2::push::{
-    Job, begin_writing, copy_file, copy_generation, file_unsound, upload_generation,
+    Job, begin_writing, copy_file, copy_generation, file_unsound, manifest_bytes, upload_generation,
 };
 use crate::store::{JobRoot, NoProgress, Store};
 
@@ -69,6 +70,73 @@ fn generation_unsound(store: &dyn Store, m: &Manifest) -> Option<String> {
     m.files.iter().find_map(|f| unsound(store, m, f))
 }
 
+/// Why generation `m` of the other place must not be written into
+/// `to` (whose manifests are `to_index`), if it must not: it is another
+/// job's (helper-77: repair given another job's L1 copied that job's FULL
+/// generation in as the newest, and a restore gave its state with exit 0),
+/// its checkpoint is older than the newest one `to` holds below it (an
+/// older state under a newer number), or `to` holds files of its names of
+/// which none is its (another generation's intact files, under a lost or
+/// invalid manifest, which it would overwrite). With `from_index` (the
+/// other place's manifests, when `m` is missing from `to` altogether), a
+/// generation `to` holds below `m` must be there too, the same: a push
+/// interrupted between its two manifests, or a manifest lost, leaves the
+/// generations before it in both places, while another job's L1 holds
+/// none of this job's; the checks above then compare with the newest such.
+/// (`to`'s own generations the other place lacks are an interrupted push's,
+/// helper-76.)
+fn foreign(
+    to: &dyn Store,
+    to_index: &ChainIndex,
+    m: &Manifest,
+    from_index: Option<&ChainIndex>,
+) -> Option<String> {
+    let mut below = to_index
+        .manifests
+        .range(..m.generation)
+        .filter(|(g, b)| from_index.is_none_or(|f| f.get(**g) == Some(*b)))
+        .map(|(_, b)| b);
+    let newest = below.next_back();
+    if newest.is_none()
+        && from_index.is_some()
+        && to_index.manifests.range(..m.generation).next().is_some()
+    {
+        return Some(
+            "none of the generations before it there is in the other place (the L1 or L2 of another job?)"
+                .into(),
+        );
+    }
+    if let Some(b) = newest {
+        if let (Some(x), Some(y)) = (&m.job, &b.job)
+            && x != y
+        {
+            return Some(format!(
+                "it is job {x}'s, generation {} there job {y}'s",
+                b.generation
+            ));
+        }
+        if m.time_ns < b.time_ns {
+            return Some(format!(
+                "its checkpoint (seq {}) is older than generation {}'s there (seq {}): an older state under a newer number",
+                m.last_seq, b.generation, b.last_seq
+            ));
+        }
+    }
+    let held: Vec<bool> = m
+        .files
+        .iter()
+        .filter(|f| to.open_local(&f.name).is_ok_and(|p| p.exists()))
+        .map(|f| unsound(to, m, f).is_none())
+        .collect();
+    if !held.is_empty() && !held.contains(&true) {
+        return Some(
+            "the files of its names there are none of its own (another generation's, under a lost or invalid manifest)"
+                .into(),
+        );
+    }
+    None
+}
+
 /// Repairs every generation L2 and L1's copy share (see the module doc),
 /// under the job's writer locks (refused, [`crate::Error::Busy`], beside a
 /// push).
@@ -85,6 +153,30 @@ pub fn repair(job: &Job) -> Result<RepairReport> {
             .find(|(x, _)| *x == g)
             .map(|(_, e)| e.report())
     };
+    // Two places holding different valid manifests under one number hold
+    // two histories (another job's L1 or L2 given, or two copies of the
+    // job): nothing is copied between them, neither a file nor a missing
+    // generation (helper-77: the other job's FULL generation was copied in
+    // as the newest, and a restore gave its state with exit 0; its files
+    // overwrote this job's intact ones under an invalid manifest).
+    let differ: Vec<u64> = l2_index
+        .manifests
+        .iter()
+        .filter(|(g, m)| l1_index.get(**g).is_some_and(|o| o != *m))
+        .map(|(g, _)| *g)
+        .collect();
+    if !differ.is_empty() {
+        report.unrepairable.push(format!(
+            "generation{} {} differ between L2 and L1's copy: the two places hold different histories (the L1 or L2 of another job, or of another copy of this job?); nothing was copied between them",
+            if differ.len() == 1 { "" } else { "s" },
+            differ
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+        return Ok(report);
+    }
     let mut gens: Vec<u64> = l2_index
         .manifests
         .keys()
@@ -118,12 +210,19 @@ pub fn repair(job: &Job) -> Result<RepairReport> {
                     }
                 }
             }
-            // Two chains under one number: not damage.
+            // Two chains under one number: refused above.
             (Some(_), Some(_)) => {}
             (None, Some(m)) => {
                 let Some(why) = invalid(&l2_index, g) else {
                     continue;
                 };
+                if let Some(w) = foreign(l2, &l2_index, m, None) {
+                    report.unrepairable.push(format!(
+                        "generation {g}: its manifest in L2 is invalid ({}), and L1's generation {g} is not copied there: {w}",
+                        l2.public_text(&why)
+                    ));
+                    continue;
+                }
                 match generation_unsound(l1, m) {
                     None => {
                         if let Some(note) = upload_generation(job, m, true)? {
@@ -144,12 +243,18 @@ pub fn repair(job: &Job) -> Result<RepairReport> {
                 let Some(why) = invalid(&l1_index, g) else {
                     continue;
                 };
+                if let Some(w) = foreign(l1, &l1_index, m, None) {
+                    report.unrepairable.push(format!(
+                        "generation {g}: its manifest in L1 is invalid ({why}), and L2's generation {g} is not copied there: {w}"
+                    ));
+                    continue;
+                }
                 match generation_unsound(l2, m) {
                     None => {
-                        // Stores never overwrite a manifest: the invalid
-                        // one goes first, the manifest comes last.
-                        l1.delete(&manifest_name(g))?;
-                        copy_generation(l2, l1, m, &NoProgress, true)?;
+                        // The files, then the manifest in place of the
+                        // invalid one (never none in between).
+                        copy_generation(l2, l1, m, &NoProgress, false)?;
+                        l1.replace_bytes(&manifest_name(g), &manifest_bytes(l2, m)?)?;
                         report.repaired.push(format!(
                             "L1 generation {g}: {why}; replaced by L2's copy"
                         ));
@@ -193,6 +298,12 @@ pub fn repair(job: &Job) -> Result<RepairReport> {
                     "generation {g}: its manifest is missing from {to_name}, and the other copy is damaged ({why})"
                 ));
                 continue;
+            }
+            if let Some(why) = foreign(to, to_index, &m, Some(from_index)) {
+                report.unrepairable.push(format!(
+                    "generation {g}: its manifest is missing from {to_name}, and the other place's is not copied there: {why}"
+                ));
+                break;
             }
             if to_name == "L2" {
                 if let Some(note) = upload_generation(job, &m, false)? {

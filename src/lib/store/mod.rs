@@ -173,8 +173,16 @@ pub trait Store: Send + Sync {
     /// object or the whole object. Meant for manifests: a remote store
     /// refuses to replace an existing object that holds other bytes
     /// ([`crate::error::RemoteKind::Conflict`]); an identical one is left
-    /// as it is. Delete first to replace on purpose.
+    /// as it is. [`Store::replace_bytes`] replaces on purpose.
     fn put_bytes(&self, name: &str, bytes: &[u8]) -> Result<()>;
+    /// Stores `bytes` as `name` in place of whatever object holds that
+    /// name, atomically and durably: a reader sees the old object or the
+    /// new one, never none (helper-77: a repair that deleted an invalid
+    /// manifest before writing its replacement, killed or read in between,
+    /// left the generation without a manifest, and a restore from L2 alone
+    /// gave the older generation with exit 0). Meant for a manifest that
+    /// replaces an invalid one.
+    fn replace_bytes(&self, name: &str, bytes: &[u8]) -> Result<()>;
     /// Copies the local file `src` to `name`, atomically and durably, and
     /// returns (bytes, CRC-32) of what was stored, reporting to `progress`.
     /// Meant for data files, which a push writes before any manifest names
@@ -556,6 +564,11 @@ impl Store for DirStore {
     }
 
     fn put_bytes(&self, name: &str, bytes: &[u8]) -> Result<()> {
+        durable::write_file(self.path(name)?, bytes)
+    }
+
+    fn replace_bytes(&self, name: &str, bytes: &[u8]) -> Result<()> {
+        // A rename over the old file: atomic.
         durable::write_file(self.path(name)?, bytes)
     }
 

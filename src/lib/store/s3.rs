@@ -424,6 +424,17 @@ impl S3Store {
     }
 
     /// [`Store::put_bytes`]: a create-only put.
+    /// A PUT of `bytes` at `key` whatever is there (atomic on S3).
+    fn put_unconditional(&self, key: &Key, bytes: &[u8]) -> Result<()> {
+        self.count();
+        self.rt
+            .block_on(self.s3.put(key, PutPayload::from(bytes.to_vec())))
+            .map_err(|e| self.remote(key, "put", &e))?;
+        self.uploaded
+            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
     fn put_bytes_once(&self, name: &str, bytes: &[u8]) -> Result<()> {
         use object_store::Error as E;
         let key = self.key(name)?;
@@ -450,15 +461,7 @@ impl S3Store {
                 Err(Error::Remote {
                     kind: RemoteKind::NotFound,
                     ..
-                }) => {
-                    self.count();
-                    self.rt
-                        .block_on(self.s3.put(&key, PutPayload::from(bytes.to_vec())))
-                        .map_err(|e| self.remote(&key, "put", &e))?;
-                    self.uploaded
-                        .fetch_add(bytes.len() as u64, Ordering::Relaxed);
-                    Ok(())
-                }
+                }) => self.put_unconditional(&key, bytes),
                 Err(e) => Err(e),
             },
             Err(e) => Err(self.remote(&key, "put", &e)),
@@ -1279,6 +1282,14 @@ impl Store for S3Store {
             self.fresh.store(u64::MAX, Ordering::Relaxed);
         }
         r
+    }
+
+    fn replace_bytes(&self, name: &str, bytes: &[u8]) -> Result<()> {
+        // An unconditional PUT replaces the object atomically: a reader
+        // gets the old bytes or the new ones.
+        let key = self.key(name)?;
+        self.forget(name);
+        self.put_unconditional(&key, bytes)
     }
 
     fn writing_generation(&self, generation: Option<u64>) {

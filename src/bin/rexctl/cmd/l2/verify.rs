@@ -30,7 +30,10 @@ use crate::ui;
 /// and a manifest invalid in one place replaced by the other's: bit rot in
 /// L2 that no push reads would otherwise surface only when a lost node's
 /// restore fails on it. Nothing is copied from a copy that does not match
-/// its manifest; a file damaged in both copies is reported. It then
+/// its manifest; a file damaged in both copies is reported. Two places
+/// whose manifests differ under one number, or whose generations do not
+/// continue each other (another job's L1 or L2), get nothing copied between
+/// them (exit 3). A replaced manifest is never absent in between. It then
 /// verifies as above (exit 0 only when everything checks out afterwards),
 /// under the job's writer locks (exit 4 beside a push). On an MPI job's
 /// location, each rank's chain against its L1/R.
