@@ -926,6 +926,20 @@ fn verify_repair_rewrites_a_damaged_copy_from_the_other() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 
+    // A manifest lost or invalid in each place at once: one run repairs
+    // both (helper-77: L2's generation 2 lost under L1's invalid newest
+    // took a second run, the missing generation sought in the manifests
+    // read before the invalid one was replaced; L2's newest lost and L1's
+    // generation 2 lost never converged, each newest lineage broken).
+    for (l2_gen, l1_gen, l1_defect) in [(2, 3, Defect::Flip), (3, 2, Defect::Delete)] {
+        let ctx = format!("L2 generation {l2_gen} lost, L1's {l1_gen} {l1_defect:?}");
+        let (work, l1, l2) = chain_copy(&c);
+        damage(&gen_file(&l2, l2_gen, "manifest"), Defect::Delete);
+        damage(&gen_file(&l1.join("rex"), l1_gen, "manifest"), l1_defect);
+        rex_ok(&["verify", "--l2", s(&l2), "--l1", s(&l1), "--repair"]);
+        restore_exact(&l2, None, &[], &work.path().join("a"), &c.images[&5], &ctx);
+    }
+
     // Both copies damaged: reported, nothing written, exit 3.
     let (_work, l1, l2) = chain_copy(&c);
     for dir in [l2.clone(), l1.join("rex")] {

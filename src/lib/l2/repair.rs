@@ -267,55 +267,85 @@ pub fn repair(job: &Job) -> Result<RepairReport> {
             (None, None) => {}
         }
     }
+    // What the pass above replaced counts below (helper-77: a lost L2
+    // manifest under L1's invalid newest one took two runs).
+    let mut l2_index = ChainIndex::load(l2)?;
+    let mut l1_index = ChainIndex::load(l1)?;
     // A generation of the newest lineage one place lacks altogether (its
     // manifest deleted, or a push interrupted between its two manifests,
     // which the next push would finish the same way): copied from the
     // other, the newest lineage only, so that chains retention pruned from
-    // one place are not brought back.
-    for (from, to, from_index, to_index, to_name) in [
-        (l1 as &dyn Store, l2, &l1_index, &l2_index, "L2"),
-        (l2, l1 as &dyn Store, &l2_index, &l1_index, "L1"),
-    ] {
-        let Some(n) = from_index.newest() else {
-            continue;
-        };
-        if to_index
-            .newest()
-            .is_some_and(|t| t.generation > n.generation)
-        {
-            continue;
-        }
-        let Ok(lineage) = from_index.lineage(n.generation, from) else {
-            continue;
-        };
-        for m in lineage {
-            let g = m.generation;
-            if to_index.get(g).is_some() || invalid(to_index, g).is_some() {
+    // one place are not brought back. A place ahead of the other gets only
+    // what its own newest lineage lacks, from its own chain; then a second
+    // round, on what the first copied (helper-77: L2's newest manifest lost
+    // and L1's copy missing one before it never converged).
+    for _round in 0..2 {
+        let mut copied = false;
+        for (from, to, from_index, to_index, to_name) in [
+            (l1 as &dyn Store, l2, &l1_index, &l2_index, "L2"),
+            (l2, l1 as &dyn Store, &l2_index, &l1_index, "L1"),
+        ] {
+            let Some(n) = from_index.newest() else {
                 continue;
-            }
-            if let Some(why) = generation_unsound(from, &m) {
-                report.unrepairable.push(format!(
-                    "generation {g}: its manifest is missing from {to_name}, and the other copy is damaged ({why})"
-                ));
-                continue;
-            }
-            if let Some(why) = foreign(to, to_index, &m, Some(from_index)) {
-                report.unrepairable.push(format!(
-                    "generation {g}: its manifest is missing from {to_name}, and the other place's is not copied there: {why}"
-                ));
-                break;
-            }
-            if to_name == "L2" {
-                if let Some(note) = upload_generation(job, &m, false)? {
-                    report.repaired.push(note);
+            };
+            let mut lowest = 0;
+            if let Some(t) = to_index.newest().filter(|t| t.generation > n.generation) {
+                if to_index.lineage(t.generation, to).is_ok() {
+                    continue;
                 }
-            } else {
-                copy_generation(from, to, &m, &NoProgress, true)?;
+                lowest = t.chain_base;
             }
-            report.repaired.push(format!(
-                "{to_name} generation {g}: its manifest was missing (lost, or a push was interrupted between its two manifests); copied from the other place"
-            ));
+            let Ok(lineage) = from_index.lineage(n.generation, from) else {
+                continue;
+            };
+            for m in lineage {
+                let g = m.generation;
+                if g < lowest || to_index.get(g).is_some() || invalid(to_index, g).is_some() {
+                    continue;
+                }
+                // (What was refused, and whether the rest of the lineage is
+                // refused with it: all of it, when it is not this job's.)
+                let (refused, stop) = if let Some(why) = generation_unsound(from, &m) {
+                    (
+                        format!(
+                            "generation {g}: its manifest is missing from {to_name}, and the other copy is damaged ({why})"
+                        ),
+                        false,
+                    )
+                } else if let Some(why) = foreign(to, to_index, &m, Some(from_index)) {
+                    (
+                        format!(
+                            "generation {g}: its manifest is missing from {to_name}, and the other place's is not copied there: {why}"
+                        ),
+                        true,
+                    )
+                } else {
+                    if to_name == "L2" {
+                        if let Some(note) = upload_generation(job, &m, false)? {
+                            report.repaired.push(note);
+                        }
+                    } else {
+                        copy_generation(from, to, &m, &NoProgress, true)?;
+                    }
+                    report.repaired.push(format!(
+                        "{to_name} generation {g}: its manifest was missing (lost, or a push was interrupted between its two manifests); copied from the other place"
+                    ));
+                    copied = true;
+                    continue;
+                };
+                if !report.unrepairable.contains(&refused) {
+                    report.unrepairable.push(refused);
+                }
+                if stop {
+                    break;
+                }
+            }
         }
+        if !copied {
+            break;
+        }
+        l2_index = ChainIndex::load(l2)?;
+        l1_index = ChainIndex::load(l1)?;
     }
     for (g, e2) in &l2_index.invalid {
         if let Some(e1) = invalid(&l1_index, *g) {
