@@ -940,6 +940,39 @@ fn verify_repair_rewrites_a_damaged_copy_from_the_other() {
         restore_exact(&l2, None, &[], &work.path().join("a"), &c.images[&5], &ctx);
     }
 
+    // One place's manifest invalid, the other place's data file of that
+    // generation damaged: the sound manifest and the sound file make the
+    // generation whole between them, in both places (helper-77: exit 3 at
+    // every run, and every restore failed, although every byte was there).
+    for (bad_manifest, bad_file) in [("L1", "L2"), ("L2", "L1")] {
+        for kind in ["rps", "pf"] {
+            let ctx = format!("{bad_manifest}'s manifest and {bad_file}'s {kind} of generation 2");
+            let (work, l1, l2) = chain_copy(&c);
+            let place = |p: &str| {
+                if p == "L2" {
+                    l2.clone()
+                } else {
+                    l1.join("rex")
+                }
+            };
+            damage(&gen_file(&place(bad_manifest), 2, "manifest"), Defect::Flip);
+            damage(&gen_file(&place(bad_file), 2, kind), Defect::Flip);
+            let args = ["verify", "--l2", s(&l2), "--l1", s(&l1), "--repair"];
+            let out = rex(&args, None);
+            assert!(out.status.success(), "{ctx}: {}", show(&args, &out));
+            rex_ok(&["verify", "--l2", s(&l2), "--l1", s(&l1)]);
+            restore_exact(&l2, None, &[], &work.path().join("a"), &c.images[&5], &ctx);
+            restore_exact(
+                &l2,
+                Some(&l1),
+                &[],
+                &work.path().join("b"),
+                &c.images[&7],
+                &ctx,
+            );
+        }
+    }
+
     // Both copies damaged: reported, nothing written, exit 3.
     let (_work, l1, l2) = chain_copy(&c);
     for dir in [l2.clone(), l1.join("rex")] {
@@ -1031,13 +1064,49 @@ fn verify_repair_killed_never_leaves_a_generation_without_its_manifest() {
     assert!(done, "the repair never got past its last durable operation");
 }
 
+/// L2 loses its newest manifest, a FULL generation's, after retention
+/// pruned L1's copy to that generation: the next push puts it back from
+/// L1 (helper-79: refused at every push, "none of the generations before
+/// it there is in the other place", a check taken from `verify --repair`),
+/// and a restore from L2 alone gives the newest state again.
+#[test]
+fn a_lost_newest_full_manifest_is_put_back_from_l1_s_pruned_copy() {
+    let c = chain3(34);
+    let (work, l1, l2) = chain_copy(&c);
+    rex_ok(&push_args(&l1, &l2, &["--full"]));
+    let manifests: Vec<String> = names_in(&l1.join("rex"))
+        .into_iter()
+        .filter(|n| n.ends_with(".manifest"))
+        .collect();
+    assert_eq!(
+        manifests.len(),
+        1,
+        "L1's copy was not pruned: {manifests:?}"
+    );
+    std::fs::remove_file(l2.join(&manifests[0])).unwrap();
+    let args = push_args(&l1, &l2, &[]);
+    let out = rex(&args, None);
+    assert!(out.status.success(), "{}", show(&args, &out));
+    assert!(l2.join(&manifests[0]).is_file(), "{}", show(&args, &out));
+    restore_exact(
+        &l2,
+        None,
+        &[],
+        &work.path().join("a"),
+        &c.images[&7],
+        "L2 alone",
+    );
+}
+
 /// `verify --repair` given another job's L1 or L2 copies nothing between
 /// the two (helper-77: that job's FULL generation, numbered above this
 /// job's newest, was copied in, and a restore gave its state with exit 0;
 /// its files overwrote this job's intact ones under an invalid manifest).
-/// Exit 3, said; this job's places are as they were.
+/// Exit 3, said; this job's places are as they were. Nor does `push-l2`'s
+/// recovery (it uploaded the other job's generation above this job's
+/// newest into L2).
 #[test]
-fn verify_repair_never_copies_another_job_s_generations() {
+fn verify_repair_and_push_never_copy_another_job_s_generations() {
     let (x, y) = (chain3(31), chain3(32));
     let listing = |dir: &Path| -> Vec<(String, Vec<u8>)> {
         names_in(dir)
@@ -1073,6 +1142,30 @@ fn verify_repair_never_copies_another_job_s_generations() {
             assert!(
                 listing(mine) == before,
                 "{ctx}: this job's place was written"
+            );
+            // Nor does a push given the other job's L1 or L2 (its recovery
+            // uploaded Y's FULL generation into X's L2 as the newest, and
+            // copied L2's generations over the other L1's copy) while the
+            // two places share a number. (Y's copy pruned to a FULL
+            // generation numbered above all of X's, and newer, is not told
+            // from X's own newest FULL generation whose L2 manifest was
+            // lost, which recovery must put back:
+            // `a_lost_newest_full_manifest_is_put_back_from_l1_s_pruned_copy`.)
+            if y_full && l1 == &yl1 {
+                continue;
+            }
+            let both = (listing(&l1.join("rex")), listing(l1), listing(l2));
+            let args = push_args(l1, l2, &[]);
+            let out = rex(&args, None);
+            assert_eq!(out.status.code(), Some(3), "{ctx}: {}", show(&args, &out));
+            assert!(
+                String::from_utf8_lossy(&out.stderr).contains("nothing was changed"),
+                "{ctx}: {}",
+                show(&args, &out)
+            );
+            assert!(
+                (listing(&l1.join("rex")), listing(l1), listing(l2)) == both,
+                "{ctx}: push-l2 wrote a place"
             );
         }
         restore_exact(

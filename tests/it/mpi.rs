@@ -538,9 +538,31 @@ fn ranks_sharing_memory_store_it_once_and_every_rank_restores_bit_identically() 
     assert!(text.contains("4 ranks"), "{text}");
 
     // A job manifest lost after its job generation committed (its ranks'
-    // checkpoints are gone from L1): the next push refuses to roll the
-    // generations back, and deletes nothing.
+    // checkpoints are gone from L1), and the copies the ranks keep of it
+    // in L1 lost too (or a job pushed before they were kept): the next
+    // push refuses to roll the generations back, and deletes nothing.
     let j2 = l2.join("job/j00000002.job");
+    // While a rank's L1 keeps its copy, a restore with that L1 refuses to
+    // take the job generation before it for the newest (with --fallback,
+    // it does, and says why).
+    std::fs::rename(&j2, t.path().join("j2")).unwrap();
+    let out = t.path().join("older.rexic");
+    let o = restore_rank(&l2, 1, &out, &["--l1", s(&l1)]);
+    assert_eq!(o.status.code(), Some(3), "{}", show(&["restore"], &o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("job generation 2 committed"),
+        "{}",
+        show(&["restore"], &o)
+    );
+    assert!(!out.exists());
+    let o = restore_rank(&l2, 1, &out, &["--l1", s(&l1), "--fallback"]);
+    assert!(o.status.success(), "{}", show(&["restore"], &o));
+    std::fs::rename(t.path().join("j2"), &j2).unwrap();
+    for r in 0..RANKS {
+        let copy = l1.join(format!("{r}/rex/j00000002.job"));
+        assert!(copy.is_file(), "rank {r} keeps no copy of the job manifest");
+        std::fs::rename(&copy, t.path().join(format!("j2-{r}"))).unwrap();
+    }
     std::fs::rename(&j2, t.path().join("j2")).unwrap();
     let o = mpirun(
         &[
@@ -560,6 +582,10 @@ fn ranks_sharing_memory_store_it_once_and_every_rank_restores_bit_identically() 
         assert!(l2.join(format!("{r}/g00000002.manifest")).is_file());
     }
     std::fs::rename(t.path().join("j2"), &j2).unwrap();
+    for r in 0..RANKS {
+        let copy = l1.join(format!("{r}/rex/j00000002.job"));
+        std::fs::rename(t.path().join(format!("j2-{r}")), &copy).unwrap();
+    }
     // A newest job manifest that is damaged is refused, never passed over
     // for the older job generation: the restore names it and the older one.
     let good = std::fs::read(&j2).unwrap();
@@ -716,8 +742,10 @@ fn a_rank_killed_during_a_collective_push_leaves_the_previous_job_generation() {
     let mut completed = false;
     let mut killed = 0;
     let (mut lost_node_tried, mut lost_manifest_tried) = (false, false);
+    let mut pending_after_commit_tried = false;
     for n in [
-        1u32, 2, 4, 6, 9, 12, 16, 21, 27, 34, 40, 46, 48, 49, 50, 51, 52, 80,
+        1u32, 2, 4, 6, 9, 12, 16, 21, 27, 34, 40, 46, 48, 49, 50, 51, 52, 53, 54, 55, 56, 58, 60,
+        80,
     ] {
         let trial = t.path().join(format!("trial-{n}"));
         copy_tree(&base, &trial);
@@ -729,9 +757,11 @@ fn a_rank_killed_during_a_collective_push_leaves_the_previous_job_generation() {
         );
         let committed = tl2.join("job/j00000002.job").is_file();
         eprintln!(
-            "killed at {n}: exit {:?}, job generation 2 committed: {committed}, rank 2 part in L2: {}",
+            "killed at {n}: exit {:?}, job generation 2 committed: {committed}, rank 2 part in L2: {}, its copy of the job manifest: {}, its L1: {:?}",
             o.status.code(),
-            tl2.join("2/g00000002.manifest").is_file()
+            tl2.join("2/g00000002.manifest").is_file(),
+            tl1.join("2/rex/j00000002.job").is_file(),
+            names_in(&tl1.join("2"))
         );
         if o.status.success() {
             assert!(committed, "n={n}: success without a job manifest");
@@ -834,6 +864,54 @@ fn a_rank_killed_during_a_collective_push_leaves_the_previous_job_generation() {
             assert_ranks_restore(&ll2, &truth2, &lost, &format!("every node lost at {n}"));
             std::fs::remove_dir_all(&lost).unwrap();
         }
+        // Killed after the commit, before deleting its checkpoints (and
+        // after keeping its copy of the job manifest); then the job
+        // manifest lost, and rank 0's node: rank 2's pending checkpoints
+        // look like an unfinished push, but its copy says the job
+        // generation committed. The next push puts the job manifest back
+        // and the job goes on from it (helper-78: every rank rolled the
+        // committed job generation back, exit 0 with the state before it).
+        let pending2 = names_in(&tl1.join("2"))
+            .iter()
+            .any(|f| f.ends_with(".rexic"));
+        if committed
+            && !o.status.success()
+            && pending2
+            && tl1.join("2/rex/j00000002.job").is_file()
+            && !pending_after_commit_tried
+        {
+            pending_after_commit_tried = true;
+            let lost = t.path().join(format!("pending-{n}"));
+            copy_tree(&trial, &lost);
+            let (ll1, ll2) = (lost.join("l1"), lost.join("l2"));
+            let j2 = ll2.join("job/j00000002.job");
+            let good = std::fs::read(&j2).unwrap();
+            std::fs::remove_file(&j2).unwrap();
+            std::fs::remove_dir_all(ll1.join("0")).unwrap();
+            std::fs::create_dir(ll1.join("0")).unwrap();
+            let o = mpirun(
+                &["push-l2", "--collective", "--l1", s(&ll1), "--l2", s(&ll2)],
+                None,
+            );
+            success(
+                &o,
+                &format!(
+                    "the push after a kill at {n} past the commit, a lost job manifest and node"
+                ),
+            );
+            assert!(
+                std::fs::read(&j2).is_ok_and(|b| b == good),
+                "n={n}: job generation 2 was not put back: {}",
+                show(&["push-l2"], &o)
+            );
+            assert_ranks_restore(
+                &ll2,
+                &truth_final,
+                &lost,
+                &format!("pending after the commit at {n}"),
+            );
+            std::fs::remove_dir_all(&lost).unwrap();
+        }
         // The next run rolls back what did not commit and completes.
         let o = mpirun(
             &["push-l2", "--collective", "--l1", s(&tl1), "--l2", s(&tl2)],
@@ -842,35 +920,58 @@ fn a_rank_killed_during_a_collective_push_leaves_the_previous_job_generation() {
         success(&o, &format!("the push after a kill at {n}"));
         if committed && !lost_manifest_tried {
             // A committed job generation whose job manifest was lost, and
-            // rank 2's node too: ranks 0 and 1 show it committed (their
-            // checkpoints gone, their copies hold it), so no rank rolls
-            // anything back.
+            // rank 2's node too: the ranks left keep a copy of it in L1,
+            // which the next push puts back, and the job goes on from it.
+            // Without the copies, ranks 0 and 1 still show it committed
+            // (their checkpoints gone, their chain copies hold it), so no
+            // rank rolls anything back: refused.
             lost_manifest_tried = true;
-            let lost = t.path().join(format!("lost-manifest-{n}"));
-            copy_tree(&base, &lost);
-            let (ll1, ll2) = (lost.join("l1"), lost.join("l2"));
-            success(
-                &mpirun(
+            for copies in [true, false] {
+                let lost = t.path().join(format!("lost-manifest-{n}"));
+                copy_tree(&base, &lost);
+                let (ll1, ll2) = (lost.join("l1"), lost.join("l2"));
+                success(
+                    &mpirun(
+                        &["push-l2", "--collective", "--l1", s(&ll1), "--l2", s(&ll2)],
+                        None,
+                    ),
+                    "a push that commits",
+                );
+                let j2 = ll2.join("job/j00000002.job");
+                let good = std::fs::read(&j2).unwrap();
+                std::fs::remove_file(&j2).unwrap();
+                std::fs::remove_dir_all(ll1.join("2")).unwrap();
+                std::fs::create_dir(ll1.join("2")).unwrap();
+                if !copies {
+                    for r in (0..RANKS).filter(|r| *r != 2) {
+                        std::fs::remove_file(ll1.join(format!("{r}/rex/j00000002.job"))).unwrap();
+                    }
+                }
+                let o = mpirun(
                     &["push-l2", "--collective", "--l1", s(&ll1), "--l2", s(&ll2)],
                     None,
-                ),
-                "a push that commits",
-            );
-            std::fs::remove_file(ll2.join("job/j00000002.job")).unwrap();
-            std::fs::remove_dir_all(ll1.join("2")).unwrap();
-            std::fs::create_dir(ll1.join("2")).unwrap();
-            let o = mpirun(
-                &["push-l2", "--collective", "--l1", s(&ll1), "--l2", s(&ll2)],
-                None,
-            );
-            assert_eq!(o.status.code(), Some(3), "{}", show(&["push-l2"], &o));
-            for r in 0..RANKS {
-                assert!(
-                    ll2.join(format!("{r}/g00000002.manifest")).is_file(),
-                    "rank {r}'s committed generation deleted"
                 );
+                if copies {
+                    success(&o, "the push after a lost job manifest and node");
+                    assert!(
+                        String::from_utf8_lossy(&o.stdout)
+                            .contains("put back from this rank's copy"),
+                        "{}",
+                        show(&["push-l2"], &o)
+                    );
+                    assert!(std::fs::read(&j2).unwrap() == good, "another job manifest");
+                    assert_ranks_restore(&ll2, &truth_final, &lost, "job manifest put back");
+                } else {
+                    assert_eq!(o.status.code(), Some(3), "{}", show(&["push-l2"], &o));
+                }
+                for r in 0..RANKS {
+                    assert!(
+                        ll2.join(format!("{r}/g00000002.manifest")).is_file(),
+                        "copies {copies}: rank {r}'s committed generation deleted"
+                    );
+                }
+                std::fs::remove_dir_all(&lost).unwrap();
             }
-            std::fs::remove_dir_all(&lost).unwrap();
         }
         assert_ranks_restore(&tl2, &truth_final, &trial, &format!("after a kill at {n}"));
         std::fs::remove_dir_all(&trial).unwrap();
@@ -882,6 +983,10 @@ fn a_rank_killed_during_a_collective_push_leaves_the_previous_job_generation() {
         "no kill left rank 2's part unfinished in L2"
     );
     assert!(lost_manifest_tried);
+    assert!(
+        pending_after_commit_tried,
+        "no kill came between rank 2's copy of the job manifest and its checkpoints' deletion"
+    );
 }
 
 #[test]
@@ -963,12 +1068,31 @@ fn damage_in_a_reference_or_in_the_page_it_names_is_named_never_restored() {
 /// `mpirun -np RANKS EXE ARGS` with the job's L1 and L2 and extra
 /// variables.
 fn mpi_job(exe: &Path, args: &[&str], l1: &Path, l2: &Path, vars: &[(&str, &str)]) -> Output {
+    mpi_job_on(exe, args, l1, l2, vars, None)
+}
+
+/// [`mpi_job`], with `on_rank`'s variables (`(rank, "A=1 B=2")`) exported
+/// on that rank alone.
+fn mpi_job_on(
+    exe: &Path,
+    args: &[&str],
+    l1: &Path,
+    l2: &Path,
+    vars: &[(&str, &str)],
+    on_rank: Option<(u32, &str)>,
+) -> Output {
     let mut c = Command::new("mpirun");
     c.args(["--oversubscribe", "--timeout", "180", "-np"])
         .arg(RANKS.to_string());
     // SAFETY: geteuid has no preconditions and cannot fail.
     if unsafe { libc::geteuid() } == 0 {
         c.arg("--allow-run-as-root");
+    }
+    if let Some((rank, vars)) = on_rank {
+        let script = format!(
+            "if [ \"$OMPI_COMM_WORLD_RANK\" = {rank} ]; then export {vars}; fi; exec \"$0\" \"$@\""
+        );
+        c.args(["sh", "-c", &script]);
     }
     c.arg(exe)
         .args(args)
@@ -1103,9 +1227,6 @@ fn an_mpi_job_checkpointing_itself_restarts_bit_identically_after_kills_and_a_lo
     // for a committed one whose job manifest was lost). The push is
     // `push-l2 --collective` killed on rank 1 at its N-th durable
     // operation, for the first N that leaves that state.
-    let o = run_job("mid", &[("CRASH_RANK", "3"), ("CRASH_STEP", "57"), slow]);
-    assert!(!o.status.success());
-    let (l1, l2) = (t.path().join("mid-l1"), t.path().join("mid-l2"));
     let jobs = |l2: &Path| names_in(&l2.join("job")).len();
     let parts = |l2: &Path| {
         names_in(&l2.join("1"))
@@ -1113,6 +1234,9 @@ fn an_mpi_job_checkpointing_itself_restarts_bit_identically_after_kills_and_a_lo
             .filter(|n| n.ends_with(".manifest"))
             .count()
     };
+    let o = run_job("mid", &[("CRASH_RANK", "3"), ("CRASH_STEP", "57"), slow]);
+    assert!(!o.status.success());
+    let (l1, l2) = (t.path().join("mid-l1"), t.path().join("mid-l2"));
     let (jobs0, parts0) = (jobs(&l2), parts(&l2));
     let (kl1, kl2) = (t.path().join("midk-l1"), t.path().join("midk-l2"));
     let mut left_unfinished = false;
@@ -1143,6 +1267,84 @@ fn an_mpi_job_checkpointing_itself_restarts_bit_identically_after_kills_and_a_lo
     success(&o, "the run after a node lost in a collective push");
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(text.contains("rank 1 restarted from seq"), "{text}");
+    outputs_equal(s(&t.path().join("midk-out/o")), s(&ref_out));
+
+    // The same in the job's first collective push (librex's own, rank 1
+    // killed at its N-th durable operation, for the first N that leaves its
+    // part in L2 without the job manifest): no job generation ever
+    // committed, rank 1 has nothing, the others their L1 checkpoints of
+    // that state. The job starts afresh, their checkpoints set aside
+    // (helper-78: every restart failed for ever, "rank 1 has nothing to
+    // restart from while other ranks do"), and finishes with the same bytes.
+    let (fl1, fl2) = (t.path().join("firstk-l1"), t.path().join("firstk-l2"));
+    let a = args(&t.path().join("firstk-out/o"));
+    std::fs::create_dir_all(t.path().join("firstk-out")).unwrap();
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let mut left_unfinished = false;
+    for n in 1..80u32 {
+        let _ = std::fs::remove_dir_all(&fl1);
+        let _ = std::fs::remove_dir_all(&fl2);
+        let vars = format!("REX_FAILPOINT={n} REX_FAILPOINT_SIGNAL=kill");
+        let o = mpi_job_on(&exe, &a, &fl1, &fl2, &[slow], Some((1, &vars)));
+        if o.status.success() {
+            break;
+        }
+        if parts(&fl2) > 0 && jobs(&fl2) == 0 {
+            left_unfinished = true;
+            break;
+        }
+    }
+    assert!(
+        left_unfinished,
+        "no kill left rank 1's part of the first job generation unfinished"
+    );
+    std::fs::remove_dir_all(fl1.join("1")).unwrap();
+    let o = run_job("firstk", &[slow]);
+    success(&o, "the run after a node lost in the first collective push");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("the job starts afresh"), "{err}");
+    assert!(
+        !String::from_utf8_lossy(&o.stdout).contains("restarted from seq"),
+        "{err}"
+    );
+    assert!(
+        names_in(&t.path().join("firstk-l1/0"))
+            .iter()
+            .any(|n| n.contains(".rexic.left-out")),
+        "rank 0's checkpoints of the never-committed state were not set aside"
+    );
+    outputs_equal(s(&t.path().join("firstk-out/o")), s(&ref_out));
+    // And a run after that restarts from the new run's state.
+    let o = run_job("firstk", &[]);
+    success(&o, "the run after the fresh start");
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("restarted from seq"), "{text}");
+    outputs_equal(s(&t.path().join("firstk-out/o")), s(&ref_out));
+
+    // That job's L2 lost whole (its L1 directories kept): the restart
+    // refuses, and deletes nothing of L1's copies of the chains, which the
+    // ranks' copies of the job manifest show committed (helper-79: every
+    // rank's copy was rolled back, and the job started over with exit 0).
+    let (wl1, wl2) = (t.path().join("wiped-l1"), t.path().join("wiped-l2"));
+    copy_tree(&t.path().join("firstk-l1"), &wl1);
+    std::fs::create_dir_all(&wl2).unwrap();
+    let copies = |l1: &Path| -> Vec<Vec<String>> {
+        (0..RANKS)
+            .map(|r| names_in(&l1.join(format!("{r}/rex"))))
+            .collect()
+    };
+    let before = copies(&wl1);
+    assert!(before.iter().all(|c| c.iter().any(|n| n.ends_with(".job"))));
+    let o = run_job("wiped", &[]);
+    assert!(
+        !o.status.success(),
+        "the job restarted over a lost L2: {}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    assert!(
+        copies(&wl1) == before,
+        "L1's copies of the chains were changed"
+    );
     outputs_equal(s(&t.path().join("midk-out/o")), s(&ref_out));
 }
 

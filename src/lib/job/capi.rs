@@ -507,7 +507,7 @@ pub extern "C" fn rex_strerror(code: c_int) -> *const c_char {
         REX_ESTATE => c"call out of order",
         REX_ECONFIG => c"configuration error",
         REX_EIO => c"input/output error",
-        REX_EBUSY => c"another process checkpoints into this L1 directory",
+        REX_EBUSY => c"another process holds this L1 directory or this job's L2 location",
         REX_ENOMEM => c"out of memory",
         REX_EREGION => c"registered regions differ from the checkpoint's",
         REX_ENORESTART => c"nothing to restart from",

@@ -65,9 +65,11 @@ use crate::l1::ic_file_name;
 use crate::l1::lock::JobLock;
 use crate::l2::chain::{ChainIndex, XrefSource};
 use crate::l2::collective::{
-    CollectiveOptions, Comm, agree, agree_rollback, fail_early, le64, push_collective,
+    CollectiveOptions, Comm, HEAL_STAGE, agree, agree_rollback, fail_early, le64, push_collective,
 };
-use crate::l2::jobgen::{JobIndex, JobXrefs, rollback, rollback_plan};
+use crate::l2::jobgen::{
+    JobIndex, JobXrefs, heal_job_manifest, job_manifest_copy, rollback, rollback_plan,
+};
 use crate::l2::push::{Job, JobIdentity, PushOptions, begin_writing};
 use crate::l2::restore::{Output, RestoreOptions, RestoreReport, restore_l1_l2, restore_l1_l2_to};
 use crate::store::JobRoot;
@@ -1007,13 +1009,7 @@ impl Rex {
         let mut left = std::mem::take(&mut report.left_out);
         left.sort();
         left.dedup();
-        let seq = |p: &std::path::PathBuf| {
-            crate::format::ic::IcMeta::read(p)
-                .ok()
-                .map(|m| m.seq())
-                .or_else(|| crate::l1::seq_of_file_name(p.file_name()?.to_str()?))
-        };
-        left.sort_by_cached_key(|p| std::cmp::Reverse(seq(p)));
+        newest_first(&mut left);
         for p in left {
             let ours = p.parent() == Some(self.cfg.l1.as_path())
                 && p.extension()
@@ -1246,25 +1242,48 @@ impl Rex {
             }
         }
         let job = open_job(&self.cfg, self.job_root.as_ref());
-        let start = job.and_then(|job| {
+        // A job manifest lost since its commit is put back first, on every
+        // rank before any reads the job manifests (as a collective push
+        // does).
+        let locked = job.and_then(|job| {
             let w = begin_writing(&job, "librex restart")?;
+            let healed = heal_job_manifest(&job, root.job_store(true)?.as_ref())?;
+            Ok((job, w, healed))
+        });
+        let healed = agree(
+            self.comm.as_deref().expect("an MPI job"),
+            locked.as_ref().map(|_| Vec::new()).map_err(Failure::from),
+            HEAL_STAGE,
+        );
+        let start = locked.and_then(|(job, w, note)| {
+            healed?;
+            if let Some(note) = note {
+                eprintln!("librex: {note}");
+            }
             let jobs = JobIndex::load(root.job_store(true)?.as_ref())?;
-            let plan = rollback_plan(&job, jobs.newest().map(|m| m.job_generation))?;
-            Ok((job, w, plan))
+            let committed = jobs.newest().map(|m| m.job_generation);
+            let plan = rollback_plan(&job, committed)?;
+            // Any job manifest, an invalid one too, says a job generation
+            // committed once: the job never starts afresh over it.
+            // So does a rank's copy of a job manifest in L1 (L2 lost since).
+            let ever = committed.is_some()
+                || !jobs.invalid.is_empty()
+                || job_manifest_copy(&job)?.is_some();
+            Ok((job, w, plan, ever))
         });
         // Every rank takes part, also one that failed above.
         let agreed = agree_rollback(
             self.comm.as_deref().expect("an MPI job"),
             start.as_ref().map(|s| &s.2).map_err(Failure::from),
         );
-        let local = start.and_then(|(job, w, plan)| {
+        let local = start.and_then(|(job, w, plan, committed)| {
             for note in agreed? {
                 eprintln!("librex: rolled back: {note}");
             }
             rollback(&job, &plan)?;
             let seq = self.restore_local(&job, Some(xrefs.clone()), true, false)?;
             drop(w);
-            Ok((job, seq))
+            Ok((job, seq, committed))
         });
         let comm = self.comm.take().expect("an MPI job");
         let r = self.agree_restart(comm.as_ref(), local, &xrefs);
@@ -1272,10 +1291,12 @@ impl Rex {
         r
     }
 
+    /// `local`: this rank's job, the seq of its newest valid state, and
+    /// whether the job store holds a job manifest (valid or not).
     fn agree_restart(
         &mut self,
         comm: &dyn Comm,
-        local: Result<(Job, Option<u64>)>,
+        local: Result<(Job, Option<u64>, bool)>,
         xrefs: &Arc<dyn XrefSource>,
     ) -> Result<Option<u64>> {
         let msg = |seq: Option<u64>| {
@@ -1285,17 +1306,37 @@ impl Rex {
         };
         let all = agree(
             comm,
-            local.as_ref().map(|(_, s)| msg(*s)).map_err(Failure::from),
+            local
+                .as_ref()
+                .map(|(_, s, committed)| {
+                    let mut b = msg(*s);
+                    b.push(u8::from(*committed));
+                    b
+                })
+                .map_err(Failure::from),
             "finding the state to restart from",
         );
-        let (job, mine) = local?;
+        let (job, mine, _) = local?;
         let all = all?;
         let seqs: Vec<Option<u64>> = all
             .iter()
             .map(|b| (b.first() == Some(&1)).then(|| le64(b, 1)))
             .collect();
+        let committed = all.iter().any(|b| b.get(9) == Some(&1));
         if seqs.iter().all(Option::is_none) {
+            if committed {
+                // Never a fresh start over a job that committed a job
+                // generation (helper-79: L2 wiped, every rank found
+                // nothing, and the job started over with exit 0).
+                return Err(Error::chain(
+                    &self.cfg.l1,
+                    "no rank has anything to restart from, but a job generation committed (a job manifest, valid or not, is in L2, or a rank keeps a copy of one in L1): its L2 state is lost or unreadable; refusing to start afresh over it".to_string(),
+                ));
+            }
             return Ok(None);
+        }
+        if !committed && seqs.contains(&None) {
+            return self.start_afresh(comm, &job);
         }
         if let Some(r) = seqs.iter().position(Option::is_none) {
             self.restored = None;
@@ -1356,6 +1397,44 @@ impl Rex {
             }
         }
         Ok(Some(target))
+    }
+
+    /// A collective restart where some rank has nothing to restart from
+    /// and no job generation ever committed, the job store holding no job
+    /// manifest, valid or not (helper-78: a node lost during
+    /// the job's first collective push, whose rollback emptied L2): there
+    /// is no state every rank holds, and there never was a durable one, so
+    /// the job starts afresh, as it did the first time. The ranks' L1
+    /// checkpoints of that never-committed state are set aside (kept for
+    /// the user, newest first, [`crate::l1::set_aside`]) and their partner
+    /// copies deleted; the new run's first checkpoint is numbered above
+    /// every set-aside seq, alike on every rank (the numbering agreement).
+    /// Before, every restart failed for ever ("rank R has nothing to
+    /// restart from while other ranks do"). Agreed: a rank that cannot set
+    /// its files aside fails the restart on every rank.
+    fn start_afresh(&mut self, comm: &dyn Comm, job: &Job) -> Result<Option<u64>> {
+        self.restored = None;
+        let local = (|| -> Result<usize> {
+            let mut files = crate::l1::list_ic_files(&job.l1)?;
+            newest_first(&mut files);
+            for p in &files {
+                let to = crate::l1::set_aside(p)?;
+                eprintln!(
+                    "librex: a rank has nothing to restart from and no job generation ever committed: the job starts afresh; {} set aside as {}",
+                    p.display(),
+                    to.display()
+                );
+            }
+            crate::l2::partners::remove_all(&job.l1)?;
+            Ok(files.len())
+        })();
+        agree(
+            comm,
+            local.as_ref().map(|_| Vec::new()).map_err(Failure::from),
+            "starting afresh",
+        )?;
+        local?;
+        Ok(None)
     }
 
     /// Fills the registered regions with the newest valid state (see
@@ -1562,6 +1641,19 @@ const RESTART_DIR_PREFIX: &str = ".rex-restart-";
 
 /// Removes the staging directories of restarts that died before they
 /// finished (helper-42: each killed restart left a whole image in L1).
+/// Orders checkpoint files newest first, by their header's seq, else
+/// their name's: set aside in this order, a restart killed part-way leaves
+/// only older files in place, none whose predecessor is gone (helper-67).
+fn newest_first(files: &mut [std::path::PathBuf]) {
+    let seq = |p: &std::path::PathBuf| {
+        crate::format::ic::IcMeta::read(p)
+            .ok()
+            .map(|m| m.seq())
+            .or_else(|| crate::l1::seq_of_file_name(p.file_name()?.to_str()?))
+    };
+    files.sort_by_cached_key(|p| std::cmp::Reverse(seq(p)));
+}
+
 /// Called with the producer lock held: no live process is using them.
 fn remove_stale_restart_dirs(l1: &Path) -> Result<()> {
     let entries = std::fs::read_dir(l1).map_err(|e| Error::io(l1, "read directory", e))?;

@@ -27,8 +27,11 @@
 //!    match is never trusted alone.
 //! 3. **Commit**: once every rank's generation is durable in L1 and L2, the
 //!    ranks all-gather their members and rank 0 writes the job manifest
-//!    (the commit point of the job generation); only then does each rank
-//!    delete its IC files. If any rank failed at any step, every rank
+//!    (the commit point of the job generation); each rank keeps a copy of
+//!    it in L1 ([`crate::l2::jobgen::keep_job_manifest_copy`]: its word
+//!    that the job generation committed, should L2 lose the job manifest,
+//!    which the next push or restart puts back from it); only then does
+//!    each rank delete its IC files. If any rank failed at any step, every rank
 //!    returns an error ([`crate::error::PeerFailure`]) and nobody commits;
 //!    the next collective push rolls the uncommitted generations back
 //!    ([`crate::l2::jobgen::rollback`]) and pushes the same checkpoints again.
@@ -48,7 +51,9 @@ use crate::format::job_manifest::{
 use crate::format::manifest::{Manifest, manifest_name};
 use crate::format::xref::Xref;
 use crate::l2::dedup::PlanPages;
-use crate::l2::jobgen::{JobIndex, RollbackPlan, rollback, rollback_plan};
+use crate::l2::jobgen::{
+    JobIndex, RollbackPlan, heal_job_manifest, keep_job_manifest_copy, rollback, rollback_plan,
+};
 use crate::l2::push::{
     Agreed, Collective, Job, Local, Proposal, PushOptions, PushReport, begin_writing, push_with,
 };
@@ -214,6 +219,9 @@ pub struct CollectiveReport {
     pub collective: CollectiveStats,
     /// Generations of uncommitted job generations deleted first.
     pub rolled_back: Vec<String>,
+    /// A job manifest put back first from this rank's copy in L1
+    /// ([`heal_job_manifest`]).
+    pub healed: Vec<String>,
 }
 
 /// Settings of a collective push.
@@ -264,7 +272,22 @@ pub fn push_collective(
     // The locks, then the job generations' state: what committed, and the
     // number of the next one. A failure here still takes part in the
     // agreement, which then fails everywhere.
-    let start = begin_writing(job, "push-l2 --collective").and_then(|w| {
+    // First, under the locks, a job manifest lost or damaged in L2 since
+    // its commit is put back from a rank's copy in L1, on every rank before
+    // any rank reads the job manifests (an exchange: every rank's view is
+    // then the same).
+    let locked = begin_writing(job, "push-l2 --collective").and_then(|w| {
+        let healed = heal_job_manifest(job, root.job_store(true)?.as_ref())?;
+        Ok((w, healed))
+    });
+    let healed = agree(
+        comm,
+        locked.as_ref().map(|_| Vec::new()).map_err(Failure::from),
+        HEAL_STAGE,
+    );
+    let start = locked.and_then(|(w, note)| {
+        healed?;
+        report.healed.extend(note);
         let jobs = JobIndex::load(root.job_store(true)?.as_ref())?;
         let committed = jobs.newest().map(|m| m.job_generation);
         // A job keeps its ranks: the pages of one rank may be stored by
@@ -426,8 +449,14 @@ pub fn agree(comm: &dyn Comm, local: Local<Vec<u8>>, stage: &'static str) -> Res
 /// (its L1 directory or L2 store cannot be opened), so that the other ranks
 /// fail with its error instead of waiting for it.
 pub fn fail_early(comm: &dyn Comm, e: &Error) {
+    // As many exchanges as a rank's start of [`push_collective`] makes.
+    let _ = agree(comm, Err(Failure::from(e)), HEAL_STAGE);
     let _ = agree(comm, Err(Failure::from(e)), "starting the collective push");
 }
+
+/// The first exchange of a collective push and of a collective restart:
+/// every rank has put back what [`heal_job_manifest`] could.
+pub const HEAL_STAGE: &str = "putting back a lost job manifest";
 
 struct Hooks<'a> {
     comm: &'a dyn Comm,
@@ -695,7 +724,7 @@ impl Hooks<'_> {
 
     /// Rank 0's part of the commit: the job manifest, then the job
     /// manifests older than the chains kept.
-    fn write_job_manifest(&self, members: Vec<JobMember>) -> Result<()> {
+    fn write_job_manifest(&self, members: Vec<JobMember>) -> Result<Vec<u8>> {
         let store = self.root.job_store(true)?;
         let jm = JobManifest {
             format: JOB_FORMAT,
@@ -710,11 +739,12 @@ impl Hooks<'_> {
         jm.check(std::path::Path::new(&job_manifest_name(
             self.job_generation,
         )))?;
-        store.put_bytes(&job_manifest_name(self.job_generation), &jm.encode())?;
+        let bytes = jm.encode();
+        store.put_bytes(&job_manifest_name(self.job_generation), &bytes)?;
         if self.full {
             prune_job_manifests(store.as_ref(), self.keep)?;
         }
-        Ok(())
+        Ok(bytes)
     }
 }
 
@@ -826,13 +856,19 @@ impl Collective for Hooks<'_> {
             })
             .collect();
         let written = if self.comm.rank() == 0 {
-            self.write_job_manifest(members)
-                .map(|()| Vec::new())
-                .map_err(Failure::from)
+            self.write_job_manifest(members).map_err(Failure::from)
         } else {
             Ok(Vec::new())
         };
-        self.gather(written, "writing the job manifest")?;
+        let written = self.gather(written, "writing the job manifest")?;
+        // Committed. Each rank keeps the job manifest's bytes in its L1
+        // before it deletes any checkpoint the job generation covers: its
+        // word that the job generation committed, should L2's job manifest
+        // be lost (docs/FORMAT.md §3.9.4 step 5).
+        let kept = keep_job_manifest_copy(self.job, self.job_generation, &written[0])
+            .map(|()| Vec::new())
+            .map_err(Failure::from);
+        self.gather(kept, "keeping the job manifest in L1")?;
         self.covered = all
             .iter()
             .map(|b| b.get(24..32).map(|_| le64(b, 24)))

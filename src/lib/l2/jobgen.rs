@@ -63,6 +63,94 @@ impl JobIndex {
     }
 }
 
+/// Keeps a copy of job generation `j`'s manifest (`bytes`, as L2 holds
+/// it) in the rank's copy of its chain (`L1/rex/`), in place of any other
+/// copy: written once every rank knows the job manifest is durable in L2,
+/// before the rank deletes the checkpoints the job generation covers. It is
+/// the rank's word that the job generation committed when L2's job
+/// manifest is lost later ([`heal_job_manifest`]; helper-78: a job
+/// manifest lost after its commit, one rank killed before deleting its
+/// checkpoints and another rank's node lost, read as an unfinished push,
+/// and every rank rolled the committed job generation back, exit 0 with
+/// the state before it).
+pub fn keep_job_manifest_copy(job: &Job, j: u64, bytes: &[u8]) -> Result<()> {
+    let name = job_manifest_name(j);
+    job.l1_chain.replace_bytes(&name, bytes)?;
+    for o in job.l1_chain.list()? {
+        if parse_job_manifest_name(&o.name).is_some_and(|x| x != j) {
+            job.l1_chain.delete(&o.name)?;
+        }
+    }
+    Ok(())
+}
+
+/// The job generation whose job manifest this rank keeps a copy of in
+/// L1 ([`keep_job_manifest_copy`]; by its name), if any: one committed.
+pub fn job_manifest_copy(job: &Job) -> Result<Option<u64>> {
+    Ok(job
+        .l1_chain
+        .list()?
+        .iter()
+        .filter_map(|o| parse_job_manifest_name(&o.name))
+        .max())
+}
+
+/// The job generation whose manifest this rank's L1 holds a copy of
+/// ([`keep_job_manifest_copy`]) while the job store (`jobs`) lacks it or
+/// holds it invalid, and whether invalid: it committed (the copy is
+/// written only after the commit), and its job manifest was lost or
+/// damaged in L2 since. Never a job generation below the newest valid
+/// one (older job manifests are pruned on purpose), never from a copy
+/// that is invalid, and only while rank `rank`'s member of it is still in
+/// its L2 chain with the manifest CRC the copy records (an L2 location
+/// wiped since is not the job's any more).
+fn lost_job_manifest(job: &Job, rank: u32, jobs: &JobIndex) -> Result<Option<(u64, bool)>> {
+    let Some(j) = job_manifest_copy(job)? else {
+        return Ok(None);
+    };
+    let Ok(copy) = read_job_manifest(&job.l1_chain, j) else {
+        return Ok(None);
+    };
+    let invalid = jobs.invalid.iter().any(|(x, _)| *x == j);
+    if jobs.manifests.contains_key(&j) || jobs.newest().is_some_and(|n| n.job_generation > j) {
+        return Ok(None);
+    }
+    let Some(member) = copy.members.iter().find(|m| m.rank == rank) else {
+        return Ok(None);
+    };
+    let in_l2 = job
+        .l2
+        .read(&manifest_name(member.generation))
+        .is_ok_and(|b| crc32fast::hash(&b) == member.manifest_crc32);
+    Ok(in_l2.then_some((j, invalid)))
+}
+
+/// Puts back, from this rank's copy in L1, a job manifest that
+/// `lost_job_manifest` finds lost or damaged in the job store. Returns
+/// what was done. Called with the job's writer locks held, by every rank
+/// before any reads the job manifests.
+pub fn heal_job_manifest(job: &Job, job_store: &dyn Store) -> Result<Option<String>> {
+    let Some(rank) = job
+        .identity
+        .as_ref()
+        .and_then(|i| i.rank.parse::<u32>().ok())
+    else {
+        return Ok(None);
+    };
+    let jobs = JobIndex::load(job_store)?;
+    let Some((j, invalid)) = lost_job_manifest(job, rank, &jobs)? else {
+        return Ok(None);
+    };
+    let name = job_manifest_name(j);
+    job_store.replace_bytes(&name, &job.l1_chain.read(&name)?)?;
+    Ok(Some(format!(
+        "job generation {j}'s manifest was {} in {}: put back from this rank's copy in {} (the job generation committed)",
+        if invalid { "invalid" } else { "missing" },
+        job_store.describe(),
+        job.l1_chain.describe()
+    )))
+}
+
 /// Reads and checks job generation `j`'s manifest.
 pub fn read_job_manifest(store: &dyn Store, j: u64) -> Result<JobManifest> {
     let name = job_manifest_name(j);
@@ -528,6 +616,24 @@ pub fn restore_rank_l1(
         r => r?,
     };
     let job = Job::open_read(l1, root.rank_store(rank, false)?)?;
+    // A newer job generation committed, whose job manifest L2 lost (the
+    // rank's L1 keeps a copy): the newest valid one is not the job's
+    // newest state. Refused, or passed over with --fallback; a push or a
+    // librex restart puts the job manifest back.
+    if let Some((j, invalid)) = lost_job_manifest(&job, rank, &jobs)? {
+        let why = format!(
+            "job generation {j} committed (rank {rank}'s copy of its job manifest in {} says so), and its job manifest is {} in {}: the next collective push or librex restart puts it back",
+            job.l1_chain.describe(),
+            if invalid { "invalid" } else { "missing" },
+            root.describe()
+        );
+        if !opts.fallback {
+            return Err(Error::chain(root.describe(), why));
+        }
+        if !invalid {
+            passed_over.push(why);
+        }
+    }
     // The member's manifest bytes are checked in L2, else in L1's copy
     // (each restores the generation, L2's copy first).
     let member = match committed
@@ -714,6 +820,11 @@ fn uncommitted(m: &Manifest, committed: Option<u64>) -> bool {
 /// commits), and its job manifest was lost since: refused, never rolled
 /// back.
 pub fn rollback_plan(job: &Job, committed: Option<u64>) -> Result<RollbackPlan> {
+    // A job generation this rank saw commit (its copy of the job manifest)
+    // is never rolled back here, whatever L2 lost since (helper-79: L2
+    // wiped, a restart deleted every rank's L1 copy of the chain, and the
+    // job started over with exit 0).
+    let committed = committed.max(job_manifest_copy(job)?);
     let l2_index = ChainIndex::load(job.l2.as_ref())?;
     let l1_index = ChainIndex::load(&job.l1_chain)?;
     let kept_last = l2_index

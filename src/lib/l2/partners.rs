@@ -460,6 +460,13 @@ pub fn remove_after(l1: &Path, target: u64) -> Result<usize> {
     sum_over_partner_dirs(l1, |dir| remove_where(dir, |s| s > target))
 }
 
+/// Deletes every copy this rank holds, of any rank's checkpoints: when the
+/// job starts afresh (no job generation ever committed), they are a dead
+/// run's. Returns how many.
+pub fn remove_all(l1: &Path) -> Result<usize> {
+    sum_over_partner_dirs(l1, |dir| remove_where(dir, |_| true))
+}
+
 /// The sum of `f` over the partner directories of `l1` (none when `l1`
 /// does not exist).
 fn sum_over_partner_dirs(l1: &Path, f: impl Fn(&Path) -> Result<usize>) -> Result<usize> {

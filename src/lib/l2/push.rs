@@ -1166,6 +1166,23 @@ pub fn recover(
     let mut l2_index = ChainIndex::load(job.l2.as_ref())?;
     let l2_newest = l2_index.newest().map(|m| m.generation);
 
+    // One history in two places, or nothing is changed: L1's copy of the
+    // chain and L2 holding different manifests under one number (the L1
+    // directory of another job given with this L2, or the reverse) would
+    // have recovery upload the other job's generations into L2, where a
+    // restore takes them for this job's, and copy L2's over the other
+    // job's L1 copy, its only copy of a generation its own L2 lacks
+    // (`push-l2 --l1 OTHER/l1` uploaded the other job's generation).
+    if let Some(differ) = two_histories(&l2_index, &l1_index) {
+        return Err(Error::Chain {
+            path: job.l1_chain.root().to_path_buf(),
+            reason: format!(
+                "{differ} differ between {} and L1's copy of the chain: two histories (the L1 directory of another job, or another job's L2?); nothing was changed",
+                job.l2.describe(),
+            ),
+        });
+    }
+
     // Generations L1 has and L2 lacks: a crash between the two manifests.
     let pending: Vec<Manifest> = l1_index
         .manifests
@@ -1178,6 +1195,23 @@ pub fn recover(
         // (a crash between its uploads and its L2 manifest leaves exactly
         // its files): never overwrite another run's generation whose
         // manifest was lost.
+        // Nor a generation of another history above L2's newest: an older
+        // state under a newer number, or names L2 holds none of its files
+        // under. (Not that L2's generations below it are in L1's copy too,
+        // as `verify --repair` asks: retention prunes L1's copy to the
+        // newest chain, and the newest FULL generation's L2 manifest, lost,
+        // must still be put back from L1 (helper-79). Nor the job's name,
+        // which a scheduler's job id changes at every resubmission.)
+        if let Some(why) = foreign(job.l2.as_ref(), &l2_index, &m, None) {
+            return Err(Error::Chain {
+                path: job.l1_chain.root().to_path_buf(),
+                reason: format!(
+                    "L1's generation {} is not for {}: {why}; nothing was changed",
+                    m.generation,
+                    job.l2.describe()
+                ),
+            });
+        }
         if let Some(why) = other_files_in_l2(job, &m)? {
             report.recovered.push(format!(
                 "kept L1's generation {} out of {}: {why}",
@@ -1396,6 +1430,104 @@ fn other_files_in_l2(job: &Job, m: &Manifest) -> Result<Option<String>> {
         }
     }
     Ok(None)
+}
+
+/// Why file `f` of generation `m` in `store` is not what the manifest
+/// records (missing, another size, CRC or XXH3); `None` when it is.
+pub(crate) fn unsound(
+    store: &dyn Store,
+    m: &Manifest,
+    f: &crate::format::manifest::FileEntry,
+) -> Option<String> {
+    let r = store
+        .open_local(&f.name)
+        .and_then(|p| file_unsound(&p, m, f, "(damaged)"));
+    match r {
+        Ok(None) => None,
+        Err(e) if e.is_not_found() => {
+            Some(format!("{} is missing from {}", f.name, store.describe()))
+        }
+        Ok(Some(e)) | Err(e) => Some(store.public_text(&e.report())),
+    }
+}
+
+/// Why generation `m` of the other place must not be written into
+/// `to` (whose manifests are `to_index`), if it must not (helper-77:
+/// repair given another job's L1 copied that job's FULL generation in as
+/// the newest, and a restore gave its state with exit 0): its checkpoint
+/// is older than the newest one `to` holds below it (an
+/// older state under a newer number), or `to` holds files of its names of
+/// which none is its (another generation's intact files, under a lost or
+/// invalid manifest, which it would overwrite). With `from_index` (the
+/// other place's manifests, when `m` is missing from `to` altogether), a
+/// generation `to` holds below `m` must be there too, the same: a push
+/// interrupted between its two manifests, or a manifest lost, leaves the
+/// generations before it in both places, while another job's L1 holds
+/// none of this job's; the checks above then compare with the newest such.
+/// (`to`'s own generations the other place lacks are an interrupted push's,
+/// helper-76.)
+pub(crate) fn foreign(
+    to: &dyn Store,
+    to_index: &ChainIndex,
+    m: &Manifest,
+    from_index: Option<&ChainIndex>,
+) -> Option<String> {
+    let mut below = to_index
+        .manifests
+        .range(..m.generation)
+        .filter(|(g, b)| from_index.is_none_or(|f| f.get(**g) == Some(*b)))
+        .map(|(_, b)| b);
+    let newest = below.next_back();
+    if newest.is_none()
+        && from_index.is_some()
+        && to_index.manifests.range(..m.generation).next().is_some()
+    {
+        return Some(
+            "none of the generations before it there is in the other place (the L1 or L2 of another job?)"
+                .into(),
+        );
+    }
+    if let Some(b) = newest
+        && m.time_ns < b.time_ns
+    {
+        return Some(format!(
+            "its checkpoint (seq {}) is older than generation {}'s there (seq {}): an older state under a newer number",
+            m.last_seq, b.generation, b.last_seq
+        ));
+    }
+    let held: Vec<bool> = m
+        .files
+        .iter()
+        .filter(|f| to.open_local(&f.name).is_ok_and(|p| p.exists()))
+        .map(|f| unsound(to, m, f).is_none())
+        .collect();
+    if !held.is_empty() && !held.contains(&true) {
+        return Some(
+            "the files of its names there are none of its own (another generation's, under a lost or invalid manifest)"
+                .into(),
+        );
+    }
+    None
+}
+
+/// The generations under which the two places `a` and `b` hold different
+/// valid manifests, as text ("generation 2", "generations 1, 2"), if any:
+/// two histories (another job's L1 or L2, or another copy of the job),
+/// between which nothing may be copied.
+pub(crate) fn two_histories(a: &ChainIndex, b: &ChainIndex) -> Option<String> {
+    let differ: Vec<String> = a
+        .manifests
+        .iter()
+        .filter(|(g, m)| b.get(**g).is_some_and(|o| o != *m))
+        .map(|(g, _)| g.to_string())
+        .collect();
+    (!differ.is_empty()).then(|| {
+        format!(
+            "generation{} {}",
+            if differ.len() == 1 { "" } else { "s" },
+            differ.join(", ")
+        )
+    })
 }
 
 /// Why generation `m` is not whole in `store`: its manifest is not the

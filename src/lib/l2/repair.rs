@@ -33,7 +33,8 @@ use crate::format::manifest::{Manifest, manifest_name};
 use crate::l2::chain::ChainIndex;
 use crate::l2::jobgen::{JobIndex, check_l1_root};
 use crate::l2::push::{
-    Job, begin_writing, copy_file, copy_generation, file_unsound, manifest_bytes, upload_generation,
+    Job, begin_writing, copy_file, copy_generation, foreign, manifest_bytes, two_histories,
+    unsound, upload_generation,
 };
 use crate::store::{JobRoot, NoProgress, Store};
 
@@ -46,95 +47,40 @@ pub struct RepairReport {
     pub unrepairable: Vec<String>,
 }
 
-/// Why file `f` of generation `m` in `store` is not what the manifest
-/// records (missing, another size, CRC or XXH3); `None` when it is.
-fn unsound(
-    store: &dyn Store,
-    m: &Manifest,
-    f: &crate::format::manifest::FileEntry,
-) -> Option<String> {
-    let r = store
-        .open_local(&f.name)
-        .and_then(|p| file_unsound(&p, m, f, "(damaged)"));
-    match r {
-        Ok(None) => None,
-        Err(e) if e.is_not_found() => {
-            Some(format!("{} is missing from {}", f.name, store.describe()))
-        }
-        Ok(Some(e)) | Err(e) => Some(store.public_text(&e.report())),
-    }
-}
-
 /// Why generation `m`'s files in `store` are not all sound, if they are not.
 fn generation_unsound(store: &dyn Store, m: &Manifest) -> Option<String> {
     m.files.iter().find_map(|f| unsound(store, m, f))
 }
 
-/// Why generation `m` of the other place must not be written into
-/// `to` (whose manifests are `to_index`), if it must not: it is another
-/// job's (helper-77: repair given another job's L1 copied that job's FULL
-/// generation in as the newest, and a restore gave its state with exit 0),
-/// its checkpoint is older than the newest one `to` holds below it (an
-/// older state under a newer number), or `to` holds files of its names of
-/// which none is its (another generation's intact files, under a lost or
-/// invalid manifest, which it would overwrite). With `from_index` (the
-/// other place's manifests, when `m` is missing from `to` altogether), a
-/// generation `to` holds below `m` must be there too, the same: a push
-/// interrupted between its two manifests, or a manifest lost, leaves the
-/// generations before it in both places, while another job's L1 holds
-/// none of this job's; the checks above then compare with the newest such.
-/// (`to`'s own generations the other place lacks are an interrupted push's,
-/// helper-76.)
-fn foreign(
-    to: &dyn Store,
-    to_index: &ChainIndex,
+/// Puts back, into `place` (named `name`), each file of generation `m`
+/// that is damaged there from `other`, where `m`'s manifest is invalid,
+/// when `other`'s file of that name is sound against `m` (size, CRC,
+/// XXH3): the copy with the valid manifest and the copy with the sound
+/// files make one whole generation between them (helper-77: L1's manifest
+/// and L2's RPS of one generation both rotted, every restore then failed
+/// although every byte was there). `foreign` has cleared `m` for `other`
+/// first: files of its names there, and none of them its own, are another
+/// generation's, which nothing here takes.
+fn mend_from(
+    place: &dyn Store,
+    name: &str,
+    other: &dyn Store,
     m: &Manifest,
-    from_index: Option<&ChainIndex>,
-) -> Option<String> {
-    let mut below = to_index
-        .manifests
-        .range(..m.generation)
-        .filter(|(g, b)| from_index.is_none_or(|f| f.get(**g) == Some(*b)))
-        .map(|(_, b)| b);
-    let newest = below.next_back();
-    if newest.is_none()
-        && from_index.is_some()
-        && to_index.manifests.range(..m.generation).next().is_some()
-    {
-        return Some(
-            "none of the generations before it there is in the other place (the L1 or L2 of another job?)"
-                .into(),
-        );
-    }
-    if let Some(b) = newest {
-        if let (Some(x), Some(y)) = (&m.job, &b.job)
-            && x != y
-        {
-            return Some(format!(
-                "it is job {x}'s, generation {} there job {y}'s",
-                b.generation
-            ));
-        }
-        if m.time_ns < b.time_ns {
-            return Some(format!(
-                "its checkpoint (seq {}) is older than generation {}'s there (seq {}): an older state under a newer number",
-                m.last_seq, b.generation, b.last_seq
+    report: &mut RepairReport,
+) -> Result<()> {
+    for f in &m.files {
+        let Some(why) = unsound(place, m, f) else {
+            continue;
+        };
+        if unsound(other, m, f).is_none() {
+            copy_file(other, place, m, f, &NoProgress)?;
+            report.repaired.push(format!(
+                "{name} generation {}: {why}; replaced by the other place's file, sound against this manifest, whose own manifest there is invalid",
+                m.generation
             ));
         }
     }
-    let held: Vec<bool> = m
-        .files
-        .iter()
-        .filter(|f| to.open_local(&f.name).is_ok_and(|p| p.exists()))
-        .map(|f| unsound(to, m, f).is_none())
-        .collect();
-    if !held.is_empty() && !held.contains(&true) {
-        return Some(
-            "the files of its names there are none of its own (another generation's, under a lost or invalid manifest)"
-                .into(),
-        );
-    }
-    None
+    Ok(())
 }
 
 /// Repairs every generation L2 and L1's copy share (see the module doc),
@@ -159,21 +105,9 @@ pub fn repair(job: &Job) -> Result<RepairReport> {
     // generation (helper-77: the other job's FULL generation was copied in
     // as the newest, and a restore gave its state with exit 0; its files
     // overwrote this job's intact ones under an invalid manifest).
-    let differ: Vec<u64> = l2_index
-        .manifests
-        .iter()
-        .filter(|(g, m)| l1_index.get(**g).is_some_and(|o| o != *m))
-        .map(|(g, _)| *g)
-        .collect();
-    if !differ.is_empty() {
+    if let Some(differ) = two_histories(&l2_index, &l1_index) {
         report.unrepairable.push(format!(
-            "generation{} {} differ between L2 and L1's copy: the two places hold different histories (the L1 or L2 of another job, or of another copy of this job?); nothing was copied between them",
-            if differ.len() == 1 { "" } else { "s" },
-            differ
-                .iter()
-                .map(u64::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
+            "{differ} differ between L2 and L1's copy: the two places hold different histories (the L1 or L2 of another job, or of another copy of this job?); nothing was copied between them"
         ));
         return Ok(report);
     }
@@ -223,6 +157,7 @@ pub fn repair(job: &Job) -> Result<RepairReport> {
                     ));
                     continue;
                 }
+                mend_from(l1, "L1", l2, m, &mut report)?;
                 match generation_unsound(l1, m) {
                     None => {
                         if let Some(note) = upload_generation(job, m, true)? {
@@ -249,6 +184,7 @@ pub fn repair(job: &Job) -> Result<RepairReport> {
                     ));
                     continue;
                 }
+                mend_from(l2, "L2", l1, m, &mut report)?;
                 match generation_unsound(l2, m) {
                     None => {
                         // The files, then the manifest in place of the

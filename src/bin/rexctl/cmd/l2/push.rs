@@ -140,6 +140,9 @@ fn collective(a: &Args, cfg: &rexctl::control::config::Config) -> anyhow::Result
     if a.json {
         ui::print_json(&report)?;
     } else {
+        for note in &report.healed {
+            outln!("rank {rank}: recovered: {note}");
+        }
         for note in &report.rolled_back {
             outln!("rank {rank}: rolled back: {note}");
         }

@@ -27,7 +27,8 @@ use crate::ui;
 ///
 /// With --repair (and L1), a file damaged in one of a generation's two
 /// copies (L2 and L1's copy of the chain) is first rewritten from the other,
-/// and a manifest invalid in one place replaced by the other's: bit rot in
+/// and a manifest invalid in one place replaced by the other's (the files
+/// it names taken from either place, wherever they match it): bit rot in
 /// L2 that no push reads would otherwise surface only when a lost node's
 /// restore fails on it. Nothing is copied from a copy that does not match
 /// its manifest; a file damaged in both copies is reported. Two places
