@@ -1346,6 +1346,24 @@ fn an_mpi_job_checkpointing_itself_restarts_bit_identically_after_kills_and_a_lo
         "L1's copies of the chains were changed"
     );
     outputs_equal(s(&t.path().join("midk-out/o")), s(&ref_out));
+
+    // Every rank must be given the same `replicas`: one rank with another
+    // is refused at the start, on every rank alike, naming each rank's
+    // value (helper-79: the job hung in the partner exchange until
+    // mpirun's timeout killed it). The first rank to report aborts the
+    // job, so the others may never print.
+    assert_eq!(RANKS, 4);
+    let (rl1, rl2) = (t.path().join("repl-l1"), t.path().join("repl-l2"));
+    let a = args(&t.path().join("repl-out/o"));
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let o = mpi_job_on(&exe, &a, &rl1, &rl2, &[], Some((1, "REX_REPLICAS=2")));
+    assert!(!o.status.success(), "ranks with different replicas ran");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(": rex_init_comm: ")
+            && err.contains("different replicas (1 on rank 0, 2, 3; 2 on rank 1;"),
+        "{err}"
+    );
 }
 
 /// Partner copies are pruned by what their sender pushed: a rank whose L1

@@ -317,6 +317,36 @@ fn l2_loop(cfg: Config, shared: Arc<(Mutex<L2State>, Condvar)>) {
     }
 }
 
+/// Refuses, on every rank alike, a job whose ranks were given different
+/// `replicas` (each rank's payload of the "starting librex" agreement: the
+/// value, 4 bytes little-endian), naming the value of each rank.
+fn check_shared_settings(all: &[Vec<u8>], l1: &Path) -> Result<()> {
+    let values: Vec<Option<u32>> = all
+        .iter()
+        .map(|b| Some(u32::from_le_bytes(b.get(..4)?.try_into().ok()?)))
+        .collect();
+    if values.windows(2).all(|w| w[0] == w[1]) {
+        return Ok(());
+    }
+    let mut by_value: BTreeMap<Option<u32>, Vec<usize>> = BTreeMap::new();
+    for (rank, v) in values.iter().enumerate() {
+        by_value.entry(*v).or_default().push(rank);
+    }
+    let said: Vec<String> = by_value
+        .iter()
+        .map(|(v, ranks)| {
+            let v = v.map_or("unreadable".to_string(), |v| v.to_string());
+            let ranks: Vec<String> = ranks.iter().map(usize::to_string).collect();
+            format!("{v} on rank {}", ranks.join(", "))
+        })
+        .collect();
+    Err(Error::Invalid(format!(
+        "L1 {}: the ranks were given different replicas ({}; REX_REPLICAS or `replicas` in rex.toml): every rank of a job must have the same, since the partner copies are exchanged by all ranks together",
+        l1.display(),
+        said.join("; ")
+    )))
+}
+
 /// The job's two levels, as `rexctl flush` opens them.
 fn open_job(cfg: &Config, mpi: Option<&(JobRoot, u32)>) -> Result<Job> {
     let l2 = match mpi {
@@ -421,15 +451,23 @@ impl Rex {
         cfg.l1 = cfg.l1.join(rank.to_string());
         cfg.l2_thread = false;
         cfg.store.rank = rank.to_string();
+        let replicas = cfg.replicas;
         let built =
             JobRoot::new(&cfg.l2, &cfg.store).and_then(|root| Self::build(cfg, Some((root, rank))));
+        // The settings every rank must share: the partner copies are a
+        // collective exchange, which a rank with another `replicas` never
+        // joins (helper-79: REX_REPLICAS=2 on one rank hung the job).
         let agreed = agree(
             comm.as_ref(),
-            built.as_ref().map(|_| Vec::new()).map_err(Failure::from),
+            built
+                .as_ref()
+                .map(|_| replicas.to_le_bytes().to_vec())
+                .map_err(Failure::from),
             "starting librex",
         );
         let mut rex = built?;
-        agreed?;
+        let all = agreed?;
+        check_shared_settings(&all, &rex.cfg.l1)?;
         rex.comm = Some(comm);
         Ok(rex)
     }

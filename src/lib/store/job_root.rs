@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::Result;
 use crate::store::settings::StoreSettings;
-use crate::store::{DirStore, L2Location, S3Store, Store, open_l2};
+use crate::store::{DirStore, L2Location, Store, open_l2, open_s3};
 
 /// The name of the job manifests' place beside the ranks' chains.
 pub const JOB_DIR: &str = "job";
@@ -71,7 +71,7 @@ impl JobRoot {
             L2Location::S3 { bucket, prefix } => {
                 let mut s = self.settings.clone();
                 s.rank = part.to_string();
-                Box::new(S3Store::open(&bucket, &prefix, &s)?)
+                open_s3(&bucket, &prefix, &s)?
             }
         })
     }

@@ -1,7 +1,7 @@
 //! Where L2 checkpoints live: one small trait, [`Store`], and its two
 //! backends: [`DirStore`], a local or mounted directory (the embedded
-//! default), and [`S3Store`], an S3-compatible object store through the
-//! `object_store` crate.
+//! default), and `S3Store`, an S3-compatible object store through the
+//! `object_store` crate (cargo feature `s3`, on by default).
 //!
 //! The chain code only ever sees a `Store`. The trait is shaped by what the
 //! chain needs and what an object store can do: whole immutable objects put
@@ -42,6 +42,7 @@
 //! guarantees; `object_store` is used where it is needed, for S3.
 
 mod job_root;
+#[cfg(feature = "s3")]
 mod s3;
 pub mod settings;
 
@@ -53,6 +54,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 pub use job_root::{JOB_DIR, JobRoot};
+#[cfg(feature = "s3")]
 pub use s3::S3Store;
 
 use crate::durable::{self, AtomicFile, Piece};
@@ -118,12 +120,14 @@ impl Received {
         }
     }
 
-    /// Bytes received so far.
+    /// Bytes received so far (the S3 backend's multipart upload).
+    #[cfg(feature = "s3")]
     pub(crate) fn len(&self) -> u64 {
         self.len
     }
 
     /// The placeholder head's length.
+    #[cfg(feature = "s3")]
     pub(crate) fn head_len(&self) -> u64 {
         self.head_len
     }
@@ -418,8 +422,24 @@ pub fn open_l2(location: &Path, settings: &StoreSettings, create: bool) -> Resul
         }
         L2Location::Dir(p) if create => Box::new(DirStore::create(p)?),
         L2Location::Dir(p) => Box::new(DirStore::open(p)?),
-        L2Location::S3 { bucket, prefix } => Box::new(S3Store::open(&bucket, &prefix, settings)?),
+        L2Location::S3 { bucket, prefix } => open_s3(&bucket, &prefix, settings)?,
     })
+}
+
+/// Opens the bucket's store (`settings.rank` names the part under the
+/// job), or, in a build without the cargo feature `s3`, says so.
+fn open_s3(bucket: &str, prefix: &str, settings: &StoreSettings) -> Result<Box<dyn Store>> {
+    #[cfg(feature = "s3")]
+    {
+        Ok(Box::new(S3Store::open(bucket, prefix, settings)?))
+    }
+    #[cfg(not(feature = "s3"))]
+    {
+        let _ = settings;
+        Err(Error::Invalid(format!(
+            "L2 location s3://{bucket}/{prefix}: this build has no S3 backend (build with the cargo feature `s3`, a default one)"
+        )))
+    }
 }
 
 /// Opens the L2 store at `location` for reading: as [`open_l2`] without
