@@ -1174,6 +1174,28 @@ fn an_mpi_job_checkpointing_itself_restarts_bit_identically_after_kills_and_a_lo
     assert!(String::from_utf8_lossy(&o.stdout).contains("restarted from seq"));
     outputs_equal(s(&kill_out), s(&ref_out));
 
+    // That job with rank 0's newest L2 manifest lost (L1's copy of the
+    // chain keeps it): the restart puts it back before any rank restores,
+    // and every rank restarts from the newest checkpoint (helper-79: the
+    // other ranks, reading rank 0's pages from L2, fell back to an older
+    // state, rank 0 deleted its newest checkpoint, and every restart
+    // failed).
+    copy_tree(&t.path().join("kill-l1"), &t.path().join("mlost-l1"));
+    copy_tree(&t.path().join("kill-l2"), &t.path().join("mlost-l2"));
+    let newest = names_in(&t.path().join("mlost-l1/0/rex"))
+        .into_iter()
+        .filter(|n| n.ends_with(".manifest"))
+        .max()
+        .expect("rank 0 keeps a copy of its chain");
+    std::fs::remove_file(t.path().join("mlost-l2/0").join(&newest)).unwrap();
+    let o = run_job("mlost", &[]);
+    success(&o, "the run after rank 0's newest L2 manifest was lost");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("librex: uploaded generation"), "{err}");
+    assert!(t.path().join("mlost-l2/0").join(&newest).is_file());
+    assert!(String::from_utf8_lossy(&o.stdout).contains("restarted from seq"));
+    outputs_equal(s(&t.path().join("mlost-out/o")), s(&ref_out));
+
     // A lost node: rank 1's L1 is gone after a kill. Every rank restarts
     // from the newest job generation in L2 (the others set their newer L1
     // checkpoints aside by deleting them) and finishes with the same bytes.

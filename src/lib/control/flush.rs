@@ -378,11 +378,9 @@ pub struct FlushReport {
     pub seconds: f64,
 }
 
-/// Runs one flush: lock, recover, decide, push when due. With `dry_run`,
-/// only decides (no lock, no change).
-pub fn flush(job: &Job, cfg: &Config, dry_run: bool) -> Result<FlushReport> {
-    let started = Instant::now();
-    let opts = PushOptions {
+/// The push options of `cfg` (a push that is not `--full`).
+pub fn push_options(cfg: &Config) -> PushOptions {
+    PushOptions {
         pattern_size: cfg.pattern_size,
         full: false,
         keep_chains_l2: cfg.keep_chains_l2,
@@ -391,7 +389,14 @@ pub fn flush(job: &Job, cfg: &Config, dry_run: bool) -> Result<FlushReport> {
         format: cfg.write_format,
         dedup_memory: cfg.dedup_memory,
         max_chain_length: cfg.max_chain_length,
-    };
+    }
+}
+
+/// Runs one flush: lock, recover, decide, push when due. With `dry_run`,
+/// only decides (no lock, no change).
+pub fn flush(job: &Job, cfg: &Config, dry_run: bool) -> Result<FlushReport> {
+    let started = Instant::now();
+    let opts = push_options(cfg);
     if dry_run {
         let decision = decide_unlocked(job, cfg)?;
         return Ok(FlushReport {

@@ -70,7 +70,7 @@ use crate::l2::collective::{
 use crate::l2::jobgen::{
     JobIndex, JobXrefs, heal_job_manifest, job_manifest_copy, rollback, rollback_plan,
 };
-use crate::l2::push::{Job, JobIdentity, PushOptions, begin_writing};
+use crate::l2::push::{Job, JobIdentity, begin_writing};
 use crate::l2::restore::{Output, RestoreOptions, RestoreReport, restore_l1_l2, restore_l1_l2_to};
 use crate::store::JobRoot;
 use tracker::{MprotectTracker, Range, Tracker};
@@ -1009,16 +1009,7 @@ impl Rex {
                 return Err(Error::Invalid(format!("L2: {}", e.report())));
             }
         };
-        let opts = PushOptions {
-            pattern_size: self.cfg.pattern_size,
-            full: false,
-            keep_chains_l2: self.cfg.keep_chains_l2,
-            keep_chains_l1: self.cfg.keep_chains_l1,
-            hash: self.cfg.hash,
-            format: self.cfg.write_format,
-            dedup_memory: self.cfg.dedup_memory,
-            max_chain_length: self.cfg.max_chain_length,
-        };
+        let opts = crate::control::flush::push_options(&self.cfg);
         let copts = CollectiveOptions {
             table: self.cfg.collective_table,
             ..CollectiveOptions::default()
@@ -1307,18 +1298,53 @@ impl Rex {
             let ever = committed.is_some()
                 || !jobs.invalid.is_empty()
                 || job_manifest_copy(&job)?.is_some();
-            Ok((job, w, plan, ever))
+            Ok((job, w, plan, ever, committed.is_some()))
         });
         // Every rank takes part, also one that failed above.
         let agreed = agree_rollback(
             self.comm.as_deref().expect("an MPI job"),
             start.as_ref().map(|s| &s.2).map_err(Failure::from),
         );
-        let local = start.and_then(|(job, w, plan, committed)| {
+        // Then each rank brings its chain in L2 back in order from L1's
+        // copy, as a push's recovery does (a committed generation whose L2
+        // manifest was lost is uploaded again), before any rank restores:
+        // the other ranks read this rank's pages they reference from L2
+        // (helper-79: rank 0's newest L2 manifest lost, the others fell
+        // back to an older state, and rank 0 deleted its newest checkpoint).
+        // Only under a job manifest in L2: an L2 without any (lost whole)
+        // gets nothing uploaded, and the restart refuses below.
+        let recovered = start.and_then(|(job, w, plan, ever, in_l2)| {
             for note in agreed? {
                 eprintln!("librex: rolled back: {note}");
             }
             rollback(&job, &plan)?;
+            // A recovery that fails (L2 out of reach, two histories) is
+            // said, and the restore goes on as without it: the rank's own
+            // chain is read from L1's copy, and a reference it cannot
+            // follow stops the restart there.
+            let mut report = crate::l2::push::PushReport::default();
+            let opts = crate::control::flush::push_options(&self.cfg);
+            if in_l2 && let Err(e) = crate::l2::push::recover(&job, &opts, true, &mut report) {
+                eprintln!(
+                    "librex: L2 not recovered before the restore: {}",
+                    e.report()
+                );
+            }
+            for note in report.recovered {
+                eprintln!("librex: {note}");
+            }
+            Ok((job, w, ever))
+        });
+        let ready = agree(
+            self.comm.as_deref().expect("an MPI job"),
+            recovered
+                .as_ref()
+                .map(|_| Vec::new())
+                .map_err(Failure::from),
+            "recovering L2 before the restore",
+        );
+        let local = recovered.and_then(|(job, w, committed)| {
+            ready?;
             let seq = self.restore_local(&job, Some(xrefs.clone()), true, false)?;
             drop(w);
             Ok((job, seq, committed))
