@@ -1145,15 +1145,12 @@ fn verify_repair_and_push_never_copy_another_job_s_generations() {
             );
             // Nor does a push given the other job's L1 or L2 (its recovery
             // uploaded Y's FULL generation into X's L2 as the newest, and
-            // copied L2's generations over the other L1's copy) while the
-            // two places share a number. (Y's copy pruned to a FULL
-            // generation numbered above all of X's, and newer, is not told
-            // from X's own newest FULL generation whose L2 manifest was
-            // lost, which recovery must put back:
-            // `a_lost_newest_full_manifest_is_put_back_from_l1_s_pruned_copy`.)
-            if y_full && l1 == &yl1 {
-                continue;
-            }
+            // copied L2's generations over the other L1's copy): Y's copy
+            // pruned to a FULL generation numbered above all of X's, and
+            // newer, shares no file with X's L2, unlike X's own newest
+            // FULL generation whose L2 manifest was lost, which recovery
+            // puts back
+            // (`a_lost_newest_full_manifest_is_put_back_from_l1_s_pruned_copy`).
             let both = (listing(&l1.join("rex")), listing(l1), listing(l2));
             let args = push_args(l1, l2, &[]);
             let out = rex(&args, None);

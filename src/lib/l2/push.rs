@@ -1190,6 +1190,38 @@ pub fn recover(
         .filter(|m| Some(m.generation) > l2_newest)
         .cloned()
         .collect();
+    // Nor another history altogether: L2 holds generations, and neither a
+    // generation nor a file of L1's copy. A push writes a generation's data
+    // files to L2 before either manifest, so L1's copy of this job's chain
+    // shares at least those with L2 (its newest FULL generation whose L2
+    // manifest was lost, helper-79) unless L2 lost them too; another job's
+    // L1 copy, pruned to a FULL generation numbered above this job's newest,
+    // shares nothing, and was uploaded as this job's newest state (and a
+    // restore of this job gave the other's, exit 0).
+    if !pending.is_empty() && !l2_index.manifests.is_empty() {
+        let objects = job.l2.list()?;
+        let shares = l1_index.manifests.values().any(|m| {
+            l2_index.get(m.generation) == Some(m)
+                || m.files
+                    .iter()
+                    .any(|f| objects.iter().any(|o| o.name == f.name))
+        });
+        if !shares {
+            let gens = |i: &ChainIndex| {
+                let g: Vec<String> = i.manifests.keys().map(u64::to_string).collect();
+                g.join(", ")
+            };
+            return Err(Error::Chain {
+                path: job.l1_chain.root().to_path_buf(),
+                reason: format!(
+                    "L1's copy of the chain (generations {}) shares no generation and no file with {} (generations {}): two histories (the L1 directory of another job, or another job's L2?); nothing was changed",
+                    gens(&l1_index),
+                    job.l2.describe(),
+                    gens(&l2_index)
+                ),
+            });
+        }
+    }
     for m in pending {
         // Objects of that number already in L2 must be this generation's
         // (a crash between its uploads and its L2 manifest leaves exactly
