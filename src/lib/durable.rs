@@ -351,6 +351,18 @@ impl AtomicFile {
     }
 }
 
+impl AtomicFile {
+    /// Moves the write position, writing what is buffered first, so that a
+    /// write failing there (a full disk) is said as a write of the
+    /// temporary file, not as the seek (helper-81: "seek: No space left on
+    /// device").
+    pub fn seek_after_writing(&mut self, pos: SeekFrom) -> Result<u64> {
+        let temp = self.temp.clone();
+        self.flush().ctx(&temp, "write")?;
+        self.seek(pos).ctx(&temp, "seek")
+    }
+}
+
 impl Write for AtomicFile {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         self.writer

@@ -888,6 +888,44 @@ fn enospc_while_a_push_writes_the_rps_keeps_the_checkpoint() {
     assert_image(&image, &truth, "after the full disk");
 }
 
+/// A checkpoint smaller than the write buffer meets the full disk when the
+/// buffer goes out before the header is written: said as a write of the
+/// file, not as the seek (helper-81: "seek: No space left on device"), and
+/// nothing is left under a checkpoint's name.
+#[test]
+fn a_full_disk_met_by_a_buffered_write_is_said_as_a_write() {
+    let d = tempfile::tempdir().unwrap();
+    let l1 = d.path().join("l1");
+    let Some(_mounted) = SmallDisk::mount(&l1, 256 << 10) else {
+        eprintln!(
+            "a_full_disk_met_by_a_buffered_write_is_said_as_a_write: cannot mount a tmpfs here (needs root); not run"
+        );
+        return;
+    };
+    // 128 incompressible pages: 512 KiB, under the 1 MiB buffer.
+    let args = [
+        "gen",
+        "--profile",
+        "incompressible",
+        "--pages",
+        "128",
+        "--count",
+        "0",
+        s(&l1),
+    ];
+    let out = rex(&args);
+    let ctx = show(&args, &out);
+    assert_no_crash(&out, &ctx);
+    assert_eq!(out.status.code(), Some(1), "{ctx}");
+    let err = stderr(&out);
+    assert!(err.contains("No space left on device"), "{ctx}");
+    assert!(
+        err.contains(".rexic.tmp") && err.contains(": write:") && !err.contains("seek"),
+        "does not say the write failed\n{ctx}"
+    );
+    assert_eq!(ic_names(&l1), Vec::<String>::new(), "{ctx}");
+}
+
 // ---------------------------------------------------------------------------
 // Chain identity: checkpoints are never "already pushed" by seq alone.
 
@@ -1291,6 +1329,71 @@ fn seq_of_a_run_restarted_in_l1_restores_below_every_generation() {
     // A seq the new run has not reached is not the old run's either.
     let (out, _) = restore(&l2, Some(&l1), &["--seq", "2"], &d.path().join("r2"));
     assert_eq!(out.status.code(), Some(3), "{}", show(&["restore"], &out));
+}
+
+/// `--seq S` after a job restarted by hand (its seqs counted from 0 again)
+/// and its new run pushed: the new run's state at S, or a refusal when S is
+/// coalesced into the new run's generation, never the old run's state at S
+/// (helper-82: its generation ending at S was restored with exit 0).
+#[test]
+fn seq_of_a_restarted_run_already_pushed_is_never_the_old_run_s() {
+    let d = tempfile::tempdir().unwrap();
+    let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
+    let mut a = Hand::new(&l1);
+    for seq in 0..6 {
+        a.ic(seq, seq == 0, &[1, 2, seq + 3], 100 + seq, Some(0xA));
+        if seq == 2 || seq == 5 {
+            // generations 1 (seqs 0..=2) and 2 (3..=5) of run A
+            rex_ok(&push_args(&l1, &l2));
+        }
+    }
+    let mut b = Hand::new(&l1);
+    b.ic(0, true, &[7, 8], 200, Some(0xB));
+    for seq in 1..4 {
+        b.ic(seq, false, &[8, seq + 8], 200 + seq, Some(0xB));
+    }
+    let b3 = b.truth(&d.path().join("b3.rexic"));
+    // generation 3: run B's seqs 0..=3
+    rex_ok(&push_args(&l1, &l2));
+    b.ic(4, false, &[7], 204, Some(0xB));
+    let b4 = b.truth(&d.path().join("b4.rexic"));
+    for (which, l1opt) in [("L2", None), ("L1+L2", Some(l1.as_path()))] {
+        for seq in ["2", "0"] {
+            let (out, _) = restore(
+                &l2,
+                l1opt,
+                &["--seq", seq],
+                &d.path().join(format!("{which}-{seq}")),
+            );
+            assert_eq!(
+                out.status.code(),
+                Some(3),
+                "--seq {seq} from {which}: {}",
+                show(&["restore"], &out)
+            );
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(err.contains("coalesced into generation 3"), "{err}");
+        }
+        restores(
+            &l2,
+            l1opt,
+            &["--seq", "3"],
+            &d.path().join(format!("{which}-3")),
+            &b3,
+            &format!("--seq 3 from {which}"),
+        );
+    }
+    restores(
+        &l2,
+        Some(&l1),
+        &["--seq", "4"],
+        &d.path().join("pending-4"),
+        &b4,
+        "--seq 4, a pending checkpoint of run B",
+    );
+    // The old run's generation is still there to be asked for by number.
+    let (out, _) = restore(&l2, None, &["--generation", "1"], &d.path().join("g1"));
+    assert_eq!(out.status.code(), Some(0), "{}", show(&["restore"], &out));
 }
 
 /// A version 1 file between two runs does not let the second continue the

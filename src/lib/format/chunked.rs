@@ -38,7 +38,7 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::io::{Seek, SeekFrom};
+use std::io::SeekFrom;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender, SyncSender};
@@ -2362,10 +2362,9 @@ impl ChunkedWriter {
         whole.update(&hb);
         whole.combine(&self.file_hasher);
         let mut out = self.out.into_file()?;
-        let temp = out.temp_path().to_path_buf();
-        out.seek(SeekFrom::Start(0)).ctx(&temp, "seek")?;
+        out.seek_after_writing(SeekFrom::Start(0))?;
         out.write_all(&hb)?;
-        out.seek(SeekFrom::End(0)).ctx(&temp, "seek")?;
+        out.seek_after_writing(SeekFrom::End(0))?;
         let len = HEADER_LEN + stored + table_len;
         // The copy's end first: its reader publishes it while this file is
         // fsynced.

@@ -19,7 +19,7 @@
 //! a temporary name published by rename.
 
 use std::fs::File;
-use std::io::{Seek, SeekFrom};
+use std::io::SeekFrom;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -1175,8 +1175,7 @@ impl IcWriter {
         }
         let meta = encode_meta_ext(&self.pages, &self.drops, &self.crcs, &self.ext);
         debug_assert_eq!(HEADER_LEN + meta.len() as u64, self.layout.meta_crc_off + 4);
-        let temp = self.out.temp_path().to_path_buf();
-        self.out.seek(SeekFrom::Start(0)).ctx(&temp, "seek")?;
+        self.out.seek_after_writing(SeekFrom::Start(0))?;
         self.out.write_all(&self.header.encode())?;
         self.out.write_all(&meta)?;
         self.out.commit()

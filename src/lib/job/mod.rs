@@ -212,7 +212,8 @@ struct L2State {
     busy: bool,
     /// Stop after the queued work.
     stop: bool,
-    /// The last failure, reported by [`Rex::checkpoint_wait`].
+    /// The last failure, reported by [`Rex::checkpoint_wait`], until a
+    /// later push commits a generation.
     error: Option<String>,
     /// L2 checkpoints pushed.
     pushes: u64,
@@ -306,6 +307,12 @@ fn l2_loop(cfg: Config, shared: Arc<(Mutex<L2State>, Condvar)>) {
             Ok(rep) => {
                 if rep.push.as_ref().is_some_and(|p| p.manifest.is_some()) {
                     g.pushes += 1;
+                    // A push takes every checkpoint L1 holds, those a failed
+                    // push left too: an earlier failure is no longer the
+                    // job's state (helper-81: `rex_checkpoint_wait` said
+                    // REX_EL2 35 checkpoints after L2 had space again, every
+                    // checkpoint being in L2).
+                    g.error = None;
                 }
             }
             // Another flush (cron, an operator) holds the job lock: it does
@@ -1765,4 +1772,71 @@ fn check_regions(ckpt: &RegionTable, mine: &RegionTable) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::config::ConfigLayer;
+
+    /// Waits until the L2 thread is idle; its last failure, left in place.
+    fn idle_error(t: &L2Thread) -> Option<String> {
+        let (m, cv) = &*t.shared;
+        let mut g = m.lock().unwrap();
+        while g.queued || g.busy {
+            g = cv.wait(g).unwrap();
+        }
+        g.error.clone()
+    }
+
+    fn queue(t: &L2Thread) {
+        let (m, cv) = &*t.shared;
+        m.lock().unwrap().queued = true;
+        cv.notify_all();
+    }
+
+    #[test]
+    fn a_push_that_commits_clears_an_earlier_push_s_failure() {
+        let d = tempfile::tempdir().unwrap();
+        let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
+        std::fs::create_dir(&l1).unwrap();
+        // L2 unusable: a file where its directory should be.
+        std::fs::write(&l2, b"not a directory").unwrap();
+        let mut w = IcWriter::create(
+            l1.join("ckpt-00000000.rexic"),
+            4096,
+            0,
+            true,
+            1,
+            vec![3],
+            vec![],
+        )
+        .unwrap();
+        w.push_page(&[7u8; 4096]).unwrap();
+        w.finish().unwrap();
+        let cfg = Config::resolve(
+            ConfigLayer {
+                l1: Some(l1.clone()),
+                l2: Some(l2.clone()),
+                max_pending_bytes: Some(1),
+                ..ConfigLayer::default()
+            },
+            Vec::new(),
+        )
+        .unwrap();
+        let mut t = L2Thread::start(cfg);
+        queue(&t);
+        assert!(idle_error(&t).is_some(), "the push into a file succeeded");
+        std::fs::remove_file(&l2).unwrap();
+        std::fs::create_dir(&l2).unwrap();
+        queue(&t);
+        assert_eq!(
+            t.wait_idle(),
+            None,
+            "an old failure outlived a push that took everything"
+        );
+        assert_eq!(t.shared.0.lock().unwrap().pushes, 1);
+        assert!(crate::l1::list_ic_files(&l1).unwrap().is_empty());
+        assert_eq!(t.stop(), None);
+    }
 }

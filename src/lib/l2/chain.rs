@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::{Error, Result};
 use crate::format::chunked::{ChunkPool, ChunkedFile, Coding, Kind};
-use crate::format::ic::DropRange;
+use crate::format::ic::{ChainId, DropRange};
 use crate::format::manifest::{
     FileEntry, Manifest, Role, manifest_name, parse_manifest_name, stray_manifest_name,
 };
@@ -291,11 +291,32 @@ impl ChainIndex {
     /// of the state at `seq`, `--seq`), and without the invalid manifests
     /// after the newest generation kept: what they held is after `seq`, or
     /// the restore's exact-seq check refuses the state it finds instead.
+    ///
+    /// Seqs do not order runs (a job restarted by hand counts from 0
+    /// again), so the state at `seq` is that of the newest run that had
+    /// begun by then: a generation is left out when a newer generation of
+    /// another run holds seqs from `seq` or before (helper-82: after a
+    /// restart whose run was pushed, `--seq 2` gave the old run's state at
+    /// 2 with exit 0 while the job's own seq 2 is coalesced into the new
+    /// run's generation). Generations of no recorded run (older manifests)
+    /// leave out nothing and are never left out this way.
     pub fn up_to_seq(self, seq: Option<u64>) -> ChainIndex {
-        match seq {
-            Some(seq) => self.keep(|m| m.last_seq <= seq),
-            None => self,
+        let Some(seq) = seq else {
+            return self;
+        };
+        let mut begun: Vec<ChainId> = Vec::new();
+        let mut superseded = std::collections::BTreeSet::new();
+        for m in self.manifests.values().rev() {
+            if let Some(run) = m.chain_id {
+                if begun.iter().any(|b| *b != run) {
+                    superseded.insert(m.generation);
+                }
+                if m.first_seq <= seq && !begun.contains(&run) {
+                    begun.push(run);
+                }
+            }
         }
+        self.keep(|m| m.last_seq <= seq && !superseded.contains(&m.generation))
     }
 
     /// Generations `<= g` in descending order (candidates for a fallback).

@@ -292,7 +292,11 @@ fn restore_l2_once(
     if let Some(e) = rank_chain_alone(&index, &l2.describe(), opts) {
         return Err(e);
     }
+    let coalesced = opts.seq.and_then(|want| coalesced_into(&index, want));
     let index = index.up_to_seq(opts.seq);
+    if let (Some(e), None, None) = (coalesced, index.newest(), opts.generation) {
+        return Err(e);
+    }
     restore_with_fallback(&index, &l2.describe(), opts, None, |g, _| {
         let mut chain = OpenChain::open(l2, &index, g)?;
         opts.attach(&mut chain);
@@ -349,6 +353,7 @@ pub fn restore_l1_l2_to(
     }
     let oldest = index.manifests.values().next().cloned();
     let all_newest = index.newest().map(Covered::from);
+    let coalesced = opts.seq.and_then(|want| coalesced_into(&index, want));
     index = index.up_to_seq(opts.seq);
     if let (Some(want), Some(o), None) = (opts.seq, &oldest, index.newest()) {
         // A run restarted in L1 (its FULL checkpoint newer than every
@@ -363,8 +368,11 @@ pub fn restore_l1_l2_to(
             write_image(None, &l1.files, opts, out, &mut report)?;
             return Ok(report);
         }
-        // Every generation ends after S: the checkpoints before them are
-        // coalesced into them and gone from L1.
+        // Every generation of the run S belongs to ends after S: the
+        // checkpoints before them are coalesced into them and gone from L1.
+        if let Some(e) = coalesced {
+            return Err(e);
+        }
         return Err(Error::chain(
             "--seq",
             format!(
@@ -1070,6 +1078,41 @@ fn up_to<'p>(pending: &'p [IcMeta], opts: &RestoreOptions) -> &'p [IcMeta] {
 
 /// Refuses, before anything is written, a restore of `--seq S` whose state
 /// (`chain` plus `pending`) is not the state at seq S.
+/// `--seq want` inside a generation (after its first seq, before its
+/// last): the newest such generation, which holds that checkpoint only
+/// coalesced with the ones after it, as the reason nothing restores it.
+fn coalesced_into(index: &ChainIndex, want: u64) -> Option<Error> {
+    let m = index
+        .manifests
+        .values()
+        .rev()
+        .find(|m| m.first_seq <= want && want < m.last_seq)?;
+    Some(Error::chain(
+        "--seq",
+        format!(
+            "checkpoint {want} cannot be restored: it is coalesced into generation {} (seq {}..={}{}), which keeps the state at seq {} only{}",
+            m.generation,
+            m.first_seq,
+            m.last_seq,
+            m.chain_id
+                .map(|r| format!(", {}", crate::l1::run_name(Some(r))))
+                .unwrap_or_default(),
+            m.last_seq,
+            if index.manifests.values().any(|o| {
+                o.generation < m.generation
+                    && o.last_seq == want
+                    && o.chain_id.is_some()
+                    && m.chain_id.is_some()
+                    && o.chain_id != m.chain_id
+            }) {
+                "; an older run's generation ends at that seq, but it is not the job's state there since the newer run began (--generation N restores it)"
+            } else {
+                ""
+            }
+        ),
+    ))
+}
+
 fn check_seq(chain: Option<&OpenChain>, pending: &[IcMeta], opts: &RestoreOptions) -> Result<()> {
     let Some(want) = opts.seq else {
         return Ok(());

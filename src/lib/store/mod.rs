@@ -47,7 +47,7 @@ mod s3;
 pub mod settings;
 
 use std::fs;
-use std::io::{Read, Seek};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -612,8 +612,7 @@ impl Store for DirStore {
                 Piece::End(head) => {
                     let crc = got.end(&path, &head)?;
                     if !head.is_empty() {
-                        let temp = out.temp_path().to_path_buf();
-                        out.seek(std::io::SeekFrom::Start(0)).ctx(&temp, "seek")?;
+                        out.seek_after_writing(std::io::SeekFrom::Start(0))?;
                         out.write_all(&head)?;
                     }
                     out.commit()?;

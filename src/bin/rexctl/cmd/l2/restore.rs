@@ -92,7 +92,10 @@ pub struct Args {
     /// newest generation ending at or before S, plus the pending L1
     /// checkpoints up to S. Refused (exit 3) when that is not exactly the
     /// state at S: S is inside a generation that coalesced it, or its
-    /// checkpoint is no longer in L1. The ranks of a job restarting from
+    /// checkpoint is no longer in L1. Seqs do not order runs (a job
+    /// restarted by hand counts from 0 again): a generation of an older run
+    /// is passed over once a newer run's generation holds seqs from S or
+    /// before (`--generation N` still restores it). The ranks of a job restarting from
     /// L1 give the same S (the smallest of their newest seqs).
     #[arg(long, value_name = "S", conflicts_with_all = ["generation", "job_generation", "fallback"])]
     seq: Option<u64>,
