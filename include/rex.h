@@ -20,7 +20,7 @@
 
 /**
  * A call out of order: not initialized, initialized twice, a restart
- * after a checkpoint, no region registered.
+ * after a checkpoint, no region registered, a call in a forked child.
  */
 #define REX_ESTATE -2
 

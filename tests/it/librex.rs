@@ -472,21 +472,15 @@ fn a_region_carried_whole_needs_no_tracking_of_its_writes() {
     }
 }
 
-/// A region in a C job's stack frame (`tests/it/c/stack_region.c`), as
-/// rex(3) allows, under every tracker: the job writes, checkpoints and
-/// returns through the frames that share the region's pages, and a second
-/// process restores exactly the state of its last checkpoint (helper-70:
-/// under mprotect, the write fault on a page holding the stack pointer had
-/// no stack for its signal frame, and the kernel killed the job).
-#[test]
-fn a_region_on_a_c_job_s_stack_is_tracked_under_every_tracker() {
-    let root = tempfile::tempdir().unwrap();
-    let exe = build_c_file("cc", &repo().join("tests/it/c/stack_region.c"), root.path());
+/// Runs the C job `exe` as `exe write STATE`, then `exe check STATE` (a
+/// restart compared with the state it saved), under the mprotect tracker
+/// and the default one.
+fn write_then_check(exe: &Path, root: &Path) {
     for tracker in ["mprotect", "auto"] {
-        let run = Run::new(root.path(), tracker);
-        let dump = root.path().join(format!("{tracker}.state"));
+        let run = Run::new(root, tracker);
+        let dump = root.join(format!("{tracker}.state"));
         for mode in ["write", "check"] {
-            let o = Command::new(&exe)
+            let o = Command::new(exe)
                 .arg(mode)
                 .arg(&dump)
                 .env("REX_L1", &run.l1)
@@ -504,6 +498,32 @@ fn a_region_on_a_c_job_s_stack_is_tracked_under_every_tracker() {
             );
         }
     }
+}
+
+/// A region in a C job's stack frame (`tests/it/c/stack_region.c`), as
+/// rex(3) allows, under every tracker: the job writes, checkpoints and
+/// returns through the frames that share the region's pages, and a second
+/// process restores exactly the state of its last checkpoint (helper-70:
+/// under mprotect, the write fault on a page holding the stack pointer had
+/// no stack for its signal frame, and the kernel killed the job).
+#[test]
+fn a_region_on_a_c_job_s_stack_is_tracked_under_every_tracker() {
+    let root = tempfile::tempdir().unwrap();
+    let exe = build_c_file("cc", &repo().join("tests/it/c/stack_region.c"), root.path());
+    write_then_check(&exe, root.path());
+}
+
+/// A job that forks while librex runs (`tests/it/c/fork_child.c`), under
+/// every tracker: the child's librex calls are refused at once with
+/// REX_ESTATE, naming the fork (helper-80: its `rex_checkpoint` waited for
+/// ever on a writer thread the child does not have), its writes to
+/// registered memory stay its own, and a restart gives the parent's state
+/// at its last checkpoint.
+#[test]
+fn a_forked_child_s_librex_calls_are_refused_and_the_parent_s_state_is_exact() {
+    let root = tempfile::tempdir().unwrap();
+    let exe = build_c_file("cc", &repo().join("tests/it/c/fork_child.c"), root.path());
+    write_then_check(&exe, root.path());
 }
 
 /// A job's own SIGSEGV dispositions (`tests/it/c/own_handler.c`) behave

@@ -24,7 +24,7 @@ pub const REX_OK: c_int = 0;
 /// or unknown region.
 pub const REX_EINVAL: c_int = -1;
 /// A call out of order: not initialized, initialized twice, a restart
-/// after a checkpoint, no region registered.
+/// after a checkpoint, no region registered, a call in a forked child.
 pub const REX_ESTATE: c_int = -2;
 /// The configuration: no L1 or L2, an unreadable rex.toml, a bad value.
 pub const REX_ECONFIG: c_int = -3;
@@ -59,6 +59,8 @@ pub const REX_ETRACK: c_int = -11;
 pub const REX_WHOLE: u32 = 1;
 
 static REX: Mutex<Option<Rex>> = Mutex::new(None);
+/// The process that started librex (0: not started), see [`with_rex`].
+static OWNER: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 
 thread_local! {
     static LAST: RefCell<CString> = RefCell::new(CString::default());
@@ -101,10 +103,31 @@ fn fail_restart(e: Error) -> (c_int, String) {
 
 /// Runs `f` on the job under the lock, catching panics; records the
 /// message of a failure for `rex_last_error`.
+///
+/// A child of the process that started librex (fork) is refused before
+/// the lock is taken: it has none of the library's threads (a checkpoint
+/// waited for ever on a writer that is not there, helper-80), the lock may
+/// have been held by a thread of the parent at the fork, and L1 is the
+/// parent's.
 fn with_rex(f: impl FnOnce(&mut Option<Rex>) -> Result<c_int, (c_int, String)>) -> c_int {
+    // SAFETY: getpid has no preconditions and cannot fail.
+    let me = unsafe { libc::getpid() };
+    let owner = OWNER.load(std::sync::atomic::Ordering::Acquire);
+    if owner != 0 && owner != me {
+        set_last(&format!(
+            "librex was started in process {owner}, and this is a child of it (fork): librex does not follow a fork (its threads, lock and L1 directory are the parent's); exec, or let the parent checkpoint"
+        ));
+        return REX_ESTATE;
+    }
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let mut g = REX.lock().unwrap_or_else(|e| e.into_inner());
-        f(&mut g)
+        let r = f(&mut g);
+        // Set and cleared under the lock: the process whose calls it serves.
+        OWNER.store(
+            if g.is_some() { me } else { 0 },
+            std::sync::atomic::Ordering::Release,
+        );
+        r
     }));
     match r {
         Ok(Ok(code)) => code,
