@@ -193,9 +193,9 @@ fn dedup_group(c: &mut Criterion, name: &str, fx: &Fixture) {
             upload: None,
         };
         if xxh3 {
-            deduplicate(&job, Xxh3Hasher).unwrap()
+            deduplicate(&job, Xxh3Hasher::new()).unwrap()
         } else {
-            deduplicate(&job, Crc32Hasher).unwrap()
+            deduplicate(&job, Crc32Hasher::new()).unwrap()
         }
     };
     let delta_bytes = run(&delta_batch, &delta_clist, true, false, 0).bytes_in;

@@ -238,6 +238,8 @@ pub struct AtomicFile {
     target: PathBuf,
     temp: PathBuf,
     writer: Option<BufWriter<File>>,
+    /// Commit only where no file is ([`AtomicFile::keep_existing`]).
+    keep_existing: bool,
 }
 
 impl AtomicFile {
@@ -288,6 +290,7 @@ impl AtomicFile {
                 if room { BUFFER } else { 0 },
                 file,
             )),
+            keep_existing: false,
         })
     }
 
@@ -324,6 +327,13 @@ impl AtomicFile {
         w.get_ref().set_len(len).ctx(&self.temp, "set length")
     }
 
+    /// Makes [`commit`](Self::commit) fail, leaving what is there, if a
+    /// file of the target name exists by then (the caller checked it was
+    /// absent before writing: this closes the window in between).
+    pub fn keep_existing(&mut self) {
+        self.keep_existing = true;
+    }
+
     /// Flushes, fsyncs, renames to the target name and fsyncs the directory.
     /// If any step up to the rename fails (a full disk shows here, when the
     /// buffered bytes are flushed or fsynced), the temporary file is removed.
@@ -338,7 +348,34 @@ impl AtomicFile {
             file.sync_all().ctx(&self.temp, "fsync")?;
             failpoint("fsync");
             drop(file);
-            fs::rename(&self.temp, &self.target).ctx(&self.target, "rename")
+            if self.keep_existing {
+                // A link fails where any file is, atomically: a check made
+                // before the write would let two writers of one new name
+                // both succeed, the first file replaced by the second
+                // (helper-84: two restores to one new `-o` both exited 0,
+                // one file holding the other's state).
+                let exists = || {
+                    Error::Invalid(format!(
+                        "{}: exists (written while this was being written); give --force (-f) to replace it",
+                        self.target.display()
+                    ))
+                };
+                match fs::hard_link(&self.temp, &self.target) {
+                    Ok(()) => fs::remove_file(&self.temp).ctx(&self.temp, "remove"),
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(exists()),
+                    // A file system without hard links (EPERM, ENOTSUP):
+                    // the check as close to the rename as it gets.
+                    Err(e) if matches!(e.raw_os_error(), Some(libc::EPERM | libc::EOPNOTSUPP)) => {
+                        if fs::symlink_metadata(&self.target).is_ok() {
+                            return Err(exists());
+                        }
+                        fs::rename(&self.temp, &self.target).ctx(&self.target, "rename")
+                    }
+                    Err(e) => Err(e).ctx(&self.target, "link"),
+                }
+            } else {
+                fs::rename(&self.temp, &self.target).ctx(&self.target, "rename")
+            }
         };
         let published = publish();
         if published.is_err() {
@@ -736,6 +773,33 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names, vec![std::ffi::OsString::from("out")]);
+    }
+
+    /// A file that appears under the target's name while a file that keeps
+    /// existing ones is written stays as it is: the commit fails, naming
+    /// it, and leaves no temporary file; with no such file, the commit
+    /// publishes (helper-84: two `restore -o NEW` at once both exited 0, the
+    /// first output replaced by the second, a restore's report naming a
+    /// seq its file did not hold).
+    #[test]
+    fn a_file_that_keeps_existing_ones_never_replaces_one_that_appeared() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("image");
+        let mut f = AtomicFile::create(&target).unwrap();
+        f.keep_existing();
+        f.write_all(&[1u8; 8192]).unwrap();
+        let temp = f.temp_path().to_path_buf();
+        fs::write(&target, b"the other writer's").unwrap();
+        let e = f.commit().unwrap_err().to_string();
+        assert!(e.contains("exists") && e.contains("image"), "{e}");
+        assert_eq!(fs::read(&target).unwrap(), b"the other writer's");
+        assert!(!temp.exists(), "{} leaked", temp.display());
+        let mut f = AtomicFile::create(dir.path().join("new")).unwrap();
+        f.keep_existing();
+        f.write_all(b"mine").unwrap();
+        f.commit().unwrap();
+        assert_eq!(fs::read(dir.path().join("new")).unwrap(), b"mine");
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 2);
     }
 
     /// A file of the longest legal name (255 bytes, multi-byte

@@ -251,6 +251,20 @@ impl Error {
         self.is_not_found() || self.exit_code() == exit::DATA
     }
 
+    /// Whether a remote store failed to send or take an object (after
+    /// every retry, or refusing access): says nothing of the object, which
+    /// may be intact (helper-83). A local file that cannot be read is
+    /// another matter: its bytes are not there to be had.
+    pub fn is_remote_failure(&self) -> bool {
+        matches!(
+            self,
+            Error::Remote {
+                kind: RemoteKind::Transport | RemoteKind::Config,
+                ..
+            }
+        )
+    }
+
     /// The error with its causes, `outer: cause: ...`, for messages that are
     /// not printed through `anyhow` (which adds the causes itself).
     pub fn report(&self) -> String {

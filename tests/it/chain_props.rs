@@ -609,7 +609,7 @@ fn a_delta_push_gives_the_old_chunks_back_after_their_last_page() {
         xrefs: &[],
         upload: None,
     };
-    let o = deduplicate(&dj, Crc32Hasher).unwrap();
+    let o = deduplicate(&dj, Crc32Hasher::new()).unwrap();
     let held: usize = chain.gens.iter().map(|g| g.rps.chunks_held()).sum();
     let read: usize = chain.gens.iter().map(|g| g.rps.chunks_verified()).sum();
     assert!(

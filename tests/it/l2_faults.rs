@@ -1417,7 +1417,7 @@ fn dedup_streams_its_files_to_the_store_and_reports_the_stores_failure() {
                     progress: &NoProgress,
                 }),
             },
-            Crc32Hasher,
+            Crc32Hasher::new(),
         )
     };
     let local = d.path().join("local");
@@ -1478,10 +1478,10 @@ fn collision_round<H: PatternHasher>(pages: u64, seed: u64, make: impl Fn() -> H
     let mut w = workload("balanced", pages, seed);
     let img2 = take_until(&mut w, &l1, 2, &truth);
     let m1 = lib_push(&l1, &store, make());
-    let r1 = lib_push(&l1, &store_ref, Crc32Hasher);
+    let r1 = lib_push(&l1, &store_ref, Crc32Hasher::new());
     let img5 = take_until(&mut w, &l1, 5, &truth);
     let m2 = lib_push(&l1, &store, make());
-    let r2 = lib_push(&l1, &store_ref, Crc32Hasher);
+    let r2 = lib_push(&l1, &store_ref, Crc32Hasher::new());
     assert_eq!(m2.kind, GenKind::Delta);
     for (m, r) in [(&m1, &r1), (&m2, &r2)] {
         assert_eq!(
@@ -1534,11 +1534,12 @@ fn first_byte_hash_restores_exactly() {
 fn half_colliding_hash_restores_exactly() {
     // Patterns with an even first byte all collide; the others hash well.
     collision_round(64, 33, || {
-        |p: &[u8]| {
+        let crc = Crc32Hasher::new();
+        move |p: &[u8]| {
             if p[0] & 1 == 0 {
                 PatternHash { h1: 7, h2: 9 }
             } else {
-                Crc32Hasher.hash(p)
+                crc.hash(p)
             }
         }
     });

@@ -16,6 +16,7 @@
 //! --features binary`; CI does): a missing server fails these tests, unless
 //! `REX_SKIP_S3_TESTS=1` skips them explicitly.
 
+mod fault;
 mod link;
 mod server;
 
@@ -1412,4 +1413,123 @@ fn s3_fallback_never_walks_back_past_an_object_the_server_failed_to_send() {
     }
     job.restore_exact(false, &["--fallback"], &seq3, "the server sends it again");
     job.restore_exact(true, &["--fallback"], &seq3, "and with L1");
+}
+
+/// The server answers every GET of the newest manifest with 503 SlowDown
+/// (an overloaded service, after every retry): a restore, with
+/// `--fallback` or not, from L2 alone or with L1, fails with exit 1 naming
+/// the manifest and writes nothing; a push fails alike and writes nothing
+/// over the committed generation. The manifest was taken for an invalid
+/// one: `--fallback` (and every librex restart, which falls back) gave the
+/// generation before with exit 0, a plain restore exit 3 advising
+/// `--fallback`, and a push's recovery uploaded the committed manifest and
+/// data files again (helper-83). Once the server answers, the newest states
+/// restore exactly.
+#[test]
+fn s3_a_manifest_the_server_fails_to_send_is_never_taken_for_an_invalid_one() {
+    let Some(server) = S3Server::start("rex-slowdown") else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let mut job = s3_job(d.path(), &server, "slowdown");
+    let truth = job.work.join("truth");
+    let mut w = workload("balanced", 64, 12);
+    take_until(&mut w, &job.l1, 1, &truth);
+    job.push(&[]);
+    let seq3 = take_until(&mut w, &job.l1, 3, &truth);
+    job.push(&[]);
+    let seq4 = take_until(&mut w, &job.l1, 4, &truth);
+    let relay = fault::Faulty::to(
+        server.port,
+        Box::new(|method: &str, path: &str| {
+            (method == "GET" && path.ends_with("/g00000002.manifest")).then_some((503, "SlowDown"))
+        }),
+    );
+    job.env.push(("AWS_ENDPOINT_URL".into(), relay.endpoint()));
+    job.env.push(("REX_S3_MAX_RETRIES".into(), "1".into()));
+    let names = job.names();
+    let manifest = job.object_file("g00000002.manifest");
+    let committed = std::fs::read(&manifest).unwrap();
+    let l2 = job.l2();
+    for (with_l1, fallback) in [(false, false), (false, true), (true, true)] {
+        let out = job.work.join(format!("r-{with_l1}-{fallback}.rexic"));
+        let mut args = vec!["restore", "--l2", &l2, "--out", s(&out)];
+        if with_l1 {
+            args.extend(["--l1", s(&job.l1)]);
+        }
+        if fallback {
+            args.push("--fallback");
+        }
+        let o = job.run(&args);
+        let ctx = format!("restore (L1: {with_l1}, --fallback: {fallback}) while the server fails");
+        let err = assert_fails(&o, 1, &["g00000002.manifest", "503"], &ctx);
+        assert!(!err.contains("use --fallback"), "{ctx}: {err}");
+        assert!(!out.exists(), "{ctx}");
+    }
+    let args = ["push-l2", "--l1", s(&job.l1), "--l2", &l2];
+    let o = job.run(&args);
+    assert_fails(
+        &o,
+        1,
+        &["g00000002.manifest"],
+        "push while the server fails",
+    );
+    assert!(
+        relay.faults() >= 4,
+        "{} requests answered 503",
+        relay.faults()
+    );
+    assert_eq!(job.names(), names, "the failed push changed L2");
+    assert_eq!(std::fs::read(&manifest).unwrap(), committed);
+    job.env.retain(|(k, _)| k != "AWS_ENDPOINT_URL");
+    job.restore_exact(false, &["--fallback"], &seq3, "the server answers again");
+    job.restore_exact(true, &[], &seq4, "and with L1");
+}
+
+/// The server acknowledges the PUT of a push's manifest (200) and keeps
+/// nothing: the push fails with exit 1 naming the manifest, keeps the
+/// pending checkpoints, and L2 alone still restores the generation before;
+/// a recovery whose upload is dropped again fails alike. It said "pushed
+/// generation 2", deleted the batch, and left a generation only L1's copy
+/// held (helper-83). With the server keeping what it acknowledges, the next
+/// push uploads the generation again and L2 alone restores it.
+#[test]
+fn s3_a_manifest_the_server_acknowledges_and_drops_fails_the_push() {
+    let Some(server) = S3Server::start("rex-dropped") else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let mut job = s3_job(d.path(), &server, "dropped");
+    let truth = job.work.join("truth");
+    let mut w = workload("balanced", 64, 13);
+    let seq1 = take_until(&mut w, &job.l1, 1, &truth);
+    job.push(&[]);
+    let seq3 = take_until(&mut w, &job.l1, 3, &truth);
+    let pending = rexctl::l1::list_ic_files(&job.l1).unwrap().len();
+    let relay = fault::Faulty::to(
+        server.port,
+        Box::new(|method: &str, path: &str| {
+            (method == "PUT" && path.ends_with("/g00000002.manifest")).then_some((200, "OK"))
+        }),
+    );
+    job.env.push(("AWS_ENDPOINT_URL".into(), relay.endpoint()));
+    let l2 = job.l2();
+    let args = ["push-l2", "--l1", s(&job.l1), "--l2", &l2];
+    for attempt in ["the push", "its recovery"] {
+        let o = job.run(&args);
+        let err = assert_fails(&o, 1, &["g00000002.manifest", "does not hold it"], attempt);
+        assert!(!err.contains("pushed generation"), "{attempt}: {err}");
+        assert_eq!(
+            rexctl::l1::list_ic_files(&job.l1).unwrap().len(),
+            pending,
+            "{attempt}: the pending checkpoints were deleted"
+        );
+        assert!(!job.names().contains("g00000002.manifest"), "{attempt}");
+        job.restore_exact(false, &[], &seq1, attempt);
+        job.restore_exact(true, &[], &seq3, attempt);
+    }
+    assert_eq!(relay.faults(), 2);
+    job.env.retain(|(k, _)| k != "AWS_ENDPOINT_URL");
+    job.push(&[]);
+    job.restore_exact(false, &[], &seq3, "after the server keeps it");
 }

@@ -978,6 +978,13 @@ pub struct IcWriter {
 }
 
 impl IcWriter {
+    /// Makes [`finish`](Self::finish) fail, leaving what is there, if a
+    /// file of the target name exists by then
+    /// ([`AtomicFile::keep_existing`]).
+    pub fn keep_existing(&mut self) {
+        self.out.keep_existing();
+    }
+
     /// Starts writing `path` for the given header fields, page index and
     /// drop ranges. The index and drops are checked against the format's
     /// rules first, so rexctl never writes a file it would refuse to read.

@@ -33,7 +33,8 @@ use crate::store::Store;
 pub struct ChainIndex {
     /// Valid manifests by generation.
     pub manifests: BTreeMap<u64, Manifest>,
-    /// Manifests that could not be read or are invalid, with the reason.
+    /// Manifests that could not be read or are invalid, with the reason
+    /// (one a remote server fails to send fails the load instead).
     pub invalid: Vec<(u64, Error)>,
     /// The generations [`overlaid_with`](Self::overlaid_with) took from
     /// L1's copy alone: a push interrupted before its L2 manifest, which
@@ -84,6 +85,14 @@ impl ChainIndex {
                 Ok(m) => {
                     idx.manifests.insert(g, m);
                 }
+                // A manifest the server fails to send (an S3 error after
+                // every retry, access refused) says nothing of the
+                // generation: the load fails with it. Taken for an invalid
+                // manifest, it made a `--fallback` restore, and every
+                // librex restart, give the generation before with exit 0
+                // while the server was overloaded (helper-83), and a push's
+                // recovery write the committed manifest again.
+                Err(e) if e.is_remote_failure() => return Err(e),
                 Err(e) => idx.invalid.push((g, e)),
             }
         }

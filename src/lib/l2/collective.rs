@@ -741,6 +741,11 @@ impl Hooks<'_> {
         )))?;
         let bytes = jm.encode();
         store.put_bytes(&job_manifest_name(self.job_generation), &bytes)?;
+        crate::l2::push::check_landed(
+            store.as_ref(),
+            &job_manifest_name(self.job_generation),
+            &bytes,
+        )?;
         if self.full {
             prune_job_manifests(store.as_ref(), self.keep)?;
         }

@@ -62,10 +62,11 @@ use crate::store::{Progress, Store};
 )]
 #[serde(rename_all = "lowercase")]
 pub enum HashChoice {
-    /// CRC-32 indexes the table, as in the paper (and XXH3 gives the tag).
+    /// CRC-32 indexes the table, as in the paper (and a keyed XXH3 gives
+    /// the tag).
     #[default]
     Crc32,
-    /// Both hashes from one XXH3-64: faster, same results.
+    /// Both hashes from one XXH3-64, keyed: faster, same results.
     Xxh3,
 }
 

@@ -52,7 +52,7 @@ use crate::error::Result;
 use crate::format::manifest::{Manifest, generation_of, manifest_name, parse_manifest_name};
 use crate::l1::lock::JobLock;
 use crate::l2::chain::ChainIndex;
-use crate::store::Store;
+use crate::store::{DirStore, Store};
 
 /// Whether generation `g`'s manifest, read now, names object `name` (or
 /// cannot be told: a read or decode error other than "no such object").
@@ -161,6 +161,19 @@ pub fn gc(store: &dyn Store, l1: Option<&Path>, opts: &GcOptions) -> Result<GcRe
                     invalid.insert(g);
                 }
             }
+        }
+    }
+    // A generation whose manifest L1's copy of the chain holds and L2's
+    // listing lacks (lost, or committed and not yet listed or readable by
+    // a lagging store) is kept: recovery uploads it again from the copy
+    // (helper-83: a listing and a GET that did not show a committed
+    // manifest yet had `gc --grace 0 --l1` delete its data files). A copy
+    // that cannot be read keeps nothing more.
+    if let Some(l1) = l1 {
+        let copy = DirStore::open_or_empty(l1.join(crate::l2::push::L1_CHAIN_DIR));
+        if let Ok(c) = ChainIndex::load(&copy) {
+            let held = c.manifests.keys().chain(c.invalid.iter().map(|(g, _)| g));
+            invalid.extend(held.filter(|g| index.get(**g).is_none()));
         }
     }
     let now = SystemTime::now();

@@ -35,7 +35,8 @@ use crate::store::{JobRoot, Store};
 pub struct JobIndex {
     /// Valid job manifests by job generation.
     pub manifests: BTreeMap<u64, JobManifest>,
-    /// Job manifests that could not be read or are invalid, with the reason.
+    /// Job manifests that could not be read or are invalid, with the
+    /// reason (one a remote server fails to send fails the load instead).
     pub invalid: Vec<(u64, Error)>,
 }
 
@@ -51,6 +52,9 @@ impl JobIndex {
                 Ok(m) => {
                     idx.manifests.insert(j, m);
                 }
+                // One the store fails to send says nothing of the job
+                // generation (as for a rank's manifests, ChainIndex::load).
+                Err(e) if e.is_remote_failure() => return Err(e),
                 Err(e) => idx.invalid.push((j, e)),
             }
         }

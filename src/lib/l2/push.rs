@@ -684,8 +684,8 @@ pub fn push_with(
                 ..template
             };
             match opts.hash {
-                HashChoice::Crc32 => deduplicate(&dj, Crc32Hasher),
-                HashChoice::Xxh3 => deduplicate(&dj, Xxh3Hasher),
+                HashChoice::Crc32 => deduplicate(&dj, Crc32Hasher::new()),
+                HashChoice::Xxh3 => deduplicate(&dj, Xxh3Hasher::new()),
             }
         },
         batch,
@@ -910,6 +910,7 @@ fn seal(
     let bytes = manifest.encode();
     job.l1_chain.put_bytes(&manifest_name(generation), &bytes)?;
     job.l2.put_bytes(&manifest_name(generation), &bytes)?;
+    check_landed(job.l2.as_ref(), &manifest_name(generation), &bytes)?;
     report.recovered.extend(reupload_missing(job, &manifest)?);
     Ok((out, manifest))
 }
@@ -971,6 +972,36 @@ fn other_runs(chain: Option<ChainId>, batch: &[IcMeta]) -> Vec<OtherRun> {
     let keep = v.len().saturating_sub(MAX_SEQ_TIMES);
     v.drain(..keep);
     v
+}
+
+/// Reads a manifest back from L2 after its upload, before anything counts
+/// on it (the batch deleted, the copy called recovered, the job generation
+/// called committed): a store that acknowledges a PUT and keeps nothing, or
+/// something else (helper-83: a server answering 200 to the manifest's PUT
+/// had the push say "pushed", delete the batch, and leave a generation only
+/// L1's copy held), fails the push instead, the pending checkpoints kept;
+/// the next push's recovery uploads the generation again.
+pub(crate) fn check_landed(store: &dyn Store, name: &str, bytes: &[u8]) -> Result<()> {
+    let at = Path::new(&store.describe()).join(name);
+    match store.read(name) {
+        Ok(b) if b == bytes => Ok(()),
+        Ok(b) => Err(Error::chain(
+            &at,
+            format!(
+                "read back after its upload, L2 holds {} other bytes than the {} uploaded; the pending checkpoints are kept",
+                b.len(),
+                bytes.len()
+            ),
+        )),
+        Err(e) if e.is_not_found() => Err(Error::io(
+            &at,
+            "read back",
+            std::io::Error::other(
+                "the store acknowledged the manifest's upload but does not hold it; the pending checkpoints are kept, and the next push uploads the generation again",
+            ),
+        )),
+        Err(e) => Err(e),
+    }
 }
 
 /// After the commit, before the pending checkpoints are deleted: checks
@@ -1465,21 +1496,30 @@ fn other_files_in_l2(job: &Job, m: &Manifest) -> Result<Option<String>> {
 }
 
 /// Why file `f` of generation `m` in `store` is not what the manifest
-/// records (missing, another size, CRC or XXH3); `None` when it is.
+/// records (missing, unreadable, another size, CRC or XXH3); `None` when
+/// it is; an error when the server fails to send it.
 pub(crate) fn unsound(
     store: &dyn Store,
     m: &Manifest,
     f: &crate::format::manifest::FileEntry,
-) -> Option<String> {
+) -> Result<Option<String>> {
     let r = store
         .open_local(&f.name)
         .and_then(|p| file_unsound(&p, m, f, "(damaged)"));
     match r {
-        Ok(None) => None,
-        Err(e) if e.is_not_found() => {
-            Some(format!("{} is missing from {}", f.name, store.describe()))
-        }
-        Ok(Some(e)) | Err(e) => Some(store.public_text(&e.report())),
+        Ok(None) => Ok(None),
+        Err(e) if e.is_not_found() => Ok(Some(format!(
+            "{} is missing from {}",
+            f.name,
+            store.describe()
+        ))),
+        // An object the server fails to send (an S3 error after every
+        // retry, access refused) is not known to be damaged: said as it is,
+        // and nothing is written over it (helper-83: `verify --repair` put
+        // L1's copy over intact objects a flaky server failed to send). A
+        // local file that cannot be read is damaged: a new copy heals it.
+        Err(e) if e.is_remote_failure() => Err(e),
+        Ok(Some(e)) | Err(e) => Ok(Some(store.public_text(&e.report()))),
     }
 }
 
@@ -1531,7 +1571,7 @@ pub(crate) fn foreign(
         .files
         .iter()
         .filter(|f| to.open_local(&f.name).is_ok_and(|p| p.exists()))
-        .map(|f| unsound(to, m, f).is_none())
+        .map(|f| matches!(unsound(to, m, f), Ok(None)))
         .collect();
     if !held.is_empty() && !held.contains(&true) {
         return Some(
@@ -1802,6 +1842,7 @@ pub(crate) fn upload_generation(
     } else {
         job.l2.put_bytes(&manifest_name(m.generation), &bytes)?;
     }
+    check_landed(job.l2.as_ref(), &manifest_name(m.generation), &bytes)?;
     // As after a push's own commit: a gc may have taken a file between its
     // upload and this manifest.
     reupload_missing(job, m)

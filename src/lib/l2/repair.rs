@@ -48,8 +48,13 @@ pub struct RepairReport {
 }
 
 /// Why generation `m`'s files in `store` are not all sound, if they are not.
-fn generation_unsound(store: &dyn Store, m: &Manifest) -> Option<String> {
-    m.files.iter().find_map(|f| unsound(store, m, f))
+fn generation_unsound(store: &dyn Store, m: &Manifest) -> Result<Option<String>> {
+    for f in &m.files {
+        if let Some(why) = unsound(store, m, f)? {
+            return Ok(Some(why));
+        }
+    }
+    Ok(None)
 }
 
 /// Puts back, into `place` (named `name`), each file of generation `m`
@@ -69,10 +74,10 @@ fn mend_from(
     report: &mut RepairReport,
 ) -> Result<()> {
     for f in &m.files {
-        let Some(why) = unsound(place, m, f) else {
+        let Some(why) = unsound(place, m, f)? else {
             continue;
         };
-        if unsound(other, m, f).is_none() {
+        if unsound(other, m, f)?.is_none() {
             copy_file(other, place, m, f, &NoProgress)?;
             report.repaired.push(format!(
                 "{name} generation {}: {why}; replaced by the other place's file, sound against this manifest, whose own manifest there is invalid",
@@ -123,7 +128,7 @@ pub fn repair(job: &Job) -> Result<RepairReport> {
         match (l2_index.get(g), l1_index.get(g)) {
             (Some(a), Some(b)) if a == b => {
                 for f in &a.files {
-                    match (unsound(l2, a, f), unsound(l1, a, f)) {
+                    match (unsound(l2, a, f)?, unsound(l1, a, f)?) {
                         (None, None) => {}
                         (Some(why), None) => {
                             copy_file(l1, l2, a, f, &NoProgress)?;
@@ -158,7 +163,7 @@ pub fn repair(job: &Job) -> Result<RepairReport> {
                     continue;
                 }
                 mend_from(l1, "L1", l2, m, &mut report)?;
-                match generation_unsound(l1, m) {
+                match generation_unsound(l1, m)? {
                     None => {
                         if let Some(note) = upload_generation(job, m, true)? {
                             report.repaired.push(note);
@@ -185,7 +190,7 @@ pub fn repair(job: &Job) -> Result<RepairReport> {
                     continue;
                 }
                 mend_from(l2, "L2", l1, m, &mut report)?;
-                match generation_unsound(l2, m) {
+                match generation_unsound(l2, m)? {
                     None => {
                         // The files, then the manifest in place of the
                         // invalid one (never none in between).
@@ -241,7 +246,7 @@ pub fn repair(job: &Job) -> Result<RepairReport> {
                 }
                 // (What was refused, and whether the rest of the lineage is
                 // refused with it: all of it, when it is not this job's.)
-                let (refused, stop) = if let Some(why) = generation_unsound(from, &m) {
+                let (refused, stop) = if let Some(why) = generation_unsound(from, &m)? {
                     (
                         format!(
                             "generation {g}: its manifest is missing from {to_name}, and the other copy is damaged ({why})"

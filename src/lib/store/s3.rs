@@ -516,12 +516,17 @@ impl S3Store {
             .block_on(self.s3.get_range(key, range.clone()))
             .map_err(|e| self.remote(key, "get", &e))?;
         if b.len() as u64 != want {
-            return Err(Error::Invalid(format!(
-                "{key}: asked for bytes {}..{}, received {} bytes (did the object change while being read?)",
-                range.start,
-                range.end,
-                b.len()
-            )));
+            return Err(short_answer(
+                &self.endpoint,
+                &self.bucket,
+                key,
+                format!(
+                    "asked for bytes {}..{}, received {} bytes (did the object change while being read?)",
+                    range.start,
+                    range.end,
+                    b.len()
+                ),
+            ));
         }
         self.fetched.fetch_add(want, Ordering::Relaxed);
         Ok(b.to_vec())
@@ -756,6 +761,9 @@ impl S3Store {
                 got += match r {
                     Ok(Ok(n)) => n,
                     Ok(Err(TaskError::Remote(e))) => return Err(self.remote(key, "get", &e)),
+                    Ok(Err(TaskError::Short(r))) => {
+                        return Err(short_answer(&self.endpoint, &self.bucket, key, r));
+                    }
                     Ok(Err(TaskError::Local(e))) => return Err(e),
                     Err(e) => return Err(Error::io(&tmp, "fetch", std::io::Error::other(e))),
                 };
@@ -770,9 +778,12 @@ impl S3Store {
             }
             Ok(got) => {
                 let _ = std::fs::remove_file(&tmp);
-                Err(Error::Invalid(format!(
-                    "{key}: fetched {got} of {size} bytes"
-                )))
+                Err(short_answer(
+                    &self.endpoint,
+                    &self.bucket,
+                    key,
+                    format!("fetched {got} of its {size} bytes"),
+                ))
             }
             Err(e) => {
                 let _ = std::fs::remove_file(&tmp);
@@ -839,6 +850,21 @@ impl S3Store {
 
 /// Builds an [`Error::Remote`] for a failed request on `key`, classified
 /// by what the store answered.
+/// An answer whose body is not the bytes asked for (shorter, or the
+/// fetch of an object ending before its size): the store's failure, not
+/// the configuration's nor the data's, so a transport error (exit 1; the
+/// next run asks again), naming the object as every remote error does.
+fn short_answer(endpoint: &str, bucket: &str, key: &Key, reason: String) -> Error {
+    Error::Remote {
+        endpoint: endpoint.to_string(),
+        bucket: bucket.to_string(),
+        key: key.to_string(),
+        op: "get",
+        kind: RemoteKind::Transport,
+        reason,
+    }
+}
+
 fn remote_error(
     endpoint: &str,
     bucket: &str,
@@ -936,12 +962,16 @@ impl ChunkFill for RangeFill {
             })
             .map_err(|e| remote_error(&self.endpoint, &self.bucket, &self.key, "get", &e))?;
         if b.len() as u64 != len {
-            return Err(Error::Invalid(format!(
-                "{}: asked for bytes {offset}..{}, received {} bytes (did the object change while being read?)",
-                self.key,
-                offset + len,
-                b.len()
-            )));
+            return Err(short_answer(
+                &self.endpoint,
+                &self.bucket,
+                &self.key,
+                format!(
+                    "asked for bytes {offset}..{}, received {} bytes (did the object change while being read?)",
+                    offset + len,
+                    b.len()
+                ),
+            ));
         }
         self.file
             .write_all_at(&b, offset)
@@ -980,10 +1010,10 @@ async fn get_range_into(
         written(at);
     }
     if at != b {
-        return Err(TaskError::Local(Error::Invalid(format!(
-            "{key}: asked for bytes {a}..{b}, received {} bytes (did the object change while being read?)",
+        return Err(TaskError::Short(format!(
+            "asked for bytes {a}..{b}, received {} bytes (did the object change while being read?)",
             at - a
-        ))));
+        )));
     }
     Ok(b - a)
 }
@@ -1163,6 +1193,7 @@ impl StreamFill {
                     Err(TaskError::Remote(e)) => {
                         Err(remote_error(&endpoint, &bucket, &k, "get", &e))
                     }
+                    Err(TaskError::Short(r)) => Err(short_answer(&endpoint, &bucket, &k, r)),
                     Err(TaskError::Local(e)) => Err(e),
                 };
                 let failed = r.is_err();
@@ -1224,6 +1255,8 @@ impl Drop for StreamFill {
 /// How a task of a ranged read fails.
 enum TaskError {
     Remote(object_store::Error),
+    /// The answer's body was not the bytes asked for ([`short_answer`]).
+    Short(String),
     Local(Error),
 }
 

@@ -22,8 +22,11 @@ use crate::ui;
 /// other nodes that share the bucket: a push writes its manifest right
 /// after its data files. With an L1 directory (--l1, REX_L1 or rex.toml),
 /// gc also takes the job's lock without waiting, and exits 4 while a push
-/// holds it. A dry run (-n) writes nothing to L2, not even a directory
-/// L2's lock file, so it also runs on a read-only L2.
+/// holds it, and keeps every object of a generation whose manifest L1's
+/// copy of the chain holds and L2 lacks (lost, or not yet listed by a
+/// lagging store: the next push uploads it again). A manifest the store
+/// fails to send fails gc (exit 1). A dry run (-n) writes nothing to L2,
+/// not even a directory L2's lock file, so it also runs on a read-only L2.
 ///
 /// On an MPI job's location (written by `push-l2 --collective` or librex),
 /// every rank's chain of the newest job generation is collected in turn

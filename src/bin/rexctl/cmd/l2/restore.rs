@@ -208,6 +208,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         seq: a.seq,
         pointer_file_budget: None,
         l1_locked: false,
+        keep_existing: !a.force,
     };
     if a.collective {
         return collective(&a, &s, &opts);
