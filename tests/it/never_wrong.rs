@@ -2845,13 +2845,18 @@ fn a_restore_or_verify_from_l2_alone_beside_a_pruning_push_takes_the_newer_state
     let want = take_until(&mut w, &l1, 3, &truth);
     rex_ok(&push);
     copy_tree(&l2, &newer);
-    std::fs::remove_dir_all(&l2).unwrap();
-    copy_tree(&older, &l2);
-    let store = PrunedWhileRead {
-        inner: DirStore::open(&l2).unwrap(),
-        newer: newer.clone(),
-        fired: Default::default(),
+    // L2 as it was before the push, read through a store that makes the
+    // push (the newer chain, the older one pruned) at the first data file.
+    let before_the_push = || {
+        std::fs::remove_dir_all(&l2).unwrap();
+        copy_tree(&older, &l2);
+        PrunedWhileRead {
+            inner: DirStore::open(&l2).unwrap(),
+            newer: newer.clone(),
+            fired: Default::default(),
+        }
     };
+    let store = before_the_push();
     let out = d.path().join("r.rexic");
     let r = rexctl::l2::restore::restore_l2(&store, &Default::default(), &out);
     assert!(
@@ -2865,13 +2870,7 @@ fn a_restore_or_verify_from_l2_alone_beside_a_pruning_push_takes_the_newer_state
     // damage, and the chain that replaced it is checked. It called the
     // pruned generation BAD (exit 3): a false alarm for a cron job's check
     // in 1 run of 4 beside pushes on S3 (helper-84).
-    std::fs::remove_dir_all(&l2).unwrap();
-    copy_tree(&older, &l2);
-    let store = PrunedWhileRead {
-        inner: DirStore::open(&l2).unwrap(),
-        newer: newer.clone(),
-        fired: Default::default(),
-    };
+    let store = before_the_push();
     let mut report = rexctl::l2::restore::VerifyReport::default();
     rexctl::l2::restore::verify_store(&store, "L2", &mut report).unwrap();
     assert!(store.fired.load(std::sync::atomic::Ordering::SeqCst));
