@@ -113,6 +113,15 @@ pub fn remove_temps_on_signal() -> std::io::Result<()> {
                 && old.sa_sigaction == libc::SIG_IGN
         }
     };
+    // A file-size limit (`ulimit -f`) met raises SIGXFSZ, whose default
+    // action ended the process with its temporary left (helper-86):
+    // ignored, the write fails with EFBIG ("File too large") and the
+    // command fails cleanly, as on a full disk.
+    if !ignored(libc::SIGXFSZ) {
+        // SAFETY: setting a signal's disposition to SIG_IGN installs no
+        // handler; nothing in this process relies on SIGXFSZ.
+        unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
+    }
     // SIGPIPE too: `rexctl demo | head -1` left its work directory
     // (helper-46).
     let watched: Vec<libc::c_int> = [SIGINT, SIGTERM, SIGHUP, SIGPIPE]
@@ -571,10 +580,18 @@ pub fn default_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-/// Pages per block of [`write_pages_parallel`]: 64 pages of 4 KiB are
-/// 256 KiB, large enough for one `pwrite` to run at memory speed, small
-/// enough that the blocks spread evenly over the threads.
-const BLOCK_PAGES: usize = 64;
+/// Bytes per block of [`write_pages_parallel`]: 64 pages of 4 KiB, large
+/// enough for one `pwrite` to run at memory speed, small enough that the
+/// blocks spread evenly over the threads.
+const BLOCK_BYTES: usize = 256 << 10;
+
+/// Pages per block: [`BLOCK_BYTES`] of them, at least one. (A block of 64
+/// pages whatever their size took 64 MiB per thread for pages of 1 MiB,
+/// and aborted the process for a one-page image under a memory limit:
+/// helper-86.)
+fn block_pages(page_size: usize) -> usize {
+    (BLOCK_BYTES / page_size.max(1)).max(1)
+}
 
 /// Writes `n` pages of `page_size` bytes into `file` (at `path`, for
 /// messages) on `threads` threads: page `k` is made by `fill(k, buf)`,
@@ -620,7 +637,7 @@ pub fn write_pages_parallel(
         Ok(())
     };
     let writer = OneWriter::new(
-        (QUEUE_BYTES / (BLOCK_PAGES * page_size).max(1)).min(4 * threads),
+        (QUEUE_BYTES / (block_pages(page_size) * page_size).max(1)).min(4 * threads),
         &write_block,
     );
     let crcs = fill_blocks(n, page_size, threads, fill, &|first, crcs, buf| {
@@ -743,7 +760,8 @@ fn fill_blocks(
     put: &PutOwned<'_>,
 ) -> Result<Vec<u32>> {
     use std::sync::atomic::{AtomicUsize, Ordering};
-    let blocks = n.div_ceil(BLOCK_PAGES);
+    let per_block = block_pages(page_size);
+    let blocks = n.div_ceil(per_block);
     let threads = threads.clamp(1, blocks.max(1));
     let next = AtomicUsize::new(0);
     // The lowest block that failed so far: blocks above it stop, blocks
@@ -781,10 +799,21 @@ fn fill_blocks(
                 // above the failure too.
                 return (done, None);
             }
-            let (first, end) = (b * BLOCK_PAGES, ((b + 1) * BLOCK_PAGES).min(n));
+            let (first, end) = (b * per_block, ((b + 1) * per_block).min(n));
             let mut crcs = Vec::with_capacity(end - first);
             let r = (|| -> Result<()> {
-                buf.resize(BLOCK_PAGES * page_size, 0);
+                // The block's bytes, or an error: never an abort where
+                // memory is short.
+                let need = (end - first) * page_size;
+                if buf.len() < need {
+                    buf.try_reserve_exact(need - buf.len()).map_err(|_| {
+                        Error::Invalid(format!(
+                            "cannot allocate {need} bytes for a block of {} pages",
+                            end - first
+                        ))
+                    })?;
+                    buf.resize(need, 0);
+                }
                 for k in first..end {
                     let at = (k - first) * page_size;
                     crcs.push(fill(k, &mut buf[at..at + page_size])?);

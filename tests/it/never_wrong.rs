@@ -3015,3 +3015,154 @@ fn a_push_killed_before_its_l2_manifest_is_no_stale_state_for_a_later_full_one()
     ]);
     assert_image(&out, &want, "restore after the repair");
 }
+
+// ---------------------------------------------------------------------------
+// Another job's chain inside this job's L2, or beside it (helper-87)
+// ---------------------------------------------------------------------------
+
+/// A job of three generations (seq 1, 3, 5) pushed at times from `t0`
+/// seconds, then, with `full_at`, a FULL generation of seq `full_at` alone
+/// (`--full`, every older chain pruned from L2 and L1's copy): (L1, L2,
+/// the true image of its newest seq).
+fn job_at(root: &Path, seed: u64, t0: u64, full_at: Option<u64>) -> (PathBuf, PathBuf, PathBuf) {
+    let (l1, l2, truth) = (root.join("l1"), root.join("l2"), root.join("truth"));
+    let mut w = workload("balanced", 48, seed);
+    let mut last = PathBuf::new();
+    for seq in [1, 3, 5] {
+        last = take_until_at(&mut w, &l1, seq, &truth, t0 * 1_000_000_000);
+        rex_ok(&push_args(&l1, &l2));
+    }
+    if let Some(seq) = full_at {
+        last = take_until_at(&mut w, &l1, seq, &truth, t0 * 1_000_000_000);
+        let mut args = push_args(&l1, &l2);
+        args.extend(["--full", "--keep-chains-l2", "1"]);
+        rex_ok(&args);
+    }
+    (l1, l2, last)
+}
+
+/// Another job's generations where this job's are: an older job's FULL
+/// generation copied into this job's L2 under the next number, an L2
+/// holding only an older job's chain beside this job's L1 copy, and this
+/// job's L1 copy replaced by a newer job's, pruned to a FULL generation
+/// numbered above this job's. Each was restored as this job's newest state
+/// with exit 0, and in the second a push copied the other chain over this
+/// job's L1 copy and pruned that (helper-87). Now a restore of the newest
+/// state stops (exit 3), `verify` and `status` say so, a push changes
+/// nothing, and
+/// `--fallback` or `--l2-only` restore this job's own newest state.
+#[test]
+fn another_job_s_chain_in_or_beside_this_one_is_never_its_newest_state() {
+    let d = tempfile::tempdir().unwrap();
+    // This job, at 1000 s; an older job at 0 s (its FULL generation 4 holds
+    // seq 6, at 6 s); a newer one at 5000 s.
+    let (l1, l2, want) = job_at(&d.path().join("a"), 1, 1000, None);
+    let (_, older_l2, _) = job_at(&d.path().join("b"), 2, 0, Some(6));
+    let (newer_l1, _, _) = job_at(&d.path().join("c"), 3, 5000, Some(6));
+    assert_eq!(
+        generations(&older_l2).len(),
+        1,
+        "the older job's L2 is pruned to its FULL"
+    );
+    let mut failures = Vec::new();
+    let fresh = |name: &str| {
+        let w = d.path().join(name);
+        copy_tree(&l1, &w.join("l1"));
+        copy_tree(&l2, &w.join("l2"));
+        (w.join("l1"), w.join("l2"), w)
+    };
+    let older_state = "an older state under a newer number";
+    let refused = |out: &Output, what: &str, needle: &str| {
+        assert_eq!(out.status.code(), Some(3), "{what}\n{}", all_output(out));
+        assert!(
+            stderr(out).contains(needle),
+            "{what}: does not say why\n{}",
+            all_output(out)
+        );
+    };
+
+    // The older job's FULL generation copied into this job's L2.
+    case(&mut failures, || {
+        let (l1, l2, w) = fresh("inside");
+        for kind in ["manifest", "rps", "pf", "ptab"] {
+            let name = format!("g{:08}.{kind}", 4);
+            std::fs::copy(older_l2.join(&name), l2.join(&name)).unwrap();
+        }
+        let (out, _) = restore(&l2, None, &["--l2-only"], &w.join("r1"));
+        refused(&out, "restore --l2-only", older_state);
+        let (out, _) = restore(&l2, Some(&l1), &[], &w.join("r2"));
+        refused(&out, "restore --l1", older_state);
+        let (out, image) = restore(&l2, None, &["--l2-only", "--fallback"], &w.join("r3"));
+        assert!(out.status.success(), "{}", all_output(&out));
+        assert_image(&image, &want, "restore --l2-only --fallback");
+        refused(
+            &rex(&["verify", "--l2", s(&l2)]),
+            "verify --l2",
+            older_state,
+        );
+        refused(
+            &rex(&["status", "--l2", s(&l2), "--l1", s(&l1)]),
+            "status",
+            older_state,
+        );
+        refused(&rex(&push_args(&l1, &l2)), "push-l2", older_state);
+        assert_eq!(
+            generations(&l1.join("rex")).len(),
+            3,
+            "push: L1's copy changed"
+        );
+    });
+
+    // This job's L2 location holding only the older job's chain.
+    case(&mut failures, || {
+        let (l1, l2, w) = fresh("beside");
+        std::fs::remove_dir_all(&l2).unwrap();
+        copy_tree(&older_l2, &l2);
+        let (out, _) = restore(&l2, Some(&l1), &[], &w.join("r1"));
+        refused(&out, "restore --l1", older_state);
+        let (out, image) = restore(&l2, Some(&l1), &["--fallback"], &w.join("r2"));
+        assert!(out.status.success(), "{}", all_output(&out));
+        assert_image(&image, &want, "restore --l1 --fallback");
+        refused(
+            &rex(&["verify", "--l2", s(&l2), "--l1", s(&l1)]),
+            "verify --l1",
+            older_state,
+        );
+        refused(
+            &rex(&["status", "--l2", s(&l2), "--l1", s(&l1)]),
+            "status",
+            older_state,
+        );
+        let before = generations(&l1.join("rex"));
+        refused(&rex(&push_args(&l1, &l2)), "push-l2", older_state);
+        assert_eq!(
+            generations(&l1.join("rex")),
+            before,
+            "push: L1's copy changed"
+        );
+    });
+
+    // This job's L1 copy replaced by the newer job's, pruned to its FULL
+    // generation 4.
+    case(&mut failures, || {
+        let (l1, l2, w) = fresh("leftover");
+        std::fs::remove_dir_all(l1.join("rex")).unwrap();
+        copy_tree(&newer_l1.join("rex"), &l1.join("rex"));
+        let (out, _) = restore(&l2, Some(&l1), &[], &w.join("r1"));
+        refused(&out, "restore --l1", "shares no generation and no file");
+        let (out, image) = restore(&l2, Some(&l1), &["--l2-only"], &w.join("r2"));
+        assert!(out.status.success(), "{}", all_output(&out));
+        assert_image(&image, &want, "restore --l2-only");
+        refused(
+            &rex(&push_args(&l1, &l2)),
+            "push-l2",
+            "shares no generation and no file",
+        );
+        refused(
+            &rex(&["status", "--l2", s(&l2), "--l1", s(&l1)]),
+            "status",
+            "shares no generation and no file",
+        );
+    });
+    assert_no_failures(&failures, 3);
+}

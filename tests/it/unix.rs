@@ -1546,3 +1546,57 @@ fn one_is_singular() {
     ]);
     assert!(text.starts_with("restored 1 page ("), "{text}");
 }
+
+/// A file-size limit met while writing (`ulimit -f`): SIGXFSZ ended the
+/// process with its temporary file left (helper-86); now the write fails,
+/// "File too large", exit 1, and nothing is left.
+#[test]
+fn a_file_size_limit_is_an_error_not_a_signal() {
+    let j = Job::new();
+    // 512 pages of 4 KiB: a 2 MiB FULL checkpoint, past a 1 MiB limit.
+    let out = sh(
+        &j,
+        "ulimit -f 2048; \"$B\" gen big --pages 512 --count 0 --profile incompressible",
+    );
+    assert_clean_failure(&out, 1, &["File too large"]);
+    let left = names_in(&j.dir.path().join("big"));
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// A restore of pages of 1 MiB fills blocks of as many pages as fit in
+/// 256 KiB, not 64 pages whatever their size: a one-page image took a
+/// 64 MiB block, which aborted the process under an address-space limit,
+/// its temporary file left (helper-86).
+#[test]
+fn a_restore_of_large_pages_needs_no_block_of_64_of_them() {
+    let j = Job::new();
+    let setup = "\"$B\" -q gen big --pages 1 --count 2 --page-size 1048576 && \"$B\" -q push-l2 --l1 big --l2 ./l2big";
+    let out = sh(&j, setup);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = sh(
+        &j,
+        "ulimit -v 80000; \"$B\" -q restore --l2 ./l2big --l2-only --threads 4 -o limited.rexic",
+    );
+    assert!(
+        out.status.success(),
+        "under 80 MB of address space: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = sh(&j, "\"$B\" -q restore --l2 ./l2big --l2-only -o free.rexic");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        crate::util::same_image(
+            &j.dir.path().join("limited.rexic"),
+            &j.dir.path().join("free.rexic")
+        ),
+        "the two restores differ"
+    );
+}

@@ -42,6 +42,30 @@ pub struct ChainIndex {
     pub unpublished: std::collections::BTreeSet<u64>,
 }
 
+/// The first of `ms` (ascending generations) of another run than one
+/// before it whose checkpoint is not older, with that one
+/// ([`ChainIndex::out_of_order`]).
+fn first_out_of_order(ms: Vec<&Manifest>) -> Option<(&Manifest, &Manifest)> {
+    ms.iter().enumerate().find_map(|(i, m)| {
+        let b = ms[..i].iter().rev().find(|b| {
+            m.chain_id.is_some()
+                && b.chain_id.is_some()
+                && b.chain_id != m.chain_id
+                && b.time_ns >= m.time_ns
+        })?;
+        Some((*m, *b))
+    })
+}
+
+/// Why generation `m` cannot follow generation `b` below it
+/// ([`ChainIndex::out_of_order`]).
+pub fn out_of_order_text(m: &Manifest, b: &Manifest) -> String {
+    format!(
+        "generation {} (seq {}, of another run) is not newer than generation {} below it (seq {}): an older state under a newer number, which no push of one job makes (another job's generation, or an older run's, copied in?); remove its files if they are not this job's",
+        m.generation, m.last_seq, b.generation, b.last_seq
+    )
+}
+
 impl ChainIndex {
     /// Reads every manifest in `store`.
     pub fn load(store: &dyn Store) -> Result<ChainIndex> {
@@ -247,6 +271,52 @@ impl ChainIndex {
             invalid,
             unpublished,
         }
+    }
+
+    /// A valid generation of another run than a generation numbered below
+    /// it whose checkpoint is not older than its own, with that generation:
+    /// an older state under a newer number. Checkpoint times order runs (a
+    /// new run's FULL checkpoint is newer than the state before it, §3.1.6),
+    /// so no push of one job makes it: it is another job's generation, or an
+    /// older run's, copied in (helper-87: another job's older FULL
+    /// generation under the next number, or an L2 holding only another
+    /// job's chain beside this job's L1 copy, was restored with exit 0, and
+    /// a push pruned this job's L1 copy for it). Generations of one run are
+    /// not compared (a clock stepped back within a run orders nothing), nor
+    /// those without a chain identity.
+    pub fn out_of_order(&self) -> Option<(&Manifest, &Manifest)> {
+        first_out_of_order(self.manifests.values().collect())
+    }
+
+    /// [`out_of_order`](Self::out_of_order) of this index overlaid with
+    /// `other` (this one's manifest where both hold one), without building
+    /// the overlay: a push's recovery and `verify` of L2 and L1's copy,
+    /// which may each be in order alone (an L2 holding only another job's
+    /// older chain beside this job's L1 copy).
+    pub fn out_of_order_with<'a>(
+        &'a self,
+        other: &'a ChainIndex,
+    ) -> Option<(&'a Manifest, &'a Manifest)> {
+        let mut all: BTreeMap<u64, &Manifest> =
+            other.manifests.iter().map(|(g, m)| (*g, m)).collect();
+        all.extend(self.manifests.iter().map(|(g, m)| (*g, m)));
+        first_out_of_order(all.into_values().collect())
+    }
+
+    /// Without the generations [`out_of_order`](Self::out_of_order) finds,
+    /// each moved to the invalid manifests with why (`place` names where
+    /// the index was read), so that a restore of the newest state stops on
+    /// it, a `--fallback` one passes over it, and `verify` reports it.
+    pub fn without_out_of_order(mut self, place: &str) -> ChainIndex {
+        while let Some((m, b)) = self.out_of_order() {
+            let g = m.generation;
+            let why = out_of_order_text(m, b);
+            self.manifests.remove(&g);
+            self.unpublished.remove(&g);
+            self.invalid.push((g, Error::chain(place, why)));
+        }
+        self.invalid.sort_by_key(|(g, _)| *g);
+        self
     }
 
     /// Without the generations of job generations after `committed` (an MPI

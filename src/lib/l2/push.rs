@@ -1214,6 +1214,21 @@ pub fn recover(
         });
     }
 
+    // Nor an older state under a newer number, in either place or across
+    // them: another job's older generation copied into L2, or an L2 holding
+    // only another job's older chain, whose recovery copied it over this
+    // job's L1 copy and pruned that (helper-87).
+    if let Some((m, b)) = l2_index.out_of_order_with(&l1_index) {
+        return Err(Error::Chain {
+            path: job.l1_chain.root().to_path_buf(),
+            reason: format!(
+                "{} and L1's copy of the chain: {}; nothing was changed",
+                job.l2.describe(),
+                crate::l2::chain::out_of_order_text(m, b)
+            ),
+        });
+    }
+
     // Generations L1 has and L2 lacks: a crash between the two manifests.
     let pending: Vec<Manifest> = l1_index
         .manifests

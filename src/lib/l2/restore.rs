@@ -294,7 +294,7 @@ fn restore_l2_once(
     out: &Path,
 ) -> Result<RestoreReport> {
     let out = Output::File(out);
-    let index = ChainIndex::load_listed(l2, objects)?;
+    let index = ChainIndex::load_listed(l2, objects)?.without_out_of_order(&l2.describe());
     if let Some(e) = rank_chain_alone(&index, &l2.describe(), opts) {
         return Err(e);
     }
@@ -346,14 +346,17 @@ pub fn restore_l1_l2_to(
         Err(e) => return Err(e),
     };
     let l1_unreadable = l1_unlisted.as_ref().map(Error::report);
-    let l2_index = ChainIndex::load(job.l2.as_ref())?;
-    if let Some(e) = foreign_copy(job, &l2_index, &l1_index, opts) {
+    let l2_objects = job.l2.list()?;
+    let l2_index = ChainIndex::load_listed(job.l2.as_ref(), &l2_objects)?;
+    if let Some(e) = foreign_copy(job, &l2_index, &l1_index, &l2_objects, opts) {
         return Err(e);
     }
     if let Some(e) = rank_chain_alone(&l2_index, &job.l2.describe(), opts) {
         return Err(e);
     }
-    let mut index = l2_index.overlaid_with(&l1_index);
+    let mut index = l2_index
+        .overlaid_with(&l1_index)
+        .without_out_of_order(&job.l2.describe());
     if let Some(committed) = opts.job_committed {
         index = index.committed(committed);
     }
@@ -793,12 +796,19 @@ fn rank_chain(index: &ChainIndex, place: &str, what: &str) -> Option<Error> {
 /// L2's newest is of no run L1's copy holds: L1 and L2 are two jobs' (an
 /// `--l1` or `--l2` mistaken), and L2's newest state is not the L1
 /// directory's job's. Each of L1's generations was passed over with a
-/// warning and L2's state restored with exit 0 (helper-66). `None` when
-/// they agree on a generation, or a generation is asked for.
-fn foreign_copy(
+/// warning and L2's state restored with exit 0 (helper-66). So are they
+/// when L1's copy holds only generations above L2's newest, of no run of
+/// L2's newest, and none of their files' names is in L2 (`l2_objects`), as
+/// a push's recovery refuses them (§3.6.3 step 3): a push writes its data
+/// files to L2 before either manifest (helper-87: another job's leftover
+/// copy, pruned to a FULL generation numbered above this job's, was
+/// restored as this job's newest state, exit 0). `None` when they agree
+/// on a generation, or a generation is asked for.
+pub(crate) fn foreign_copy(
     job: &Job,
     l2: &ChainIndex,
     l1: &ChainIndex,
+    l2_objects: &[crate::store::ObjectInfo],
     opts: &RestoreOptions,
 ) -> Option<Error> {
     if opts.generation.is_some() {
@@ -814,7 +824,6 @@ fn foreign_copy(
             None => {}
         }
     }
-    let g = differs?;
     let newest = l2.newest()?;
     if l1
         .manifests
@@ -823,6 +832,31 @@ fn foreign_copy(
     {
         return None;
     }
+    let Some(g) = differs else {
+        let above = l1
+            .manifests
+            .values()
+            .all(|m| m.generation > newest.generation);
+        let named = l1.manifests.values().any(|m| {
+            m.files
+                .iter()
+                .any(|f| l2_objects.iter().any(|o| o.name == f.name))
+        });
+        if l1.manifests.is_empty() || !above || named {
+            return None;
+        }
+        let gens: Vec<String> = l1.manifests.keys().map(u64::to_string).collect();
+        return Some(Error::chain(
+            &job.l1,
+            format!(
+                "L1's copy of the chain ({}, generations {}) shares no generation and no file with L2 ({}, newest generation {}), and holds none of its run: they are two jobs' (or L1 is another job's leftovers); give this L2's L1 directory, --l2-only to restore L2's newest state alone, or --generation N to take L1's copy anyway",
+                job.l1_chain.describe(),
+                gens.join(", "),
+                job.l2.describe(),
+                newest.generation
+            ),
+        ));
+    };
     Some(Error::chain(
         &job.l1,
         format!(
@@ -1595,7 +1629,9 @@ pub fn verify_store_with(
     // commits the new chain before it prunes the old one): verify read only
     // the pruned chain, it would have checked nothing.
     for pass in 1.. {
-        let index = ChainIndex::load(store)?.committed_if(job_committed);
+        let index = ChainIndex::load(store)?
+            .committed_if(job_committed)
+            .without_out_of_order(&store.describe());
         let mut this = VerifyReport::default();
         let pruned = verify_index(store, level, &index, xrefs, &mut this)?;
         if !pruned || pass == 8 {
@@ -1852,6 +1888,16 @@ pub fn verify_with(
                     ));
                 }
             }
+        }
+        // Each in order, but not together: another job's older chain in L2
+        // beside this job's copy in L1, or the reverse.
+        if let Some((m, b)) = l2_index.out_of_order_with(&l1_index) {
+            report.l1_errors.push(format!(
+                "{}: with {}: {}",
+                job.l1_chain.root().display(),
+                l2.describe(),
+                crate::l2::chain::out_of_order_text(m, b)
+            ));
         }
         // A generation L1 holds and L2 does not (L2 lost its manifest, or a
         // push was interrupted between its two manifests): L2 alone would

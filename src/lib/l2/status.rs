@@ -197,9 +197,16 @@ fn files_of(job: &Job) -> [Vec<String>; 3] {
 
 fn status_once(job: &Job, job_committed: Option<u64>) -> Result<Status> {
     let l2_objects = job.l2.list()?;
-    let l2 = ChainIndex::load_listed(job.l2.as_ref(), &l2_objects)?.committed_if(job_committed);
+    // An older state under a newer number is shown as the invalid
+    // generation it is for a restore (helper-87: another job's generation
+    // copied in said nothing).
+    let l2 = ChainIndex::load_listed(job.l2.as_ref(), &l2_objects)?
+        .committed_if(job_committed)
+        .without_out_of_order(&job.l2.describe());
     let l1_objects = crate::store::Store::list(&job.l1_chain)?;
-    let l1 = ChainIndex::load_listed(&job.l1_chain, &l1_objects)?.committed_if(job_committed);
+    let l1 = ChainIndex::load_listed(&job.l1_chain, &l1_objects)?
+        .committed_if(job_committed)
+        .without_out_of_order(&crate::store::Store::describe(&job.l1_chain));
     let generations: Vec<_> = l2
         .manifests
         .values()
@@ -224,6 +231,22 @@ fn status_once(job: &Job, job_committed: Option<u64>) -> Result<Status> {
             .iter()
             .map(|(g, e)| format!("L1 generation {g}: {e}")),
     );
+    // L1's copy of another job beside this L2, as a restore refuses it.
+    if let Some(e) = crate::l2::restore::foreign_copy(
+        job,
+        &l2,
+        &l1,
+        &l2_objects,
+        &crate::l2::restore::RestoreOptions::default(),
+    ) {
+        invalid.push(e.to_string());
+    }
+    if let Some((m, b)) = l2.out_of_order_with(&l1) {
+        invalid.push(format!(
+            "L2 and L1's copy together: {}",
+            crate::l2::chain::out_of_order_text(m, b)
+        ));
+    }
     // The listing's sizes against the manifests: a missing or truncated
     // file, which costs no read (helper-72: a 0-byte RPS said ok; every
     // byte's check is `verify`'s).
