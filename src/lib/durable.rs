@@ -12,7 +12,8 @@
 //! once it has the whole file.
 //!
 //! A temporary file is also removed when the CLI is interrupted (SIGINT,
-//! SIGTERM, SIGHUP, SIGPIPE) while writing it: [`remove_temps_on_signal`] starts a
+//! SIGTERM, SIGHUP, SIGPIPE, SIGUSR1, SIGUSR2, SIGALRM, SIGXCPU) while
+//! writing it: [`remove_temps_on_signal`] starts a
 //! thread that, on such a signal, removes every live temporary file (and
 //! every [`ScratchDir`] and [`RemovedOnSignal`] path: an S3 cache, a work
 //! directory, an MPI rank's staged image) and then lets the signal end the
@@ -89,8 +90,8 @@ fn forget_temp(temp: &Path) {
     }
 }
 
-/// From now on, SIGINT, SIGTERM, SIGHUP and SIGPIPE (those not ignored
-/// already)
+/// From now on, SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGUSR1, SIGUSR2,
+/// SIGALRM and SIGXCPU (those not ignored already)
 /// remove the temporary file of every [`AtomicFile`] not yet committed,
 /// every [`ScratchDir`] and every [`RemovedOnSignal`] path, then end the
 /// process as the signal's default action does (the parent sees the
@@ -123,11 +124,24 @@ pub fn remove_temps_on_signal() -> std::io::Result<()> {
         unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
     }
     // SIGPIPE too: `rexctl demo | head -1` left its work directory
-    // (helper-46).
-    let watched: Vec<libc::c_int> = [SIGINT, SIGTERM, SIGHUP, SIGPIPE]
-        .into_iter()
-        .filter(|&sig| !ignored(sig))
-        .collect();
+    // (helper-46). And the other signals whose default action ends the
+    // process that a batch system or a shell sends (helper-86): SIGUSR1
+    // and SIGUSR2 (Slurm's `--signal` before a job's time limit, mpirun
+    // forwards them), SIGALRM (`timeout -s ALRM`), SIGXCPU (a CPU-time
+    // limit).
+    let watched: Vec<libc::c_int> = [
+        SIGINT,
+        SIGTERM,
+        SIGHUP,
+        SIGPIPE,
+        libc::SIGUSR1,
+        libc::SIGUSR2,
+        libc::SIGALRM,
+        libc::SIGXCPU,
+    ]
+    .into_iter()
+    .filter(|&sig| !ignored(sig))
+    .collect();
     if watched.is_empty() {
         return Ok(());
     }

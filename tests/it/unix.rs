@@ -985,8 +985,8 @@ fn interrupt_while_writing(
     super::util::signal_when(c, || !temps_under(watch).is_empty(), sig)
 }
 
-/// SIGINT, SIGTERM and SIGHUP end a restore or a push the way they end any
-/// Unix tool (the status shows the signal), and remove the temporary files
+/// SIGINT, SIGTERM, SIGHUP (and SIGUSR1 or SIGALRM, helper-86) end a
+/// restore or a push the way they end any Unix tool (the status shows the signal), and remove the temporary files
 /// of what it was writing: no `.OUT.tmp-PID-0` beside the output it never
 /// wrote, no half object in L2, and the next push and restore go on as if
 /// the interrupted one had never started.
@@ -1036,7 +1036,13 @@ fn an_interrupted_restore_or_push_leaves_no_temporary_file() {
     assert_ok(&with(&["push-l2"]).output().unwrap());
     assert!(temps_under(j.dir.path()).is_empty());
 
-    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+    for sig in [
+        libc::SIGINT,
+        libc::SIGTERM,
+        libc::SIGHUP,
+        libc::SIGUSR1,
+        libc::SIGALRM,
+    ] {
         let mut interrupted = false;
         for _ in 0..10 {
             let (st, landed) = interrupt_while_writing(

@@ -20,7 +20,7 @@ Exit status:
   5  the settings cannot be used: a configuration file missing or invalid, a value out of range, an L1 directory that is not there, an unusable L2 location, no job name for a bucket, an output that exists, pages outside the image
   6  mismatch: a restored image differs from the expected one
   ranks  of an MPI job (--collective) exit alike: a rank whose command fails because another rank's did exits with that rank's status (the lowest failed rank's), so that mpirun's status does not depend on which rank ends first
-  128+N  ended by signal N, as a shell reports it: SIGINT, SIGTERM and SIGHUP first remove the temporary files of outputs not yet published and their scratch directories, so nothing half written is left (capture instead ends after the checkpoint in progress; a signal ignored when rexctl started, as under nohup, stays ignored)";
+  128+N  ended by signal N, as a shell reports it: SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGALRM and SIGXCPU first remove the temporary files of outputs not yet published and their scratch directories, so nothing half written is left (capture instead ends after the checkpoint in progress; a signal ignored when rexctl started, as under nohup, stays ignored); SIGXFSZ is ignored, so a file-size limit is an error (exit 1)";
 
 /// Generate man pages.
 #[derive(clap::Args, Debug)]
