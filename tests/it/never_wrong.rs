@@ -3166,3 +3166,50 @@ fn another_job_s_chain_in_or_beside_this_one_is_never_its_newest_state() {
     });
     assert_no_failures(&failures, 3);
 }
+
+/// Generations out of order in time with nothing foreign among them, as a
+/// job's own pushes make them: a run continued on a node whose clock is
+/// behind the first node's, then a new run; and a clock stepped back within
+/// a run, after another run. Every command takes them as the job's
+/// (helper-88: comparing each generation with every one below it refused
+/// them for ever, push, restore and `--generation` alike).
+#[test]
+fn clocks_that_differ_between_nodes_or_step_back_are_not_another_job() {
+    let d = tempfile::tempdir().unwrap();
+    for (name, a_times, b_times) in [
+        // Run A at 120 s, then continued at 0 s; run B at 10 s.
+        ("nodes", [120, 0], [10, 10]),
+        // Run A at 500 s; run B at 1000 s, then stepped back to 0 s.
+        ("step", [500, 500], [1000, 0]),
+    ] {
+        let root = d.path().join(name);
+        let (l1, l2, truth) = (root.join("l1"), root.join("l2"), root.join("truth"));
+        let mut a = workload("balanced", 48, 1);
+        for (seq, t0) in [(2, a_times[0]), (4, a_times[1])] {
+            take_until_at(&mut a, &l1, seq, &truth, t0 * 1_000_000_000);
+            rex_ok(&push_args(&l1, &l2));
+        }
+        let mut b = workload("balanced", 48, 2);
+        let mut want = PathBuf::new();
+        for (seq, t0) in [(2, b_times[0]), (4, b_times[1])] {
+            want = take_until_at(&mut b, &l1, seq, &truth, t0 * 1_000_000_000);
+            rex_ok(&push_args(&l1, &l2));
+        }
+        assert_eq!(generations(&l2).len(), 4, "{name}: the pushes");
+        let (out, image) = restore(&l2, Some(&l1), &[], &root.join("r1"));
+        assert!(out.status.success(), "{name}: {}", all_output(&out));
+        assert_image(&image, &want, name);
+        let (out, image) = restore(&l2, None, &["--l2-only"], &root.join("r2"));
+        assert!(out.status.success(), "{name}: {}", all_output(&out));
+        assert_image(&image, &want, name);
+        for args in [
+            vec!["verify", "--l2", s(&l2), "--l1", s(&l1)],
+            vec!["status", "--l2", s(&l2), "--l1", s(&l1)],
+        ] {
+            let out = rex(&args);
+            assert!(out.status.success(), "{name}: {}", show(&args, &out));
+        }
+        take_until_at(&mut b, &l1, 6, &truth, b_times[1] * 1_000_000_000);
+        rex_ok(&push_args(&l1, &l2));
+    }
+}

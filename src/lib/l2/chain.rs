@@ -42,18 +42,18 @@ pub struct ChainIndex {
     pub unpublished: std::collections::BTreeSet<u64>,
 }
 
-/// The first of `ms` (ascending generations) of another run than one
-/// before it whose checkpoint is not older, with that one
-/// ([`ChainIndex::out_of_order`]).
+/// The first of `ms` (ascending generations) that follows the generation
+/// numbered just below it, of another run, whose checkpoint is not older,
+/// with that one ([`ChainIndex::out_of_order`]).
 fn first_out_of_order(ms: Vec<&Manifest>) -> Option<(&Manifest, &Manifest)> {
-    ms.iter().enumerate().find_map(|(i, m)| {
-        let b = ms[..i].iter().rev().find(|b| {
-            m.chain_id.is_some()
-                && b.chain_id.is_some()
-                && b.chain_id != m.chain_id
-                && b.time_ns >= m.time_ns
-        })?;
-        Some((*m, *b))
+    ms.windows(2).find_map(|w| {
+        let (b, m) = (w[0], w[1]);
+        (m.generation == b.generation + 1
+            && m.chain_id.is_some()
+            && b.chain_id.is_some()
+            && b.chain_id != m.chain_id
+            && b.time_ns >= m.time_ns)
+            .then_some((m, b))
     })
 }
 
@@ -61,7 +61,7 @@ fn first_out_of_order(ms: Vec<&Manifest>) -> Option<(&Manifest, &Manifest)> {
 /// ([`ChainIndex::out_of_order`]).
 pub fn out_of_order_text(m: &Manifest, b: &Manifest) -> String {
     format!(
-        "generation {} (seq {}, of another run) is not newer than generation {} below it (seq {}): an older state under a newer number, which no push of one job makes (another job's generation, or an older run's, copied in?); remove its files if they are not this job's",
+        "generation {} (seq {}, of another run) is not newer than generation {} just below it (seq {}): an older state under a newer number, which no push of one job makes (another job's generation, or an older run's, copied in?); remove its files if they are not this job's",
         m.generation, m.last_seq, b.generation, b.last_seq
     )
 }
@@ -273,17 +273,20 @@ impl ChainIndex {
         }
     }
 
-    /// A valid generation of another run than a generation numbered below
-    /// it whose checkpoint is not older than its own, with that generation:
-    /// an older state under a newer number. Checkpoint times order runs (a
-    /// new run's FULL checkpoint is newer than the state before it, §3.1.6),
-    /// so no push of one job makes it: it is another job's generation, or an
-    /// older run's, copied in (helper-87: another job's older FULL
-    /// generation under the next number, or an L2 holding only another
-    /// job's chain beside this job's L1 copy, was restored with exit 0, and
-    /// a push pruned this job's L1 copy for it). Generations of one run are
-    /// not compared (a clock stepped back within a run orders nothing), nor
-    /// those without a chain identity.
+    /// A valid generation of another run than the generation numbered just
+    /// below it, whose checkpoint is not older than its own, with that
+    /// generation: an older state under a newer number. A push starts a new
+    /// run's chain only on a FULL checkpoint newer than L2's newest
+    /// generation (§3.1.6), so no push of one job makes it: it is another
+    /// job's generation, or an older run's, copied in (helper-87: another
+    /// job's older FULL generation under the next number, or an L2 holding
+    /// only another job's chain beside this job's L1 copy, was restored
+    /// with exit 0, and a push pruned this job's L1 copy for it). Only
+    /// neighbours are compared, as the push compared them: generations
+    /// further apart may be out of order in time with no foreign one among
+    /// them (nodes whose clocks differ, a clock stepped back within a run:
+    /// helper-88), and so may generations of one run; nor those without a
+    /// chain identity.
     pub fn out_of_order(&self) -> Option<(&Manifest, &Manifest)> {
         first_out_of_order(self.manifests.values().collect())
     }
