@@ -808,6 +808,15 @@ fn outputs_never_replace_a_file_or_join_the_l1_directory() {
         let o = j.run(args);
         assert_clean_failure(&o, 5, &["standard output"]);
     }
+    // A directory's name, before any work (helper-86: the whole restore
+    // was written, then its rename failed).
+    for args in [
+        &["restore", "-o", "newdir/"][..],
+        &["coalesce", "ics", "-o", "newdir/"],
+    ] {
+        let o = j.run(args);
+        assert_clean_failure(&o, 5, &["newdir/", "names a directory"]);
+    }
     assert_eq!(tree(d), before, "a refused output changed files");
     // With --force the file is replaced by a valid REX-IC file.
     assert_ok(&j.run(&["coalesce", "ics", "-o", "notes.txt", "-f"]));

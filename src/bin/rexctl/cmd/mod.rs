@@ -20,6 +20,15 @@ pub fn check_out(out: &Path, force: bool) -> rexctl::Result<()> {
             "-: the output cannot be standard output: it is written under a temporary name and renamed into place; give a file name (./- for a file named -)".into(),
         ));
     }
+    // A name ending in `/` is a directory's: the output was written whole
+    // under a temporary name beside it, and only its rename failed
+    // (helper-86).
+    if std::os::unix::ffi::OsStrExt::as_bytes(out.as_os_str()).ends_with(b"/") {
+        return Err(rexctl::Error::Invalid(format!(
+            "{}: names a directory (it ends with /); give the output file's name",
+            out.display()
+        )));
+    }
     if let Ok(m) = std::fs::symlink_metadata(out) {
         if !m.file_type().is_file() {
             return Err(rexctl::Error::Invalid(format!(
