@@ -1246,13 +1246,7 @@ pub fn recover(
     // restore of this job gave the other's, exit 0).
     if !pending.is_empty() && !l2_index.manifests.is_empty() {
         let objects = job.l2.list()?;
-        let shares = l1_index.manifests.values().any(|m| {
-            l2_index.get(m.generation) == Some(m)
-                || m.files
-                    .iter()
-                    .any(|f| objects.iter().any(|o| o.name == f.name))
-        });
-        if !shares {
+        if !shares_with(&l1_index, &l2_index, &objects) {
             let gens = |i: &ChainIndex| {
                 let g: Vec<String> = i.manifests.keys().map(u64::to_string).collect();
                 g.join(", ")
@@ -1595,6 +1589,24 @@ pub(crate) fn foreign(
         );
     }
     None
+}
+
+/// Whether L1's copy of the chain shares a generation (an equal manifest)
+/// or a file name with L2 (`objects`, its listing): a push writes a
+/// generation's data files to L2 before either manifest, so this job's
+/// copy shares at least those, while another job's shares nothing (the
+/// recovery's test, §3.6.3 step 3, and a restore's).
+pub(crate) fn shares_with(
+    l1: &ChainIndex,
+    l2: &ChainIndex,
+    objects: &[crate::store::ObjectInfo],
+) -> bool {
+    l1.manifests.values().any(|m| {
+        l2.get(m.generation) == Some(m)
+            || m.files
+                .iter()
+                .any(|f| objects.iter().any(|o| o.name == f.name))
+    })
 }
 
 /// The generations under which the two places `a` and `b` hold different

@@ -837,12 +837,7 @@ pub(crate) fn foreign_copy(
             .manifests
             .values()
             .all(|m| m.generation > newest.generation);
-        let named = l1.manifests.values().any(|m| {
-            m.files
-                .iter()
-                .any(|f| l2_objects.iter().any(|o| o.name == f.name))
-        });
-        if l1.manifests.is_empty() || !above || named {
+        if l1.manifests.is_empty() || !above || crate::l2::push::shares_with(l1, l2, l2_objects) {
             return None;
         }
         let gens: Vec<String> = l1.manifests.keys().map(u64::to_string).collect();
