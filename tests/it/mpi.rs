@@ -1589,7 +1589,8 @@ fn a_rank_that_cannot_start_fails_every_ranks_start_alike() {
 /// the newest job generation (its job restarted past a fallback and
 /// started a new run) restores that state, from L1 alone (helper-63:
 /// "rank 0 restored generation None, but its generation in the newest job
-/// generation is Some(1)", exit 3, until the next collective push).
+/// generation is Some(1)", exit 3, until the next collective push), also
+/// when its new run counts seqs from 0 again (helper-89).
 #[test]
 fn a_rank_restores_its_pending_full_checkpoint_newer_than_its_job_generation() {
     use rexctl::control::config::{Config, ConfigLayer, TrackerChoice};
@@ -1631,6 +1632,19 @@ fn a_rank_restores_its_pending_full_checkpoint_newer_than_its_job_generation() {
     // The other ranks restore their part of the job generation as before.
     let o = restore_rank(&l2, 1, &t.path().join("r1.rexic"), &["--l1", s(&l1)]);
     success(&o, "rank 1");
+    // Rank 2's job restarted by hand, counting seqs from 0 again: its new
+    // run's state is newer whatever its seqs (helper-89: refused while the
+    // new run's seq was below the job generation's).
+    let mut w = crate::util::workload("balanced", 32, 11);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    let want = crate::util::take_until_at(&mut w, &l1.join("2"), 1, &truth.join("new"), now);
+    let out = t.path().join("r2.rexic");
+    let o = restore_rank(&l2, 2, &out, &["--l1", s(&l1)]);
+    success(&o, "rank 2 from its new run, seqs from 0");
+    crate::util::assert_image(&out, &want, "rank 2's new run");
 }
 
 /// `restore --fallback` on an MPI job: a damaged pending checkpoint of one
@@ -1894,6 +1908,16 @@ fn verify_status_and_gc_of_a_job_check_each_rank_s_l1_and_take_a_rank() {
     );
     // L2 alone is fine.
     ok(&["verify", "--l2", s(&l2)]);
+    // An invalid manifest under a rank's chain: that rank is not "ok"
+    // (helper-89: "ok" above the error that made verify exit 3).
+    let junk = l2.join("1/g00000000.manifest");
+    std::fs::write(&junk, b"junk").unwrap();
+    let o = run(&["verify", "--l2", s(&l2)]);
+    assert_eq!(o.status.code(), Some(3), "{}", show(&["verify"], &o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    let rank1 = text.lines().find(|l| l.starts_with("rank 1:")).unwrap();
+    assert!(rank1.contains("BAD") && !rank1.contains("ok"), "{text}");
+    std::fs::remove_file(&junk).unwrap();
     // Said on standard error, which -q keeps (helper-71: silent).
     let o = run(&["verify", "-q", "--l2", s(&l2), "--l1", s(&l1)]);
     assert_eq!(o.status.code(), Some(3), "{}", show(&["verify"], &o));

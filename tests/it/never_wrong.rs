@@ -3045,9 +3045,12 @@ fn job_at(root: &Path, seed: u64, t0: u64, full_at: Option<u64>) -> (PathBuf, Pa
 /// generation copied into this job's L2 under the next number, an L2
 /// holding only an older job's chain beside this job's L1 copy, and this
 /// job's L1 copy replaced by a newer job's, pruned to a FULL generation
-/// numbered above this job's. Each was restored as this job's newest state
-/// with exit 0, and in the second a push copied the other chain over this
-/// job's L1 copy and pruned that (helper-87). Now a restore of the newest
+/// numbered above this job's (helper-87), another job's generations above a
+/// gap in the numbers or above its run's first, and L1's copy replaced
+/// beside leftover files of an interrupted push of the same names
+/// (helper-90). Each was restored as this job's newest state with exit 0,
+/// and in the second a push copied the other chain over this job's L1 copy
+/// and pruned that. Now a restore of the newest
 /// state stops (exit 3), `verify` and `status` say so, a push changes
 /// nothing, and
 /// `--fallback` or `--l2-only` restore this job's own newest state.
@@ -3164,15 +3167,195 @@ fn another_job_s_chain_in_or_beside_this_one_is_never_its_newest_state() {
             "shares no generation and no file",
         );
     });
-    assert_no_failures(&failures, 3);
+
+    // An older job's FULL generations 4 and 5 (of one run): 5 alone copied
+    // into this job's L2 above a gap, and both (helper-90: only a
+    // generation numbered just above one of another run was compared, so
+    // the first was never compared, and the second once its run's first
+    // was set aside: each restored as this job's newest state, exit 0).
+    let e_root = d.path().join("e");
+    let (e_l1, e_l2) = (e_root.join("l1"), e_root.join("l2"));
+    let mut e = workload("balanced", 48, 4);
+    for (seq, full) in [(1, false), (3, false), (5, false), (6, true), (8, true)] {
+        take_until_at(&mut e, &e_l1, seq, &e_root.join("truth"), 0);
+        let mut args = push_args(&e_l1, &e_l2);
+        if full {
+            args.push("--full");
+        }
+        rex_ok(&args);
+    }
+    for (name, gens) in [("gap", &[5][..]), ("run", &[4, 5][..])] {
+        case(&mut failures, || {
+            let (l1, l2, w) = fresh(name);
+            for g in gens {
+                for kind in ["manifest", "rps", "pf", "ptab"] {
+                    let file = format!("g{g:08}.{kind}");
+                    std::fs::copy(e_l2.join(&file), l2.join(&file)).unwrap();
+                }
+            }
+            let (out, _) = restore(&l2, None, &["--l2-only"], &w.join("r1"));
+            refused(&out, &format!("{name}: restore --l2-only"), older_state);
+            let (out, _) = restore(&l2, Some(&l1), &[], &w.join("r2"));
+            refused(&out, &format!("{name}: restore --l1"), older_state);
+            let (out, image) = restore(&l2, Some(&l1), &["--fallback"], &w.join("r3"));
+            assert!(out.status.success(), "{name}: {}", all_output(&out));
+            assert_image(&image, &want, &format!("{name}: restore --fallback"));
+            refused(
+                &rex(&["verify", "--l2", s(&l2)]),
+                &format!("{name}: verify --l2"),
+                older_state,
+            );
+            refused(
+                &rex(&push_args(&l1, &l2)),
+                &format!("{name}: push-l2"),
+                older_state,
+            );
+            assert_eq!(
+                generations(&l1.join("rex")).len(),
+                3,
+                "{name}: push: L1's copy changed"
+            );
+        });
+    }
+
+    // This job's push of generation 4 interrupted after some of its data
+    // files reached L2, then its L1 copy replaced by the newer job's, pruned
+    // to its FULL generation 4: file names alike are not files shared
+    // (helper-90: L2's leftover files of the names of L1's copy's made it
+    // this job's, and a restore gave the newer job's state, exit 0).
+    case(&mut failures, || {
+        let root = d.path().join("f");
+        let (l1, l2, truth) = (root.join("l1"), root.join("l2"), root.join("truth"));
+        let mut a = workload("balanced", 48, 5);
+        let mut want = PathBuf::new();
+        for seq in [1, 3, 5] {
+            want = take_until_at(&mut a, &l1, seq, &truth, 1000 * 1_000_000_000);
+            rex_ok(&push_args(&l1, &l2));
+        }
+        take_until_at(&mut a, &l1, 7, &truth, 1000 * 1_000_000_000);
+        let w = (1..300)
+            .map(|n| {
+                let w = root.join(format!("fail-{n}"));
+                copy_tree(&l1, &w.join("l1"));
+                copy_tree(&l2, &w.join("l2"));
+                let (wl1, wl2) = (w.join("l1"), w.join("l2"));
+                let out = rexctl()
+                    .args(push_args(&wl1, &wl2))
+                    .env("REX_FAILPOINT", n.to_string())
+                    .output()
+                    .unwrap();
+                assert!(!out.status.success(), "failpoint {n} reached no operation");
+                w
+            })
+            .find(|w| {
+                gen_file(&w.join("l2"), 4, "ptab").exists()
+                    && !gen_file(&w.join("l2"), 4, "manifest").exists()
+            })
+            .expect("an interrupted push leaves generation 4's files without its manifest");
+        let (l1, l2) = (w.join("l1"), w.join("l2"));
+        std::fs::remove_dir_all(l1.join("rex")).unwrap();
+        copy_tree(&newer_l1.join("rex"), &l1.join("rex"));
+        let (out, _) = restore(&l2, Some(&l1), &[], &w.join("r1"));
+        refused(&out, "restore --l1", "shares no generation and no file");
+        refused(
+            &rex(&push_args(&l1, &l2)),
+            "push-l2",
+            "shares no generation and no file",
+        );
+        let (out, image) = restore(&l2, Some(&l1), &["--l2-only"], &w.join("r2"));
+        assert!(out.status.success(), "{}", all_output(&out));
+        assert_image(&image, &want, "restore --l2-only");
+    });
+
+    // Another job's newer generations copied over two of this job's, below
+    // this job's later FULL generation: those two are the intruders, not
+    // this job's run, which comes back above them (helper-91: this job's
+    // newest generations were set aside, and a `--fallback` restore gave
+    // the other job's state).
+    case(&mut failures, || {
+        let root = d.path().join("between");
+        let (l1, l2, truth) = (root.join("l1"), root.join("l2"), root.join("truth"));
+        let mut x = workload("balanced", 48, 6);
+        let mut want = PathBuf::new();
+        for (seq, full) in [
+            (1, false),
+            (3, false),
+            (5, false),
+            (7, false),
+            (9, false),
+            (11, true),
+            (13, false),
+        ] {
+            want = take_until_at(&mut x, &l1, seq, &truth, 1000 * 1_000_000_000);
+            let mut args = push_args(&l1, &l2);
+            if full {
+                args.push("--full");
+            }
+            rex_ok(&args);
+        }
+        let (f_l1, f_l2) = (root.join("f-l1"), root.join("f-l2"));
+        let mut f = workload("balanced", 48, 7);
+        for (seq, full) in [(1, false), (3, false), (5, false), (7, true), (9, false)] {
+            take_until_at(
+                &mut f,
+                &f_l1,
+                seq,
+                &root.join("f-truth"),
+                3000 * 1_000_000_000,
+            );
+            let mut args = push_args(&f_l1, &f_l2);
+            if full {
+                args.push("--full");
+            }
+            rex_ok(&args);
+        }
+        for g in [4, 5] {
+            for kind in ["manifest", "rps", "pf", "ptab"] {
+                std::fs::copy(gen_file(&f_l2, g, kind), gen_file(&l2, g, kind)).unwrap();
+            }
+        }
+        for (name, l1_arg, extra) in [
+            ("r1", None, &["--l2-only"][..]),
+            ("r2", None, &["--l2-only", "--fallback"][..]),
+            ("r3", Some(l1.as_path()), &[][..]),
+        ] {
+            let (out, image) = restore(&l2, l1_arg, extra, &root.join(name));
+            assert!(
+                out.status.success(),
+                "between {extra:?}: {}",
+                all_output(&out)
+            );
+            assert_image(&image, &want, &format!("between {extra:?}"));
+        }
+    });
+    assert_no_failures(&failures, 7);
+}
+
+/// Restores from L1 plus L2 and from L2 alone give `want`, and `verify`
+/// and `status` pass: every command takes the job's chain as its own.
+fn every_command_takes_it(l1: &Path, l2: &Path, work: &Path, want: &Path, name: &str) {
+    for (r, l1_arg, extra) in [("r1", Some(l1), &[][..]), ("r2", None, &["--l2-only"][..])] {
+        let (out, image) = restore(l2, l1_arg, extra, &work.join(r));
+        assert!(out.status.success(), "{name}: {}", all_output(&out));
+        assert_image(&image, want, name);
+    }
+    for args in [
+        vec!["verify", "--l2", s(l2), "--l1", s(l1)],
+        vec!["status", "--l2", s(l2), "--l1", s(l1)],
+    ] {
+        let out = rex(&args);
+        assert!(out.status.success(), "{name}: {}", show(&args, &out));
+    }
 }
 
 /// Generations out of order in time with nothing foreign among them, as a
 /// job's own pushes make them: a run continued on a node whose clock is
 /// behind the first node's, then a new run; and a clock stepped back within
-/// a run, after another run. Every command takes them as the job's
-/// (helper-88: comparing each generation with every one below it refused
-/// them for ever, push, restore and `--generation` alike).
+/// a run, after another run, or within a new run's first batch. Every
+/// command takes them as the job's (helper-88: comparing each generation
+/// with every one below it refused them for ever, push, restore and
+/// `--generation` alike; helper-89: so did comparing a new run's newest
+/// checkpoint instead of its first).
 #[test]
 fn clocks_that_differ_between_nodes_or_step_back_are_not_another_job() {
     let d = tempfile::tempdir().unwrap();
@@ -3196,20 +3379,72 @@ fn clocks_that_differ_between_nodes_or_step_back_are_not_another_job() {
             rex_ok(&push_args(&l1, &l2));
         }
         assert_eq!(generations(&l2).len(), 4, "{name}: the pushes");
-        let (out, image) = restore(&l2, Some(&l1), &[], &root.join("r1"));
-        assert!(out.status.success(), "{name}: {}", all_output(&out));
-        assert_image(&image, &want, name);
-        let (out, image) = restore(&l2, None, &["--l2-only"], &root.join("r2"));
-        assert!(out.status.success(), "{name}: {}", all_output(&out));
-        assert_image(&image, &want, name);
-        for args in [
-            vec!["verify", "--l2", s(&l2), "--l1", s(&l1)],
-            vec!["status", "--l2", s(&l2), "--l1", s(&l1)],
-        ] {
-            let out = rex(&args);
-            assert!(out.status.success(), "{name}: {}", show(&args, &out));
-        }
+        every_command_takes_it(&l1, &l2, &root, &want, name);
         take_until_at(&mut b, &l1, 6, &truth, b_times[1] * 1_000_000_000);
         rex_ok(&push_args(&l1, &l2));
     }
+    // Run A at 500 s; run B's first batch from 1000 s, its clock stepped
+    // back to 0 s after its FULL checkpoint: the push publishes it, so
+    // every command takes it (helper-89: judged by its newest checkpoint,
+    // the generation was refused by every command, push included, for
+    // ever).
+    let root = d.path().join("within");
+    let (l1, l2, truth) = (root.join("l1"), root.join("l2"), root.join("truth"));
+    let mut a = workload("balanced", 48, 1);
+    take_until_at(&mut a, &l1, 4, &truth, 500 * 1_000_000_000);
+    rex_ok(&push_args(&l1, &l2));
+    let mut b = workload("balanced", 48, 2);
+    take_until_at(&mut b, &l1, 1, &truth, 1000 * 1_000_000_000);
+    let want = take_until_at(&mut b, &l1, 3, &truth, 0);
+    rex_ok(&push_args(&l1, &l2));
+    assert_eq!(generations(&l2).len(), 2, "within: the pushes");
+    every_command_takes_it(&l1, &l2, &root, &want, "within");
+    take_until_at(&mut b, &l1, 5, &truth, 0);
+    rex_ok(&push_args(&l1, &l2));
+
+    // Run A at 1000 s; one batch: run Y's FULL checkpoint at 1003 s, its
+    // clock stepped back, Y's incremental at 10 s, then run Z's FULL at
+    // 20 s. The push takes it (each FULL newer than the checkpoint before
+    // it), so every command takes it (helper-91: Z's generation was judged
+    // by its own run's first checkpoint).
+    let root = d.path().join("runs");
+    let (l1, l2, truth) = (root.join("l1"), root.join("l2"), root.join("truth"));
+    let mut a = workload("balanced", 48, 1);
+    take_until_at(&mut a, &l1, 2, &truth, 1000 * 1_000_000_000);
+    rex_ok(&push_args(&l1, &l2));
+    let secs = 1_000_000_000;
+    let (mut y, mut z) = (workload("balanced", 48, 2), workload("balanced", 48, 3));
+    for (run, seq, t) in [(0, 3, 1003), (0, 4, 10), (1, 5, 20), (1, 6, 21)] {
+        let w = if run == 0 { &mut y } else { &mut z };
+        let mut c = w.step();
+        c.seq = seq;
+        w.write(&c, &l1, t * secs).unwrap();
+    }
+    let want = truth.join("z.rexic");
+    z.write_image(&want).unwrap();
+    rex_ok(&push_args(&l1, &l2));
+    every_command_takes_it(&l1, &l2, &root, &want, "runs");
+    let mut c = z.step();
+    c.seq = 7;
+    z.write(&c, &l1, 22 * secs).unwrap();
+    rex_ok(&push_args(&l1, &l2));
+
+    // The "nodes" history (run A at 120 s, continued at 0 s, run B's FULL
+    // generation at 10 s), then the manifest of the generation between
+    // damaged: the push compared B's with that one, so the restore does
+    // not compare it across it with A's first (helper-91).
+    let root = d.path().join("damaged");
+    let (l1, l2, truth) = (root.join("l1"), root.join("l2"), root.join("truth"));
+    let mut a = workload("balanced", 48, 1);
+    for (seq, t0) in [(2, 120), (4, 0)] {
+        take_until_at(&mut a, &l1, seq, &truth, t0 * secs);
+        rex_ok(&push_args(&l1, &l2));
+    }
+    let mut b = workload("balanced", 48, 2);
+    let want = take_until_at(&mut b, &l1, 2, &truth, 10 * secs);
+    rex_ok(&push_args(&l1, &l2));
+    flip_byte(&gen_file(&l2, 2, "manifest"), 40);
+    let (out, image) = restore(&l2, None, &["--l2-only"], &root.join("r1"));
+    assert!(out.status.success(), "damaged: {}", all_output(&out));
+    assert_image(&image, &want, "damaged");
 }

@@ -1303,6 +1303,63 @@ fn s3_interrupted_restore_leaves_no_cache() {
     job.restore_exact(false, &[], &seq0, "restore after the interrupted one");
 }
 
+/// A multipart upload that another process aborts while it runs (`rexctl
+/// gc --grace 0`, or another push's recovery on the prefix: they abort the
+/// uploads whose intent is older than their grace) fails as what it is,
+/// exit 1, and publishes nothing (helper-90: the server's refusal of the
+/// next part read as rejected credentials, exit 5).
+#[test]
+fn s3_an_upload_another_process_aborts_is_said_so() {
+    use rexctl::durable::Piece;
+    use rexctl::store::NoProgress;
+    let Some(server) = S3Server::start("rex-abort") else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let job = s3_job(d.path(), &server, "abort");
+    let (pusher, gc) = (job.store_with_parts(5 << 20), job.store_with_parts(5 << 20));
+    let body: Vec<u8> = (0..(16u32 << 20)).map(|i| (i % 249) as u8).collect();
+    let mut pieces = vec![Piece::Data(vec![0; 64])];
+    pieces.extend(body.chunks(1 << 20).map(|c| Piece::Data(c.to_vec())));
+    pieces.push(Piece::End(vec![9; 64]));
+    let mut sent = 0usize;
+    let mut aborted = Vec::new();
+    let mut stream = pieces.into_iter().inspect(|p| {
+        if let Piece::Data(b) = p {
+            sent += b.len();
+        }
+        // Two parts on their way: the other process aborts the upload (from
+        // a thread of its own: the stream is read within the pusher's
+        // runtime).
+        if sent > (11 << 20) && aborted.is_empty() {
+            aborted = std::thread::scope(|t| {
+                t.spawn(|| gc.abort_stale_uploads(None).unwrap())
+                    .join()
+                    .unwrap()
+            });
+        }
+    });
+    let e = pusher
+        .put_stream("g00000001.rps", 64, &mut stream, &NoProgress)
+        .unwrap_err();
+    drop(stream);
+    assert_eq!(aborted.len(), 1, "the other process aborted no upload");
+    let text = e.to_string();
+    assert!(
+        text.contains("aborted by another process"),
+        "not said as an abort: {text}"
+    );
+    assert!(
+        !text.contains("credentials") && !text.contains("failed too"),
+        "{text}"
+    );
+    assert_eq!(e.exit_code(), 1, "{text}");
+    assert!(
+        !job.names().contains("g00000001.rps"),
+        "the object was published"
+    );
+}
+
 /// Two copies of one job push to one bucket (a restart on another node
 /// while the first still runs); a bucket has no writer lock. The copy
 /// slowed past the other's commit of the same generation number used to

@@ -42,26 +42,95 @@ pub struct ChainIndex {
     pub unpublished: std::collections::BTreeSet<u64>,
 }
 
-/// The first of `ms` (ascending generations) that follows the generation
-/// numbered just below it, of another run, whose checkpoint is not older,
-/// with that one ([`ChainIndex::out_of_order`]).
-fn first_out_of_order(ms: Vec<&Manifest>) -> Option<(&Manifest, &Manifest)> {
-    ms.windows(2).find_map(|w| {
-        let (b, m) = (w[0], w[1]);
-        (m.generation == b.generation + 1
-            && m.chain_id.is_some()
-            && b.chain_id.is_some()
-            && b.chain_id != m.chain_id
-            && b.time_ns >= m.time_ns)
-            .then_some((m, b))
-    })
+/// The generations of `ms` (ascending) that are out of order, each with
+/// the valid generation below it ([`ChainIndex::out_of_order`]); `damaged`
+/// lists the generation numbers whose manifest is there but invalid. The
+/// walk compares every chain base with the nearest generation below it
+/// that is itself in order, whatever the numbers between (helper-90:
+/// another job's generations copied in above a gap were never compared),
+/// and a run found out of order stays so above it (its later generations
+/// are as foreign). Not compared:
+///
+/// * Δ generations: the link to their parent is (`check_link`: the same
+///   run), which tells which of the two is foreign, where a comparison in
+///   time would blame the upper one, this job's own generation above
+///   another job's base copied in under its parent's number;
+/// * a chain base across a damaged manifest: the push compared it with
+///   that generation, which may have been newer than the one below in
+///   time alone (nodes whose clocks differ: helper-91);
+/// * a chain base of a run found in order below: a run does not come back
+///   after another run's generations unless on a newer FULL checkpoint, so
+///   the generations between are the intruders (helper-91: this job's
+///   generations above another job's newer ones copied in between were
+///   set aside, and a `--fallback` restore gave the other job's state).
+fn out_of_order_pairs<'a>(
+    ms: impl Iterator<Item = &'a Manifest>,
+    damaged: &std::collections::BTreeSet<u64>,
+) -> Vec<(&'a Manifest, &'a Manifest)> {
+    let mut below: Option<&Manifest> = None;
+    let mut foreign: Vec<ChainId> = Vec::new();
+    let mut seen: Vec<ChainId> = Vec::new();
+    let mut bad = Vec::new();
+    for m in ms {
+        if let Some(b) = below
+            && m.parent.is_none()
+            && let (Some(run), Some(b_run)) = (m.chain_id, b.chain_id)
+            && run != b_run
+            && (foreign.contains(&run)
+                || !seen.contains(&run)
+                    && damaged
+                        .range(b.generation + 1..m.generation)
+                        .next()
+                        .is_none()
+                    && !follows(m, b_run, b.time_ns))
+        {
+            if !foreign.contains(&run) {
+                foreign.push(run);
+            }
+            bad.push((m, b));
+            continue;
+        }
+        if let Some(run) = m.chain_id
+            && !seen.contains(&run)
+        {
+            seen.push(run);
+        }
+        below = Some(m);
+    }
+    bad
+}
+
+/// Whether generation `m`, of another run than the generation below it
+/// (of run `b_run`, whose newest checkpoint was taken at `b_time`), is
+/// one a push could have published on it. A push takes a batch whose
+/// first checkpoint continues the run of L2's newest generation, or is a
+/// FULL one taken after that generation's newest checkpoint (§3.1.6). So
+/// `m` follows when its batch coalesced checkpoints of `b_run` (its
+/// `other_runs`: a 128-bit run id no other job has), or when the first
+/// checkpoint of its batch (the lowest seq of its `other_runs` and
+/// `seq_times`: a push on another run's generation records only its
+/// batch's) is newer than `b_time`. Not the time of `m`'s own newest
+/// checkpoint: a clock stepped back within the new run after its FULL
+/// checkpoint made a generation the push published refused by every
+/// command afterwards (helper-89); nor its run's first: another run may
+/// come first in the batch (helper-91). A manifest with neither (older
+/// writers) is judged by its newest checkpoint.
+fn follows(m: &Manifest, b_run: ChainId, b_time: u64) -> bool {
+    let first = m
+        .other_runs
+        .iter()
+        .map(|o| (o.seq, o.time_ns))
+        .chain(m.seq_times.iter().copied())
+        .min_by_key(|&(q, _)| q)
+        .map_or(m.time_ns, |(_, t)| t);
+    m.other_runs.iter().any(|o| o.chain_id == b_run) || first > b_time
 }
 
 /// Why generation `m` cannot follow generation `b` below it
 /// ([`ChainIndex::out_of_order`]).
 pub fn out_of_order_text(m: &Manifest, b: &Manifest) -> String {
     format!(
-        "generation {} (seq {}, of another run) is not newer than generation {} just below it (seq {}): an older state under a newer number, which no push of one job makes (another job's generation, or an older run's, copied in?); remove its files if they are not this job's",
+        "generation {} (seq {}, of another run) was not pushed on generation {} below it (seq {}): its run's first checkpoint there is not newer than that generation's newest, or an older generation of its run is not either: an older state under a newer number, which no push of one job makes (another job's generation, or an older run's, copied in?); remove its files if they are not this job's",
         m.generation, m.last_seq, b.generation, b.last_seq
     )
 }
@@ -273,22 +342,35 @@ impl ChainIndex {
         }
     }
 
-    /// A valid generation of another run than the generation numbered just
-    /// below it, whose checkpoint is not older than its own, with that
+    /// The first valid generation of another run than the generation below
+    /// it that no push could have published on that one, with that
     /// generation: an older state under a newer number. A push starts a new
-    /// run's chain only on a FULL checkpoint newer than L2's newest
-    /// generation (§3.1.6), so no push of one job makes it: it is another
-    /// job's generation, or an older run's, copied in (helper-87: another
-    /// job's older FULL generation under the next number, or an L2 holding
-    /// only another job's chain beside this job's L1 copy, was restored
-    /// with exit 0, and a push pruned this job's L1 copy for it). Only
-    /// neighbours are compared, as the push compared them: generations
+    /// run's chain only on a FULL checkpoint newer than the checkpoint
+    /// before it (§3.1.6; see `follows`), so no push of one job makes it:
+    /// it is another job's generation, or an older run's, copied in
+    /// (helper-87: another job's older FULL generation under the next
+    /// number, or an L2 holding only another job's chain beside this job's
+    /// L1 copy, was restored with exit 0, and a push pruned this job's L1
+    /// copy for it). Each chain base is compared with the nearest
+    /// generation below it that is in order, as the push compared them
+    /// (see `out_of_order_pairs` for those not compared): generations
     /// further apart may be out of order in time with no foreign one among
     /// them (nodes whose clocks differ, a clock stepped back within a run:
     /// helper-88), and so may generations of one run; nor those without a
     /// chain identity.
     pub fn out_of_order(&self) -> Option<(&Manifest, &Manifest)> {
-        first_out_of_order(self.manifests.values().collect())
+        out_of_order_pairs(self.manifests.values(), &self.damaged())
+            .into_iter()
+            .next()
+    }
+
+    /// The generation numbers whose manifest is there but invalid.
+    fn damaged(&self) -> std::collections::BTreeSet<u64> {
+        self.invalid
+            .iter()
+            .map(|(g, _)| *g)
+            .filter(|g| !self.manifests.contains_key(g))
+            .collect()
     }
 
     /// [`out_of_order`](Self::out_of_order) of this index overlaid with
@@ -303,7 +385,15 @@ impl ChainIndex {
         let mut all: BTreeMap<u64, &Manifest> =
             other.manifests.iter().map(|(g, m)| (*g, m)).collect();
         all.extend(self.manifests.iter().map(|(g, m)| (*g, m)));
-        first_out_of_order(all.into_values().collect())
+        let damaged = self
+            .damaged()
+            .into_iter()
+            .chain(other.damaged())
+            .filter(|g| !all.contains_key(g))
+            .collect();
+        out_of_order_pairs(all.into_values(), &damaged)
+            .into_iter()
+            .next()
     }
 
     /// Without the generations [`out_of_order`](Self::out_of_order) finds,
@@ -311,9 +401,11 @@ impl ChainIndex {
     /// the index was read), so that a restore of the newest state stops on
     /// it, a `--fallback` one passes over it, and `verify` reports it.
     pub fn without_out_of_order(mut self, place: &str) -> ChainIndex {
-        while let Some((m, b)) = self.out_of_order() {
-            let g = m.generation;
-            let why = out_of_order_text(m, b);
+        let bad: Vec<(u64, String)> = out_of_order_pairs(self.manifests.values(), &self.damaged())
+            .into_iter()
+            .map(|(m, b)| (m.generation, out_of_order_text(m, b)))
+            .collect();
+        for (g, why) in bad {
             self.manifests.remove(&g);
             self.unpublished.remove(&g);
             self.invalid.push((g, Error::chain(place, why)));

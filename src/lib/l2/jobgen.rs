@@ -684,13 +684,24 @@ pub fn restore_rank_l1(
     // A pending FULL checkpoint newer than the member is a newer state of
     // its own, from L1 alone: the rank's job restarted past a fallback and
     // started a new run (helper-63: every collective restore failed until
-    // the next collective push).
+    // the next collective push). Of the member's run, its seq says so; of
+    // another run, seqs do not order runs (a job restarted by hand counts
+    // from 0 again: helper-89), and the restore took it over the member by
+    // the run rules (§3.1.6: its FULL checkpoint is newer).
     let newer_full = r.generation.is_none()
         && r.pages == r.pages_from_l1_ics
         && member.is_some_and(|g| {
             ChainIndex::load(job.l2.as_ref())
                 .ok()
-                .and_then(|i| i.get(g).map(|m| m.last_seq < r.seq))
+                .and_then(|i| {
+                    i.get(g).map(|m| {
+                        m.last_seq < r.seq
+                            || r.fell_back.is_none()
+                                && r.chain_id.is_some()
+                                && m.chain_id.is_some()
+                                && r.chain_id != m.chain_id
+                    })
+                })
                 .unwrap_or(false)
         });
     let builds_on = if r.generation == member || newer_full {

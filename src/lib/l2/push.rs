@@ -57,7 +57,7 @@ use crate::error::{Error, Failure, IoContext, Result};
 use crate::format::chunked::WriteFormat;
 use crate::format::ic::{ChainId, IcMeta};
 use crate::format::manifest::{
-    FileEntry, GenKind, MAX_SEQ_TIMES, Manifest, OtherRun, Timings, manifest_name,
+    FileEntry, GenKind, MAX_SEQ_TIMES, Manifest, OtherRun, Role, Timings, manifest_name,
 };
 use crate::format::xref::Xref;
 use crate::l1::coalesce::{CList, CoalesceStats};
@@ -1246,7 +1246,7 @@ pub fn recover(
     // restore of this job gave the other's, exit 0).
     if !pending.is_empty() && !l2_index.manifests.is_empty() {
         let objects = job.l2.list()?;
-        if !shares_with(&l1_index, &l2_index, &objects) {
+        if !shares_with(&l1_index, &l2_index, job.l2.as_ref(), &objects)? {
             let gens = |i: &ChainIndex| {
                 let g: Vec<String> = i.manifests.keys().map(u64::to_string).collect();
                 g.join(", ")
@@ -1592,21 +1592,50 @@ pub(crate) fn foreign(
 }
 
 /// Whether L1's copy of the chain shares a generation (an equal manifest)
-/// or a file name with L2 (`objects`, its listing): a push writes a
+/// or a data file with L2 (`store`, listed as `objects`): a push writes a
 /// generation's data files to L2 before either manifest, so this job's
 /// copy shares at least those, while another job's shares nothing (the
-/// recovery's test, §3.6.3 step 3, and a restore's).
+/// recovery's test, §3.6.3 step 3, and a restore's). A file is shared when
+/// L2's object of its name is the one its manifest records (size, CRC-32,
+/// XXH3), not merely of its name: every job names generation N's files
+/// alike, and another job's L1 copy was restored as this job's newest
+/// state, exit 0, beside the files this job's interrupted push of that
+/// number left (helper-90). Files of the right size are read, smallest
+/// first, until one is this generation's; a P-Table or Xref file counts
+/// only with the XXH3 newer manifests record.
 pub(crate) fn shares_with(
     l1: &ChainIndex,
     l2: &ChainIndex,
+    store: &dyn Store,
     objects: &[crate::store::ObjectInfo],
-) -> bool {
-    l1.manifests.values().any(|m| {
-        l2.get(m.generation) == Some(m)
-            || m.files
-                .iter()
-                .any(|f| objects.iter().any(|o| o.name == f.name))
-    })
+) -> Result<bool> {
+    if l1
+        .manifests
+        .values()
+        .any(|m| l2.get(m.generation) == Some(m))
+    {
+        return Ok(true);
+    }
+    let mut named: Vec<(&Manifest, &crate::format::manifest::FileEntry)> = l1
+        .manifests
+        .values()
+        .flat_map(|m| m.files.iter().map(move |f| (m, f)))
+        .filter(|(_, f)| {
+            // A P-Table's or Xref file's CRC-32 follows from its length
+            // alone: without its XXH3 (older manifests) it tells nothing.
+            (f.xxh3.is_some() || matches!(f.role, Role::Rps | Role::Pf))
+                && objects
+                    .iter()
+                    .any(|o| o.name == f.name && o.bytes == f.bytes)
+        })
+        .collect();
+    named.sort_by_key(|(_, f)| f.bytes);
+    for (m, f) in named {
+        if unsound(store, m, f)?.is_none() {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// The generations under which the two places `a` and `b` hold different

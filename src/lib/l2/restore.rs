@@ -348,18 +348,22 @@ pub fn restore_l1_l2_to(
     let l1_unreadable = l1_unlisted.as_ref().map(Error::report);
     let l2_objects = job.l2.list()?;
     let l2_index = ChainIndex::load_listed(job.l2.as_ref(), &l2_objects)?;
-    if let Some(e) = foreign_copy(job, &l2_index, &l1_index, &l2_objects, opts) {
+    if let Some(e) = foreign_copy(job, &l2_index, &l1_index, &l2_objects, opts)? {
         return Err(e);
     }
     if let Some(e) = rank_chain_alone(&l2_index, &job.l2.describe(), opts) {
         return Err(e);
     }
-    let mut index = l2_index
-        .overlaid_with(&l1_index)
-        .without_out_of_order(&job.l2.describe());
+    // Committed first: `committed` drops the invalid manifests above the
+    // newest generation it keeps (torn uncommitted ones), and a committed
+    // generation found out of order must stay among the invalid ones, so
+    // that the restore stops on it or says it fell back (helper-89: a
+    // rank's `--fallback` restore gave the generation below with no word).
+    let mut index = l2_index.overlaid_with(&l1_index);
     if let Some(committed) = opts.job_committed {
         index = index.committed(committed);
     }
+    let mut index = index.without_out_of_order(&job.l2.describe());
     let oldest = index.manifests.values().next().cloned();
     let all_newest = index.newest().map(Covered::from);
     let coalesced = opts.seq.and_then(|want| coalesced_into(&index, want));
@@ -629,6 +633,15 @@ impl Attempt<'_> {
             from_l2,
         } = *self;
         let Some(m) = index.get(g).cloned() else {
+            // Why, when the index knows (helper-90: a generation set aside
+            // as out of order was said to have no valid manifest anywhere,
+            // while L1's copy held one).
+            if let Some((_, e)) = index.invalid.iter().find(|(h, _)| *h == g) {
+                return Err(Error::chain(
+                    job.l2.describe(),
+                    format!("generation {g} has no valid manifest: {}", e.report()),
+                ));
+            }
             return Err(Error::chain(
                 job.l2.describe(),
                 format!("generation {g} has no valid manifest in L2 or in L1's copy"),
@@ -798,7 +811,8 @@ fn rank_chain(index: &ChainIndex, place: &str, what: &str) -> Option<Error> {
 /// directory's job's. Each of L1's generations was passed over with a
 /// warning and L2's state restored with exit 0 (helper-66). So are they
 /// when L1's copy holds only generations above L2's newest, of no run of
-/// L2's newest, and none of their files' names is in L2 (`l2_objects`), as
+/// L2's newest, and none of their files is in L2 (`l2_objects`; the same
+/// bytes, not merely the name: [`crate::l2::push::shares_with`]), as
 /// a push's recovery refuses them (§3.6.3 step 3): a push writes its data
 /// files to L2 before either manifest (helper-87: another job's leftover
 /// copy, pruned to a FULL generation numbered above this job's, was
@@ -810,38 +824,43 @@ pub(crate) fn foreign_copy(
     l1: &ChainIndex,
     l2_objects: &[crate::store::ObjectInfo],
     opts: &RestoreOptions,
-) -> Option<Error> {
+) -> Result<Option<Error>> {
     if opts.generation.is_some() {
-        return None;
+        return Ok(None);
     }
     let mut differs = None;
     for (g, m) in &l1.manifests {
         match l2.get(*g) {
-            Some(n) if n == m => return None,
+            Some(n) if n == m => return Ok(None),
             Some(_) => {
                 differs.get_or_insert(*g);
             }
             None => {}
         }
     }
-    let newest = l2.newest()?;
+    let Some(newest) = l2.newest() else {
+        return Ok(None);
+    };
     if l1
         .manifests
         .values()
         .any(|m| m.chain_id.is_some() && m.chain_id == newest.chain_id)
     {
-        return None;
+        return Ok(None);
     }
     let Some(g) = differs else {
         let above = l1
             .manifests
             .values()
             .all(|m| m.generation > newest.generation);
-        if l1.manifests.is_empty() || !above || crate::l2::push::shares_with(l1, l2, l2_objects) {
-            return None;
+        if l1.manifests.is_empty()
+            || !above
+            || crate::l2::push::shares_with(l1, l2, job.l2.as_ref(), l2_objects)?
+        {
+            return Ok(None);
         }
         let gens: Vec<String> = l1.manifests.keys().map(u64::to_string).collect();
-        return Some(Error::chain(
+        return Ok(Some(Error::chain(
             &job.l1,
             format!(
                 "L1's copy of the chain ({}, generations {}) shares no generation and no file with L2 ({}, newest generation {}), and holds none of its run: they are two jobs' (or L1 is another job's leftovers); give this L2's L1 directory, --l2-only to restore L2's newest state alone, or --generation N to take L1's copy anyway",
@@ -850,16 +869,16 @@ pub(crate) fn foreign_copy(
                 job.l2.describe(),
                 newest.generation
             ),
-        ));
+        )));
     };
-    Some(Error::chain(
+    Ok(Some(Error::chain(
         &job.l1,
         format!(
             "L1's copy of the chain ({}) and L2 ({}) share no generation and hold different manifests of generation {g}: they are two jobs' (or L1 is another run's leftovers); give this L2's L1 directory, or --l2-only to restore L2's newest state alone",
             job.l1_chain.describe(),
             job.l2.describe()
         ),
-    ))
+    )))
 }
 
 fn foreign_pending(l1_files: &[IcMeta], covered: &Covered, m: &Manifest) -> bool {

@@ -231,14 +231,17 @@ fn status_once(job: &Job, job_committed: Option<u64>) -> Result<Status> {
             .iter()
             .map(|(g, e)| format!("L1 generation {g}: {e}")),
     );
-    // L1's copy of another job beside this L2, as a restore refuses it.
+    // L1's copy of another job beside this L2, as a restore refuses it
+    // (which reads L2's objects named as that copy's files, of their sizes,
+    // when its generations all lie above L2's and none is of L2's run: the
+    // one case where status reads data).
     if let Some(e) = crate::l2::restore::foreign_copy(
         job,
         &l2,
         &l1,
         &l2_objects,
         &crate::l2::restore::RestoreOptions::default(),
-    ) {
+    )? {
         invalid.push(e.to_string());
     }
     if let Some((m, b)) = l2.out_of_order_with(&l1) {

@@ -655,6 +655,11 @@ impl S3Store {
                 Ok(crc)
             }
             Err(e) => {
+                let e = match self.aborted_under_us(e, &intent, &id) {
+                    // Nothing left to abort.
+                    Ok(e) => return Err(e),
+                    Err(e) => e,
+                };
                 // The parts in flight were cancelled with the task set.
                 self.count();
                 match self.rt.block_on(self.s3.abort_multipart(key, &id)) {
@@ -688,6 +693,52 @@ impl S3Store {
                     }
                 }
             }
+        }
+    }
+
+    /// `e`, a multipart upload's failure, said as what it is when another
+    /// process aborted the upload `id` (its intent object `intent` is gone
+    /// or names another upload: `rexctl gc`, or another push's recovery,
+    /// aborts the uploads whose intent is older than its grace, and a push
+    /// of the same name replaces the intent): the server then refuses the
+    /// parts (403 or 404, NoSuchUpload), which read as rejected credentials,
+    /// exit 5 (helper-90). `Ok` with the error said so when it was, `Err`
+    /// with `e` when not.
+    fn aborted_under_us(
+        &self,
+        mut e: Error,
+        intent: &Key,
+        id: &str,
+    ) -> std::result::Result<Error, Error> {
+        use object_store::Error as E;
+        let refused = matches!(
+            &e,
+            Error::Remote {
+                op: "upload part" | "complete multipart upload",
+                kind: RemoteKind::Config | RemoteKind::NotFound,
+                reason,
+                ..
+            // A bucket deleted under the upload is said as such (exit 5).
+            } if !reason.starts_with("the bucket does not exist")
+        );
+        let gone = refused && {
+            self.count();
+            match self
+                .rt
+                .block_on(async { self.s3.get(intent).await?.bytes().await })
+            {
+                Ok(b) => String::from_utf8_lossy(&b).trim() != id,
+                Err(E::NotFound { .. }) => true,
+                Err(_) => false,
+            }
+        };
+        match &mut e {
+            Error::Remote { kind, reason, .. } if gone => {
+                *kind = RemoteKind::Transport;
+                *reason = "the multipart upload was aborted by another process (`rexctl gc` with a grace shorter than this upload has run, or another push of this object or its recovery on this prefix); nothing was published: run the push again".to_string();
+                Ok(e)
+            }
+            _ => Err(e),
         }
     }
 

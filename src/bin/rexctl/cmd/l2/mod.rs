@@ -85,7 +85,12 @@ pub fn run_job(
                     m.rank,
                     m.generation.map_or("-".into(), |g| g.to_string()),
                     gens.unwrap_or_default(),
-                    if bad > 0 || m.l1.as_ref().is_some_and(|l| !l.errors.is_empty()) {
+                    // Nor one whose invalid manifests verify found
+                    // (helper-89: "ok" above its out-of-order generation).
+                    if bad > 0
+                        || m.verify.as_ref().is_some_and(|v| !v.ok())
+                        || m.l1.as_ref().is_some_and(|l| !l.errors.is_empty())
+                    {
                         ui::bad("BAD")
                     } else {
                         ui::good("ok")
@@ -103,6 +108,9 @@ pub fn run_job(
                         ui::bad("BAD"),
                         g.error.as_deref().unwrap_or("")
                     );
+                }
+                for e in &v.invalid_manifests {
+                    outln!("rank {}: {}: {e}", m.rank, ui::bad("BAD"));
                 }
             }
             if let Some(l1) = &m.l1 {
