@@ -166,6 +166,12 @@ impl<'a> Job<'a> {
 
     /// The store, with multipart uploads of `part_size` parts (S3).
     fn store_with_parts(&self, part_size: u64) -> Box<dyn Store> {
+        self.store_with(part_size, rexctl::store::settings::INTENT_REFRESH_S)
+    }
+
+    /// [`store_with_parts`](Self::store_with_parts), its uploads writing
+    /// their intent again every `intent_refresh_s` seconds.
+    fn store_with(&self, part_size: u64, intent_refresh_s: f64) -> Box<dyn Store> {
         let mut settings = StoreSettings {
             job: Some(self.name.clone()),
             rank: self.rank.clone(),
@@ -181,6 +187,7 @@ impl<'a> Job<'a> {
                 secret_access_key: Some(Secret(server::SECRET_KEY.into())),
                 max_retries: 2,
                 part_size,
+                intent_refresh_s,
                 ..Default::default()
             };
         }
@@ -1357,6 +1364,66 @@ fn s3_an_upload_another_process_aborts_is_said_so() {
     assert!(
         !job.names().contains("g00000001.rps"),
         "the object was published"
+    );
+}
+
+/// A multipart upload that runs longer than `gc`'s grace keeps its intent
+/// fresh, so `gc` (or another push's recovery) aborts no upload in
+/// progress: gc with a grace of 2 s, run 3 s into an upload that refreshes
+/// its intent at every part (helper-90: every push longer than gc's grace,
+/// an hour by default, was aborted by a gc from cron).
+#[test]
+fn s3_an_upload_longer_than_gc_s_grace_is_not_aborted() {
+    use rexctl::durable::Piece;
+    use rexctl::store::NoProgress;
+    let Some(server) = S3Server::start("rex-slow") else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let job = s3_job(d.path(), &server, "slow");
+    let pusher = job.store_with(5 << 20, 0.0);
+    let gc = job.store_with_parts(5 << 20);
+    let body: Vec<u8> = (0..(16u32 << 20)).map(|i| (i % 247) as u8).collect();
+    let head = vec![5u8; 64];
+    let mut pieces = vec![Piece::Data(vec![0; 64])];
+    pieces.extend(body.chunks(1 << 20).map(|c| Piece::Data(c.to_vec())));
+    pieces.push(Piece::End(head.clone()));
+    let mut sent = 0usize;
+    let (mut slept, mut aborted) = (false, None);
+    let mut stream = pieces.into_iter().inspect(|p| {
+        if let Piece::Data(b) = p {
+            sent += b.len();
+        }
+        // A slow writer: 3 s after the first parts, before the next one.
+        if sent > (6 << 20) && !slept {
+            std::thread::sleep(std::time::Duration::from_secs(3));
+            slept = true;
+        }
+        // The next part went up, and the intent with it: gc now.
+        if sent > (12 << 20) && aborted.is_none() {
+            aborted = Some(std::thread::scope(|t| {
+                t.spawn(|| {
+                    gc.abort_stale_uploads(Some(std::time::Duration::from_secs(2)))
+                        .unwrap()
+                })
+                .join()
+                .unwrap()
+            }));
+        }
+    });
+    let got = pusher.put_stream("g00000001.rps", 64, &mut stream, &NoProgress);
+    drop(stream);
+    assert_eq!(
+        aborted,
+        Some(Vec::new()),
+        "gc aborted the upload in progress"
+    );
+    let mut whole = head;
+    whole.extend_from_slice(&body);
+    assert_eq!(
+        got.unwrap(),
+        (whole.len() as u64, crc32fast::hash(&whole)),
+        "the upload"
     );
 }
 

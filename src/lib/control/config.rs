@@ -712,6 +712,7 @@ impl StoreSettings {
                     d.get_concurrency,
                     256,
                 )?,
+                intent_refresh_s: d.intent_refresh_s,
             },
         })
     }

@@ -16,7 +16,8 @@
 //!
 //! Garbage is deleted only once it is older than the grace period (default
 //! one hour), and unfinished multipart uploads only once their intent is
-//! that old. With `--l1`, `gc` also takes the job's lock without waiting, so
+//! that old (a running upload writes its intent again every
+//! [`INTENT_REFRESH_S`](crate::store::settings::INTENT_REFRESH_S) seconds). With `--l1`, `gc` also takes the job's lock without waiting, so
 //! it never runs while a push of this node holds it (exit code 4).
 //!
 //! # Why the grace period covers pushes from other nodes

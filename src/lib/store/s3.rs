@@ -37,7 +37,10 @@
 //!   multipart upload first records its upload id in a small *intent*
 //!   object, `prefix/<job>/<rank>/.uploads/<name>`, deleted once the upload
 //!   is completed or aborted; the next push's recovery (and `rexctl gc`)
-//!   aborts the uploads such intents name.
+//!   aborts the uploads such intents name. An upload still running writes
+//!   its intent again every [`INTENT_REFRESH_S`](super::settings::INTENT_REFRESH_S)
+//!   seconds, so that `gc`, which aborts only the uploads whose intent is
+//!   older than its grace, never takes a slow one for abandoned.
 //! * Every request is retried with exponential backoff on transient errors
 //!   (5xx, timeouts, connection resets), `s3_max_retries` times.
 //!
@@ -127,6 +130,8 @@ pub struct S3Store {
     part_size: u64,
     parts_in_flight: usize,
     get_concurrency: usize,
+    /// See [`S3Settings::intent_refresh_s`](super::settings::S3Settings::intent_refresh_s).
+    intent_refresh: std::time::Duration,
     /// `get_concurrency` permits, one per ranged GET in flight, shared by
     /// every fetch and stream of the store: a restore streams each file of
     /// the lineage at once, and the setting bounds them all together.
@@ -307,6 +312,7 @@ impl S3Store {
             part_size: s.part_size,
             parts_in_flight: s.parts_in_flight,
             get_concurrency: s.get_concurrency,
+            intent_refresh: std::time::Duration::from_secs_f64(s.intent_refresh_s.max(0.0)),
             get_slots: Arc::new(tokio::sync::Semaphore::new(s.get_concurrency.max(1))),
             state: Mutex::new(State::default()),
             fetched: Arc::new(AtomicU64::new(0)),
@@ -599,6 +605,7 @@ impl S3Store {
                 };
             let mut held: Option<Vec<u8>> = None;
             let mut next = 0usize;
+            let mut refreshed = std::time::Instant::now();
             let crc = loop {
                 while cur.len() >= part {
                     let rest = cur.split_off(part);
@@ -609,6 +616,18 @@ impl S3Store {
                         while set.len() >= self.parts_in_flight {
                             let r = set.join_next().await.expect("a part in flight");
                             collect(r, &mut done)?;
+                        }
+                        // Still running: the intent is written again, so
+                        // that no `gc` takes the upload for an abandoned
+                        // one (helper-90: every push longer than gc's
+                        // grace was aborted).
+                        if refreshed.elapsed() >= self.intent_refresh {
+                            self.count();
+                            self.s3
+                                .put(&intent, PutPayload::from(id.clone().into_bytes()))
+                                .await
+                                .map_err(|e| self.remote(&intent, "refresh upload intent", &e))?;
+                            refreshed = std::time::Instant::now();
                         }
                         spawn(&mut set, &mut done, next, full);
                     }

@@ -59,7 +59,17 @@ pub struct S3Settings {
     pub parts_in_flight: usize,
     /// Ranged GETs in flight.
     pub get_concurrency: usize,
+    /// How often a multipart upload still running writes its intent
+    /// object again, seconds, so that `rexctl gc` (and another push's
+    /// recovery), which abort the uploads whose intent is older than their
+    /// grace, never abort it (not in rex.toml: [`INTENT_REFRESH_S`]).
+    pub intent_refresh_s: f64,
 }
+
+/// How often a running multipart upload refreshes its intent object: well
+/// within `rexctl gc`'s default grace of an hour, and any grace a user
+/// would give it.
+pub const INTENT_REFRESH_S: f64 = 300.0;
 
 /// How to give a job its name, for the errors that need one.
 pub const HOW_TO_NAME_THE_JOB: &str = "give --job, REX_JOB or `job` in rex.toml, or run under a scheduler that sets SLURM_JOB_ID, PBS_JOBID, LSB_JOBID or FLUX_JOB_ID";
@@ -87,6 +97,7 @@ impl Default for S3Settings {
             part_size: DEFAULT_S3_PART_SIZE,
             parts_in_flight: 4,
             get_concurrency: 8,
+            intent_refresh_s: INTENT_REFRESH_S,
         }
     }
 }

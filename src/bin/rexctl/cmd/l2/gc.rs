@@ -20,7 +20,10 @@ use crate::ui;
 /// An object is deleted only once it is older than the grace period (an
 /// hour by default), which covers the uploads of pushes in progress on
 /// other nodes that share the bucket: a push writes its manifest right
-/// after its data files. With an L1 directory (--l1, REX_L1 or rex.toml),
+/// after its data files. An unfinished multipart upload is aborted once
+/// its intent is older than the grace period; an upload still running
+/// writes its intent again every 5 minutes, so a grace above that never
+/// aborts one in progress. With an L1 directory (--l1, REX_L1 or rex.toml),
 /// gc also takes the job's lock without waiting, and exits 4 while a push
 /// holds it, and keeps every object of a generation whose manifest L1's
 /// copy of the chain holds and L2 lacks (lost, or not yet listed by a
