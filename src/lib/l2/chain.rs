@@ -49,40 +49,42 @@ pub struct ChainIndex {
 /// that is itself in order, whatever the numbers between (helper-90:
 /// another job's generations copied in above a gap were never compared),
 /// and a run found out of order stays so above it (its later generations
-/// are as foreign). Not compared:
-///
-/// * Δ generations: the link to their parent is (`check_link`: the same
-///   run), which tells which of the two is foreign, where a comparison in
-///   time would blame the upper one, this job's own generation above
-///   another job's base copied in under its parent's number;
-/// * a chain base across a damaged manifest: the push compared it with
-///   that generation, which may have been newer than the one below in
-///   time alone (nodes whose clocks differ: helper-91);
-/// * a chain base of a run found in order below: a run does not come back
-///   after another run's generations unless on a newer FULL checkpoint, so
-///   the generations between are the intruders (helper-91: this job's
-///   generations above another job's newer ones copied in between were
-///   set aside, and a `--fallback` restore gave the other job's state).
+/// are as foreign). Δ generations are not compared: the link to their
+/// parent is (`check_link`: the same run), which tells which of the two is
+/// foreign, where a comparison in time would blame the upper one (this
+/// job's Δ above another job's base copied in under its parent's number).
+/// A Δ whose parent is no generation of its run taken here (another job's
+/// Δ copied in) is left to that check, and is not the generation below the
+/// next ones (helper-92: another job's Δ and FULL generations copied in
+/// together passed, the FULL compared with the Δ of its own run). Nor is a
+/// chain base compared across a damaged manifest: the push compared it
+/// with that generation, which may have been newer than the one below in
+/// time alone (nodes whose clocks differ: helper-91).
 fn out_of_order_pairs<'a>(
     ms: impl Iterator<Item = &'a Manifest>,
     damaged: &std::collections::BTreeSet<u64>,
 ) -> Vec<(&'a Manifest, &'a Manifest)> {
     let mut below: Option<&Manifest> = None;
+    let mut taken: BTreeMap<u64, Option<ChainId>> = BTreeMap::new();
     let mut foreign: Vec<ChainId> = Vec::new();
-    let mut seen: Vec<ChainId> = Vec::new();
     let mut bad = Vec::new();
     for m in ms {
+        if let Some(p) = m.parent {
+            if taken.get(&p).is_some_and(|r| *r == m.chain_id) {
+                taken.insert(m.generation, m.chain_id);
+                below = Some(m);
+            }
+            continue;
+        }
         if let Some(b) = below
-            && m.parent.is_none()
             && let (Some(run), Some(b_run)) = (m.chain_id, b.chain_id)
             && run != b_run
             && (foreign.contains(&run)
-                || !seen.contains(&run)
-                    && damaged
-                        .range(b.generation + 1..m.generation)
-                        .next()
-                        .is_none()
-                    && !follows(m, b_run, b.time_ns))
+                || damaged
+                    .range(b.generation + 1..m.generation)
+                    .next()
+                    .is_none()
+                    && !follows(m, b))
         {
             if !foreign.contains(&run) {
                 foreign.push(run);
@@ -90,32 +92,29 @@ fn out_of_order_pairs<'a>(
             bad.push((m, b));
             continue;
         }
-        if let Some(run) = m.chain_id
-            && !seen.contains(&run)
-        {
-            seen.push(run);
-        }
+        taken.insert(m.generation, m.chain_id);
         below = Some(m);
     }
     bad
 }
 
-/// Whether generation `m`, of another run than the generation below it
-/// (of run `b_run`, whose newest checkpoint was taken at `b_time`), is
-/// one a push could have published on it. A push takes a batch whose
+/// Whether generation `m`, of another run than generation `b` below it,
+/// is one a push could have published on it. A push takes a batch whose
 /// first checkpoint continues the run of L2's newest generation, or is a
 /// FULL one taken after that generation's newest checkpoint (§3.1.6). So
-/// `m` follows when its batch coalesced checkpoints of `b_run` (its
-/// `other_runs`: a 128-bit run id no other job has), or when the first
-/// checkpoint of its batch (the lowest seq of its `other_runs` and
-/// `seq_times`: a push on another run's generation records only its
-/// batch's) is newer than `b_time`. Not the time of `m`'s own newest
-/// checkpoint: a clock stepped back within the new run after its FULL
-/// checkpoint made a generation the push published refused by every
-/// command afterwards (helper-89); nor its run's first: another run may
-/// come first in the batch (helper-91). A manifest with neither (older
-/// writers) is judged by its newest checkpoint.
-fn follows(m: &Manifest, b_run: ChainId, b_time: u64) -> bool {
+/// `m` follows when its batch coalesced checkpoints of `b`'s run after
+/// `b`'s (its `other_runs`: a 128-bit run id no other job has, and seqs
+/// after `b`'s last; helper-92: a copy of the job that forked before `b`
+/// names the run too), or when the first checkpoint of its batch (the
+/// lowest seq of its `other_runs` and `seq_times`: a push on another run's
+/// generation records only its batch's) is newer than `b`'s newest. Not
+/// the time of `m`'s own newest checkpoint: a clock stepped back within
+/// the new run after its FULL checkpoint made a generation the push
+/// published refused by every command afterwards (helper-89); nor its
+/// run's first: another run may come first in the batch (helper-91). A
+/// manifest with neither (older writers) is judged by its newest
+/// checkpoint.
+fn follows(m: &Manifest, b: &Manifest) -> bool {
     let first = m
         .other_runs
         .iter()
@@ -123,7 +122,10 @@ fn follows(m: &Manifest, b_run: ChainId, b_time: u64) -> bool {
         .chain(m.seq_times.iter().copied())
         .min_by_key(|&(q, _)| q)
         .map_or(m.time_ns, |(_, t)| t);
-    m.other_runs.iter().any(|o| o.chain_id == b_run) || first > b_time
+    m.other_runs
+        .iter()
+        .any(|o| Some(o.chain_id) == b.chain_id && o.seq > b.last_seq)
+        || first > b.time_ns
 }
 
 /// Why generation `m` cannot follow generation `b` below it
