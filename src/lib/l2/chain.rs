@@ -132,7 +132,7 @@ fn follows(m: &Manifest, b: &Manifest) -> bool {
 /// ([`ChainIndex::out_of_order`]).
 pub fn out_of_order_text(m: &Manifest, b: &Manifest) -> String {
     format!(
-        "generation {} (seq {}, of another run) was not pushed on generation {} below it (seq {}): its run's first checkpoint there is not newer than that generation's newest, or an older generation of its run is not either: an older state under a newer number, which no push of one job makes (another job's generation, or an older run's, copied in?); remove its files if they are not this job's",
+        "generation {} (seq {}, of another run) was not pushed on generation {} below it (seq {}): the first checkpoint of its batch is not newer than that generation's newest, nor does the batch continue its run (or its run was found so below): an older state under a newer number, which no push of one job makes (another job's generation, or an older run's, copied in?); remove its files if they are not this job's",
         m.generation, m.last_seq, b.generation, b.last_seq
     )
 }
