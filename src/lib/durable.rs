@@ -22,7 +22,10 @@
 //! plain mutex, not a structure a signal handler reads, because the
 //! removal runs on that thread (signal-hook's self-pipe), where anything
 //! may be called. Only the CLI starts it: librex runs inside the user's
-//! job, whose signals are not ours to take.
+//! job, whose signals are not ours to take. A read through a mapped file
+//! that faults (SIGBUS, [`report_mapped_faults`]) hands the process's end
+//! to that thread too, through a real-time signal of its own, so that
+//! its temporary files go as well.
 //!
 //! The module also hosts the crash-test failpoint: with `REX_FAILPOINT=N` in
 //! the environment, the process aborts (as `kill -9` would leave it) at the
@@ -33,7 +36,7 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use crate::error::{Error, IoContext, Result};
@@ -142,9 +145,10 @@ pub fn remove_temps_on_signal() -> std::io::Result<()> {
     .into_iter()
     .filter(|&sig| !ignored(sig))
     .collect();
-    if watched.is_empty() {
-        return Ok(());
-    }
+    // The SIGBUS handler's call for a sweep (`report_mapped_faults`): a
+    // real-time signal nothing else in the CLI sends.
+    let handoff = libc::SIGRTMAX() - 1;
+    let watched: Vec<libc::c_int> = watched.into_iter().chain([handoff]).collect();
     let mut signals = signal_hook::iterator::Signals::new(watched)?;
     std::thread::Builder::new()
         .name("rexctl-signals".into())
@@ -159,6 +163,11 @@ pub fn remove_temps_on_signal() -> std::io::Result<()> {
                         _ => drop(fs::remove_file(temp)),
                     }
                 }
+                if sig == handoff && BUS_REPORTED.load(Ordering::Acquire) {
+                    // SAFETY: _exit(2) ends the process at once; the
+                    // faulting thread waits in its handler meanwhile.
+                    unsafe { libc::_exit(crate::error::exit::FAILURE) };
+                }
                 // Resets the default action and raises the signal again.
                 let _ = signal_hook::low_level::emulate_default_handler(sig);
                 // A signal whose default action does not end the process
@@ -166,7 +175,136 @@ pub fn remove_temps_on_signal() -> std::io::Result<()> {
                 std::process::exit(128 + sig);
             }
         })?;
+    HANDOFF.store(handoff, Ordering::Release);
     Ok(())
+}
+
+/// The signal that asks the signal thread of [`remove_temps_on_signal`]
+/// to remove the temporary files and end the process with exit status 1,
+/// once it runs (0 before).
+static HANDOFF: AtomicI32 = AtomicI32::new(0);
+/// Set by the SIGBUS handler before it sends [`HANDOFF`].
+static BUS_REPORTED: AtomicBool = AtomicBool::new(false);
+/// Set by the first SIGBUS handler to run: the one that reports.
+static BUS_ONCE: AtomicBool = AtomicBool::new(false);
+
+/// From now on, a SIGBUS raised by a read through a mapped file
+/// ([`crate::mapped`]: a file that shrank after it was opened, or
+/// whose storage failed) prints which file and byte, and ends the process
+/// with exit status 1 instead of "Bus error" and a core dump. The process
+/// ends where it was, as if killed, but without its temporary files when
+/// [`remove_temps_on_signal`] runs (its thread removes them, as for an
+/// interrupt). Any other SIGBUS keeps its default action. For the CLI
+/// only: a library must not take a signal from the program that links it.
+pub fn report_mapped_faults() -> std::io::Result<()> {
+    // SAFETY: installs `on_sigbus`, which is async-signal-safe (atomic
+    // loads, write(2), _exit(2), signal(2), raise(3)), with SA_SIGINFO for
+    // the fault address; the sigaction struct is zeroed and filled here.
+    let rc = unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_sigbus as *const () as libc::sighandler_t;
+        sa.sa_flags = libc::SA_SIGINFO;
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaction(libc::SIGBUS, &sa, std::ptr::null_mut())
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The SIGBUS handler of [`report_mapped_faults`]. Async-signal-safe: it
+/// reads the mapping table and its statics with atomic loads, formats into
+/// a stack buffer, and calls only write(2), kill(2), getpid(2),
+/// nanosleep(2) and _exit(2), or signal(2) and raise(3).
+extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
+    // SAFETY: the kernel passes a valid siginfo_t to an SA_SIGINFO handler;
+    // for a fault, `si_addr` is the faulting address, inside a mapping a
+    // thread is reading, hence alive (the contract of `find`).
+    let hit = unsafe {
+        // Raised by the kernel for a fault (BUS_ADRERR, BUS_OBJERR...),
+        // not sent by kill(2) or raise(3), whose codes are 0 or below.
+        let addr = (*info).si_addr() as usize;
+        if (*info).si_code > 0 {
+            crate::mapped::find(addr)
+        } else {
+            None
+        }
+    };
+    // A second thread faulting meanwhile (both restore threads read the
+    // file) waits for the first one's handoff.
+    if BUS_ONCE.swap(true, Ordering::AcqRel) {
+        wait_for_handoff();
+        // SAFETY: as below.
+        unsafe { libc::_exit(crate::error::exit::FAILURE) };
+    }
+    let Some((path, off)) = hit else {
+        // Not a mapped file's: the default action, as without a handler
+        // (the raised signal is blocked until this handler returns; a
+        // fault then also recurs on the same instruction).
+        // SAFETY: signal(2) and raise(3) are async-signal-safe.
+        unsafe {
+            libc::signal(sig, libc::SIG_DFL);
+            libc::raise(sig);
+        }
+        return;
+    };
+    let mut num = [0u8; 20];
+    let mut i = num.len();
+    let mut v = off;
+    loop {
+        i -= 1;
+        num[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    for part in [
+        &b"rexctl: error: "[..],
+        path,
+        b": byte ",
+        &num[i..],
+        b" could not be read through its mapping (SIGBUS): the file shrank after it was opened \
+(rewritten in place rather than under a temporary name and renamed), or its storage failed to \
+read it; the command stopped there, as an interrupted one does\n",
+    ] {
+        let mut b = part;
+        while !b.is_empty() {
+            // SAFETY: write(2) of a live buffer to fd 2; async-signal-safe.
+            let n = unsafe { libc::write(2, b.as_ptr().cast(), b.len()) };
+            if n <= 0 {
+                break;
+            }
+            b = &b[n as usize..];
+        }
+    }
+    let handoff = HANDOFF.load(Ordering::Acquire);
+    if handoff != 0 {
+        // The signal thread removes the temporary files and ends the
+        // process; this thread waits, and ends it itself after 5 s if it
+        // has not.
+        BUS_REPORTED.store(true, Ordering::Release);
+        // SAFETY: kill(2) and getpid(2) are async-signal-safe.
+        unsafe { libc::kill(libc::getpid(), handoff) };
+        wait_for_handoff();
+    }
+    // SAFETY: _exit(2) is async-signal-safe and ends the process at once.
+    unsafe { libc::_exit(crate::error::exit::FAILURE) };
+}
+
+/// Sleeps 5 s in steps (the handoff signal may interrupt one, when
+/// delivered to this thread): the signal thread ends the process first.
+/// Async-signal-safe (nanosleep(2)).
+fn wait_for_handoff() {
+    let t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 50_000_000,
+    };
+    for _ in 0..100 {
+        // SAFETY: nanosleep(2) is async-signal-safe; `t` lives here.
+        unsafe { libc::nanosleep(&t, std::ptr::null_mut()) };
+    }
 }
 
 /// A path (a file or a directory tree) that a signal's sweep removes

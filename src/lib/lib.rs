@@ -48,6 +48,7 @@ pub mod format;
 pub mod job;
 pub mod l1;
 pub mod l2;
+pub mod mapped;
 pub mod store;
 
 pub use control::config::Config;

@@ -15,6 +15,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("Error", 0),
     ("Result", 0),
     ("durable", 0),
+    ("mapped", 0),
     ("format", 1),
     ("store", 2),
     ("l1", 3),

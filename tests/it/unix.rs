@@ -1615,3 +1615,134 @@ fn a_restore_of_large_pages_needs_no_block_of_64_of_them() {
         "the two restores differ"
     );
 }
+
+/// Runs `args`, and truncates `victim` to 1 MiB as soon as the process has
+/// it mapped (`/proc/PID/maps`). `None` when the process ended before it
+/// mapped the file; else how it ended and its standard error.
+fn shrink_when_mapped(args: &[&str], victim: &Path) -> Option<(std::process::ExitStatus, String)> {
+    let mut child = rexctl()
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let maps = format!("/proc/{}/maps", child.id());
+    let name = victim.display().to_string();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let mut shrunk = false;
+    while child.try_wait().unwrap().is_none() {
+        if std::fs::read_to_string(&maps).is_ok_and(|m| m.contains(&name)) {
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(victim)
+                .unwrap();
+            f.set_len(1 << 20).unwrap();
+            shrunk = true;
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "never mapped {name}");
+    }
+    let out = child.wait_with_output().unwrap();
+    shrunk.then(|| {
+        (
+            out.status,
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    })
+}
+
+/// A file that shrinks while a command reads it through its mapping (a
+/// producer rewriting a checkpoint in place, against FORMAT.md §2.7; a
+/// parallel file system failing a read under the page cache raises the
+/// same SIGBUS) is named with the byte that failed, exit 1, and the
+/// command's temporary files are gone: it was "Bus error", status 135 and
+/// a core dump, naming nothing, and a restore left its `.OUT.tmp-PID-0`.
+/// A SIGBUS sent by `kill` keeps its default action.
+#[test]
+fn a_file_that_shrinks_under_a_read_is_named_not_a_bus_error() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (src, l1, l2) = (d.join("src"), d.join("l1"), d.join("l2"));
+    ok(&[
+        "-q",
+        "gen",
+        "--profile",
+        "incompressible",
+        "--pages",
+        "65536",
+        "--count",
+        "0",
+        s(&src),
+    ]);
+    std::fs::create_dir_all(&l1).unwrap();
+    std::fs::create_dir_all(&l2).unwrap();
+    let ic = src.join("ckpt-00000000.rexic");
+    std::fs::copy(&ic, l1.join("ckpt-00000000.rexic")).unwrap();
+    ok(&["-q", "push-l2", "--l1", s(&l1), "--l2", s(&l2)]);
+    let rps = l2.join("g00000001.rps");
+    let pristine = d.join("pristine.rps");
+    std::fs::copy(&rps, &pristine).unwrap();
+    let victim = d.join("victim.rexic");
+    let out = d.join("out").join("image.rexic");
+    std::fs::create_dir_all(out.parent().unwrap()).unwrap();
+    let cases: [(&str, Vec<&str>, &Path); 2] = [
+        (
+            "inspect of a REX-IC file",
+            vec!["inspect", s(&victim)],
+            &victim,
+        ),
+        (
+            "restore from L2",
+            vec!["restore", "--l2", s(&l2), "--l2-only", "-o", s(&out)],
+            &rps,
+        ),
+    ];
+    for (what, args, file) in cases {
+        let mut reported = 0;
+        for _ in 0..8 {
+            std::fs::copy(&ic, &victim).unwrap();
+            std::fs::copy(&pristine, &rps).unwrap();
+            let Some((st, err)) = shrink_when_mapped(&args, file) else {
+                continue;
+            };
+            assert_eq!(st.signal(), None, "{what}: ended by a signal: {err}");
+            if st.code() == Some(0) {
+                // It had read everything before the file shrank.
+                continue;
+            }
+            assert_eq!(st.code(), Some(1), "{what}: {err}");
+            let name = file.display().to_string();
+            assert!(
+                err.contains(&format!("{name}: byte ")) && err.contains("SIGBUS"),
+                "{what}: {err}"
+            );
+            assert_eq!(err.lines().count(), 1, "{what}: {err}");
+            assert!(!out.exists(), "{what}: an output was published");
+            assert_eq!(
+                names_in(out.parent().unwrap()),
+                Vec::<String>::new(),
+                "{what}: a temporary file was left"
+            );
+            reported += 1;
+            if reported == 2 {
+                break;
+            }
+        }
+        assert!(reported > 0, "{what}: the file never shrank under a read");
+    }
+    // SIGBUS from kill(2): the default action, as before.
+    std::fs::copy(&pristine, &rps).unwrap();
+    let (st, sent) = super::util::signal_when(
+        {
+            let mut c = rexctl();
+            c.args(["restore", "--l2", s(&l2), "--l2-only", "-o", s(&out)]);
+            c
+        },
+        || !temps_under(out.parent().unwrap()).is_empty(),
+        libc::SIGBUS,
+    );
+    if sent {
+        assert_eq!(st.signal(), Some(libc::SIGBUS));
+    }
+}

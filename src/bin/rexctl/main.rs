@@ -233,6 +233,12 @@ fn main() -> ExitCode {
         ui::error(&format!("cannot watch for signals: {e}"));
         return ExitCode::from(rexctl::error::exit::FAILURE as u8);
     }
+    // A mapped file that shrinks or fails under a read is named, not a
+    // "Bus error" (format/mapped.rs).
+    if let Err(e) = rexctl::durable::report_mapped_faults() {
+        ui::error(&format!("cannot watch for faults in mapped files: {e}"));
+        return ExitCode::from(rexctl::error::exit::FAILURE as u8);
+    }
     let result = run(cli.command).and_then(|code| {
         ui::flush()?;
         Ok(code)

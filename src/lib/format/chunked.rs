@@ -645,6 +645,8 @@ pub struct ChunkedFile {
     path: PathBuf,
     header: ChunkedHeader,
     map: memmap2::Mmap,
+    /// `map` listed for the CLI's SIGBUS report.
+    _mapped: crate::mapped::Registered,
     payload_len: u64,
     /// `log2(chunk_size)` (the header checks it is a power of two).
     chunk_shift: u32,
@@ -907,6 +909,7 @@ impl ChunkedFile {
         Ok(ChunkedFile {
             path: path.to_path_buf(),
             header,
+            _mapped: crate::mapped::register(path, &map),
             map,
             payload_len,
             chunk_shift: header.chunk_size.trailing_zeros(),

@@ -821,6 +821,8 @@ pub(crate) fn parse_drops(
 pub struct IcFile {
     meta: IcMeta,
     map: memmap2::Mmap,
+    /// `map` listed for the CLI's SIGBUS report.
+    _mapped: crate::mapped::Registered,
 }
 
 impl std::fmt::Debug for IcFile {
@@ -856,7 +858,11 @@ impl IcFile {
                 ),
             ));
         }
-        Ok(IcFile { meta, map })
+        Ok(IcFile {
+            meta,
+            _mapped: crate::mapped::register(path, &map),
+            map,
+        })
     }
 
     /// The file's header and metadata.

@@ -159,8 +159,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         })?;
     } else {
         outln!(
-            "coalesced {} files (seq {}..={}{}): {} page copies carried, {} distinct pages, {} skipped ({}), {} drop ranges in, {} pages dropped; read {} of headers and indexes",
-            s.files,
+            "coalesced {} (seq {}..={}{}): {} carried, {}, {} skipped ({}), {} in, {} dropped; read {} of headers and indexes",
+            ui::count(s.files as u64, "file"),
             clist.first_seq,
             clist.last_seq,
             if clist.full {
@@ -168,12 +168,16 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             } else {
                 ""
             },
-            s.pages_carried,
-            s.distinct_pages,
+            if s.pages_carried == 1 {
+                "1 page copy".to_string()
+            } else {
+                format!("{} page copies", s.pages_carried)
+            },
+            ui::count(s.distinct_pages, "distinct page"),
             s.pages_skipped,
             ui::pct(s.skipped_share()),
-            s.drop_ranges_in,
-            s.pages_dropped,
+            ui::count(s.drop_ranges_in, "drop range"),
+            ui::count(s.pages_dropped, "page"),
             ui::bytes(s.meta_bytes_read)
         );
         if let Some(out) = &a.out {

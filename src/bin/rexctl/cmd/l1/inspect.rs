@@ -157,19 +157,19 @@ fn print_human(r: &Report) -> Result<(), ui::StdoutError> {
         _ => String::new(),
     };
     outln!(
-        "  {} pages ({} of data){span}, {} drop ranges ({} pages), captured {}",
-        h.page_count,
+        "  {} ({} of data){span}, {} ({}), captured {}",
+        ui::count(h.page_count, "page"),
         ui::bytes(l.file_len - l.data_off),
-        h.drop_count,
-        r.dropped_pages,
+        ui::count(h.drop_count, "drop range"),
+        ui::count(r.dropped_pages, "page"),
         ui::time(h.time_ns)
     );
     if let Some(t) = &r.regions {
         outln!(
-            "  {} regions ({}, {} pages):",
-            t.0.len(),
+            "  {} ({}, {}):",
+            ui::count(t.0.len() as u64, "region"),
             ui::bytes(t.bytes()),
-            t.pages()
+            ui::count(t.pages(), "page")
         );
         for g in &t.0 {
             outln!(

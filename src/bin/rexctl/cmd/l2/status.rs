@@ -13,8 +13,11 @@ use crate::ui;
 /// push. Reads only: a directory L2 that does not exist yet shows no
 /// generation. Exits 3 when a pending checkpoint's header or a manifest is
 /// bad, or a file a manifest names is missing or of another size. It reads
-/// manifests, listings and headers, not data: `rexctl verify` checks every
-/// byte.
+/// manifests, listings and headers, not data (with one exception: when
+/// L1's copy of the chain lies wholly above L2's newest generation and
+/// holds none of its run, it reads the L2 objects named as that copy's
+/// files, smallest first, to tell another job's copy from this job's):
+/// `rexctl verify` checks every byte.
 ///
 /// On an MPI job's location (written by `push-l2 --collective` or librex):
 /// its job generations and each rank's generation in the newest, checked
@@ -169,10 +172,10 @@ fn print_human(job: &Job, s: &Status) -> Result<(), ui::StdoutError> {
     }
     if let (Some(t), Some(seq)) = (&s.regions, s.regions_seq) {
         outln!(
-            "{} regions at seq {seq} ({}, {} pages):",
-            t.0.len(),
+            "{} at seq {seq} ({}, {}):",
+            ui::count(t.0.len() as u64, "region"),
             ui::bytes(t.bytes()),
-            t.pages()
+            ui::count(t.pages(), "page")
         );
         for r in &t.0 {
             outln!(
