@@ -702,8 +702,35 @@ pub fn is_temp_name(name: &str) -> bool {
     name.starts_with('.') && name.contains(".tmp-")
 }
 
+/// Whether the temporary `name` may be a live writer's: its name carries
+/// the pid of its writer (`.<name>.tmp-<pid>-<n>`, the form FORMAT.md
+/// §2.7 shows a producer), and that process runs on this host and is not
+/// this one. A third-party producer that does not take the producer lock
+/// lost the file it was writing to a push's recovery (helper-96); a name
+/// with no pid, or the pid of a process gone, is a crashed writer's. This
+/// process's own pid counts as gone: callers clean up before they write,
+/// and a job restarted in a container often gets its predecessor's pid.
+fn may_be_live(name: &str) -> bool {
+    let Some((_, after)) = name.split_once(".tmp-") else {
+        return false;
+    };
+    let digits: String = after.chars().take_while(char::is_ascii_digit).collect();
+    let Ok(pid) = digits.parse::<libc::pid_t>() else {
+        return false;
+    };
+    if pid <= 0 || pid == std::process::id() as libc::pid_t {
+        return false;
+    }
+    // SAFETY: kill(2) with signal 0 sends nothing: it only checks that
+    // the process exists (EPERM: it exists, owned by another user).
+    let r = unsafe { libc::kill(pid, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
 /// Removes temporary files left in `dir` by writers that crashed. Call it
 /// only while holding the directory's lock (or when no writer can run).
+/// A temporary whose name carries the pid of another live process on this
+/// host stays (a live writer that does not hold the directory's lock).
 pub fn remove_stale_temps(dir: &Path) -> Result<usize> {
     let mut removed = 0;
     let entries = match fs::read_dir(dir) {
@@ -714,7 +741,8 @@ pub fn remove_stale_temps(dir: &Path) -> Result<usize> {
     for entry in entries {
         let entry = entry.ctx(dir, "read directory")?;
         let name = entry.file_name();
-        if is_temp_name(&name.to_string_lossy()) {
+        let name = name.to_string_lossy();
+        if is_temp_name(&name) && !may_be_live(&name) {
             let p = entry.path();
             fs::remove_file(&p).ctx(&p, "remove")?;
             removed += 1;
@@ -1248,9 +1276,21 @@ mod tests {
     #[test]
     fn stale_temps_are_removed() {
         let dir = tempfile::tempdir().unwrap();
-        fs::write(dir.path().join(".x.rexic.tmp-1-2"), b"junk").unwrap();
+        // A process that has ended: its pid names no process (until the
+        // kernel hands it out again, which takes a whole cycle of pids).
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let gone = child.id();
+        child.wait().unwrap();
+        fs::write(dir.path().join(format!(".x.rexic.tmp-{gone}-2")), b"junk").unwrap();
+        fs::write(dir.path().join(".y.rexic.tmp-nopid"), b"junk").unwrap();
+        let me = std::process::id();
+        fs::write(dir.path().join(format!(".z.rexic.tmp-{me}-0")), b"mine").unwrap();
         fs::write(dir.path().join("keep.rexic"), b"x").unwrap();
-        assert_eq!(remove_stale_temps(dir.path()).unwrap(), 1);
+        // Another live process's (pid 1 runs as long as the system does):
+        // a producer writing it now.
+        fs::write(dir.path().join(".w.rexic.tmp-1-0"), b"live").unwrap();
+        assert_eq!(remove_stale_temps(dir.path()).unwrap(), 3);
         assert!(dir.path().join("keep.rexic").exists());
+        assert!(dir.path().join(".w.rexic.tmp-1-0").exists());
     }
 }

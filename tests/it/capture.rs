@@ -810,3 +810,82 @@ fn every_thread_is_stopped_with_either_stop_method() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// Every signal that ends another command after its temporary files are
+/// removed (rexctl(1): SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGALRM,
+/// SIGXCPU) ends a capture after the checkpoint in progress, with its
+/// report and no temporary file in L1 (helper-95: SIGHUP and SIGUSR1,
+/// which Slurm sends before a time limit, killed it with a large
+/// `.ckpt-N.rexic.tmp-*` left); a signal ignored when it started stays
+/// ignored (a script's background job: SIGINT), as for every command.
+#[test]
+fn a_capture_ends_after_its_checkpoint_on_every_signal_that_ends_a_command() {
+    use std::os::unix::process::CommandExt;
+    for (sig, ignored) in [
+        (libc::SIGHUP, None),
+        (libc::SIGUSR1, None),
+        (libc::SIGTERM, Some(libc::SIGINT)),
+    ] {
+        let d = tempfile::tempdir().unwrap();
+        let l1 = d.path().join("l1");
+        let mut c = rexctl();
+        c.args([
+            "capture",
+            "--l1",
+            l1.to_str().unwrap(),
+            "--interval",
+            "0.1",
+            "--json",
+        ])
+        // The program must not hold the capture's output pipes open.
+        .args(["--", "sh", "-c", "exec sleep 60 >/dev/null 2>&1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+        // SAFETY: between fork and exec the closure calls only signal(2),
+        // which is async-signal-safe, and touches no memory of the parent's.
+        unsafe {
+            c.pre_exec(move || {
+                libc::signal(sig, libc::SIG_DFL);
+                if let Some(i) = ignored {
+                    libc::signal(i, libc::SIG_IGN);
+                }
+                Ok(())
+            });
+        }
+        let mut child = c.spawn().unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        while !l1.join("ckpt-00000001.rexic").exists() {
+            assert!(child.try_wait().unwrap().is_none(), "capture ended early");
+            assert!(std::time::Instant::now() < deadline, "no second checkpoint");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let pid = child.id() as libc::pid_t;
+        if let Some(i) = ignored {
+            // SAFETY: kill(2) of our own child, not yet waited for.
+            assert_eq!(unsafe { libc::kill(pid, i) }, 0);
+            std::thread::sleep(Duration::from_millis(500));
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "signal {i}, ignored at the start, ended the capture"
+            );
+        }
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "signal {sig}: {err}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["ended"], "interrupted", "signal {sig}");
+        // The program runs on (a job is never lost to its capture): end it.
+        if let Some(p) = v["process"]["pid"].as_u64() {
+            // SAFETY: kill(2) of the `sleep` the capture started.
+            unsafe { libc::kill(p as libc::pid_t, libc::SIGKILL) };
+        }
+        let names = crate::util::names_in(&l1);
+        assert!(
+            names.iter().all(|n| !n.contains(".tmp")),
+            "signal {sig}: {names:?}"
+        );
+        assert!(L1Dir::scan(&l1).unwrap().files.len() >= 2, "signal {sig}");
+    }
+}

@@ -263,3 +263,69 @@ fn the_check_catches_upward_imports() {
     assert!(check_source(&p("newthing/mod.rs"), "").is_err());
     assert!(check_source(&p("l2/push.rs"), "use crate::nowhere::X;").is_err());
 }
+
+/// The fields of a type that derives `Serialize` (a `--json` report) that
+/// hold a path, with no `serialize_with` (`format::json_path`) just above:
+/// serde fails on a path that is not UTF-8, after the command did its work
+/// (helper-95: `restore --fallback --json` published its image, then
+/// exited 1 on the L1 paths it left out; `status --json` on a set-aside
+/// checkpoint's name).
+fn raw_paths_in_reports(src: &str) -> Vec<usize> {
+    let lines: Vec<&str> = src.lines().collect();
+    let mut out = Vec::new();
+    for (i, l) in lines.iter().enumerate() {
+        let t = l.trim_start();
+        let Some(rest) = t.strip_prefix("pub ") else {
+            continue;
+        };
+        let Some((_, ty)) = rest.split_once(": ") else {
+            continue;
+        };
+        let ty = ty.trim_end_matches(',');
+        if !["PathBuf", "Option<PathBuf>", "Vec<PathBuf>"].contains(&ty) {
+            continue;
+        }
+        if i > 0 && (lines[i - 1].contains("serialize_with") || lines[i - 1].contains("serde(skip"))
+        {
+            continue;
+        }
+        // The item the field belongs to, and its attributes.
+        let Some(j) = (0..i).rev().find(|&j| {
+            let t = lines[j].trim_start();
+            t.starts_with("pub struct ") || t.starts_with("struct ") || t.starts_with("pub enum ")
+        }) else {
+            continue;
+        };
+        let attrs = lines[j.saturating_sub(6)..j].join("\n");
+        if attrs.contains("Serialize") {
+            out.push(i + 1);
+        }
+    }
+    out
+}
+
+#[test]
+fn every_path_in_a_json_report_is_written_whatever_its_bytes() {
+    let mut files = Vec::new();
+    for d in ["src/lib", "src/bin"] {
+        rust_files(&Path::new(env!("CARGO_MANIFEST_DIR")).join(d), &mut files);
+    }
+    let mut bad = Vec::new();
+    for f in &files {
+        let src = std::fs::read_to_string(f).unwrap();
+        for line in raw_paths_in_reports(&src) {
+            bad.push(format!("{}:{line}", f.display()));
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "paths serialized without crate::format::json_path:\n{}",
+        bad.join("\n")
+    );
+    // The check finds one.
+    let sample =
+        "#[derive(Debug, Serialize)]\npub struct R {\n    pub left_out: Vec<PathBuf>,\n}\n";
+    assert_eq!(raw_paths_in_reports(sample), vec![3]);
+    let fixed = "#[derive(Serialize)]\npub struct R {\n    #[serde(serialize_with = \"x\")]\n    pub p: PathBuf,\n}\n";
+    assert!(raw_paths_in_reports(fixed).is_empty());
+}

@@ -3517,3 +3517,71 @@ fn clocks_that_differ_between_nodes_or_step_back_are_not_another_job() {
     assert!(out.status.success(), "damaged: {}", all_output(&out));
     assert_image(&image, &want, "damaged");
 }
+
+/// A producer that shrinks a region without dropping the pages beyond its
+/// new size writes valid files (each file's pages lie in its own table,
+/// §2.12.2; the table does not change the image, §2.12.3), but a REX-IC
+/// image carrying the newest table could not hold those pages: every
+/// restore of such a state, from L1 or L2, refused ("refusing to write:
+/// page 0x1 lies outside every region", exit 5) once the push had deleted
+/// its L1 files (helper-96). The image is written without the table, every
+/// page kept, with a warning.
+#[test]
+fn a_region_shrunk_without_its_pages_dropped_restores_every_page() {
+    use rexctl::format::ic::{IcExt, IcWriter};
+    use rexctl::format::region::{Region, RegionTable};
+    let d = tempfile::tempdir().unwrap();
+    let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
+    std::fs::create_dir_all(&l1).unwrap();
+    std::fs::create_dir_all(&l2).unwrap();
+    let ps = 4096u32;
+    let page = |seq: u64, p: u64| vec![(seq * 16 + p + 1) as u8; ps as usize];
+    // (seq, full, pages, region 0's pages)
+    for (seq, full, pages, region) in [(0, true, vec![0, 1], 2), (1, false, vec![0], 1)] {
+        let ext = IcExt {
+            chain: Some(rexctl::format::ic::ChainId([0x44; 16])),
+            regions: Some(RegionTable(vec![
+                Region::new(0, region * u64::from(ps), ps).unwrap(),
+            ])),
+            instance: None,
+            continues: None,
+        };
+        let mut w = IcWriter::create_ext(
+            l1.join(ic_file_name(seq)),
+            ps,
+            seq,
+            full,
+            1_800_000_000_000_000_000 + seq,
+            &ext,
+            pages.clone(),
+            Vec::new(),
+        )
+        .unwrap();
+        for &p in &pages {
+            w.push_page(&page(seq, p)).unwrap();
+        }
+        w.finish().unwrap();
+    }
+    let truth = d.path().join("truth.rexic");
+    let mut w = IcWriter::create(&truth, ps, 0, true, 0, vec![0, 1], Vec::new()).unwrap();
+    w.push_page(&page(1, 0)).unwrap();
+    w.push_page(&page(0, 1)).unwrap();
+    w.finish().unwrap();
+    let restore = |args: &[&str], name: &str| {
+        let out = d.path().join(name);
+        let mut all = vec!["restore", "--l2", s(&l2), "-o", s(&out)];
+        all.extend_from_slice(args);
+        let o = crate::util::run(&all);
+        assert!(o.status.success(), "{}", show(&all, &o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains("page 0x1") && err.contains("outside its region table"),
+            "{err}"
+        );
+        assert_image(&out, &truth, name);
+    };
+    restore(&["--l1", s(&l1)], "from-l1.rexic");
+    crate::util::ok(&["-q", "push-l2", "--l1", s(&l1), "--l2", s(&l2)]);
+    restore(&["--l2-only"], "from-l2.rexic");
+    restore(&["--l1", s(&l1)], "from-l1-l2.rexic");
+}

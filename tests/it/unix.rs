@@ -1746,3 +1746,135 @@ fn a_file_that_shrinks_under_a_read_is_named_not_a_bus_error() {
         assert_eq!(st.signal(), Some(libc::SIGBUS));
     }
 }
+
+/// What helper-95 found refused too late or not at all, each refused before
+/// anything is written (exit 5, or 2 for a command line): `gen --ranks`
+/// into rank directories that hold checkpoints (it replaced some and kept
+/// the rest), with --truth inside OUTDIR (rank 0's image joined its
+/// checkpoints) or naming a file (written after the checkpoints); a chart
+/// (`--svg`) over a file that is not one (an L2 manifest was replaced);
+/// `coalesce -o` into the L2 directory, even with -f (an RPS was
+/// replaced); `compare --update` without --summarize (ignored, exit 0); a
+/// generated image larger than `ulimit -v` (an abort).
+#[test]
+fn late_or_missing_refusals_come_before_anything_is_written() {
+    let j = Job::new();
+    let d = j.dir.path();
+    assert_ok(&j.run(&[
+        "-q", "gen", "--ranks", "2", "--pages", "64", "--count", "2", "mpi",
+    ]));
+    let before = tree(&d.join("mpi"));
+    let out = j.run(&[
+        "-q", "gen", "--ranks", "2", "--pages", "64", "--count", "2", "--seed", "9", "mpi",
+    ]);
+    assert_clean_failure(&out, 5, &["mpi/0", "already holds REX-IC files"]);
+    let out = j.run(&[
+        "-q", "gen", "--ranks", "2", "--pages", "64", "mpi2", "--truth", "mpi2/0",
+    ]);
+    assert_clean_failure(&out, 5, &["--truth", "lies in OUTDIR"]);
+    std::fs::write(d.join("tfile"), b"x").unwrap();
+    let out = j.run(&[
+        "-q", "gen", "--ranks", "2", "--pages", "64", "mpi3", "--truth", "tfile",
+    ]);
+    assert_clean_failure(&out, 5, &["tfile", "is a directory"]);
+    assert!(!d.join("mpi2").exists() && !d.join("mpi3").exists());
+    assert_eq!(tree(&d.join("mpi")), before);
+
+    let manifest = j.l2().join(rexctl::format::manifest::manifest_name(1));
+    let kept = std::fs::read(&manifest).unwrap();
+    let out = j.run(&["analyze", "--svg", s(&manifest)]);
+    assert_clean_failure(&out, 5, &["not an SVG chart"]);
+    assert_eq!(std::fs::read(&manifest).unwrap(), kept);
+    let rps = j.l2().join("g00000001.rps");
+    let kept_rps = std::fs::read(&rps).unwrap();
+    let out = j.run(&["coalesce", "-f", "-o", s(&rps)]);
+    assert_clean_failure(&out, 5, &["lies in the L2 directory"]);
+    assert_eq!(std::fs::read(&rps).unwrap(), kept_rps);
+    // A chart replaces the chart of an earlier run.
+    let svg = d.join("chart.svg");
+    let g = d.join("g");
+    assert_ok(&j.run(&["-q", "gen", "--pages", "64", "--count", "3", s(&g)]));
+    assert_ok(&j.run(&["-q", "analyze", s(&g), "--svg", s(&svg)]));
+    assert_ok(&j.run(&["-q", "analyze", s(&g), "--svg", s(&svg)]));
+
+    let out = j.run(&[
+        "compare",
+        s(&j.l1()),
+        "--update",
+        "PERF.md",
+        "--runs",
+        "1",
+        "--only",
+        "zstd",
+    ]);
+    assert_clean_failure(&out, 2, &["--update goes with --summarize"]);
+
+    let out = sh(&j, "ulimit -v 400000; \"$B\" -q gen big --pages 1000000");
+    assert_clean_failure(&out, 5, &["ulimit -v"]);
+    assert!(!d.join("big").exists() || names_in(&d.join("big")).is_empty());
+}
+
+/// An interrupted `analyze` leaves nothing in L1 (helper-95: its hidden
+/// scratch directory stayed, tens of MB of hard links and a pushed chain
+/// that `status` did not show).
+#[test]
+fn an_interrupted_analyze_leaves_nothing_in_l1() {
+    let dir = tempfile::tempdir().unwrap();
+    let l1 = dir.path().join("l1");
+    ok(&["-q", "gen", "--pages", "4096", "--count", "12", s(&l1)]);
+    let before = names_in(&l1);
+    let scratch = || {
+        names_in(&l1)
+            .iter()
+            .any(|n| n.starts_with(".rexctl-analyze-"))
+    };
+    let mut c = rexctl();
+    c.args(["analyze", s(&l1)]);
+    let (st, sent) = super::util::signal_when(c, scratch, libc::SIGTERM);
+    use std::os::unix::process::ExitStatusExt;
+    if sent {
+        assert_eq!(st.signal(), Some(libc::SIGTERM));
+    }
+    assert_eq!(names_in(&l1), before);
+}
+
+/// `status` says which generations L1's copy of the chain holds that L2
+/// lacks (its manifest lost, a push interrupted, or another L2 location
+/// given): it showed only L2's older ones, exit 0, while `verify` said BAD
+/// (helper-95).
+#[test]
+fn status_names_the_generations_only_l1_holds() {
+    let j = Job::new();
+    std::fs::remove_file(j.l2().join(rexctl::format::manifest::manifest_name(1))).unwrap();
+    let out = j.run(&["status"]);
+    assert_ok(&out);
+    let text = stdout(&out);
+    assert!(text.contains("NOT IN L2: generation 1 (full"), "{text}");
+    let out = j.run(&["status", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(v["l1_only"][0]["generation"], 1, "{v}");
+    // Pushed again, L2 has it: nothing to say.
+    assert_ok(&j.run(&["-q", "push-l2"]));
+    assert!(!stdout(&j.run(&["status"])).contains("NOT IN L2"));
+}
+
+/// A producer that does not take the producer lock but names its
+/// temporaries with its pid, as FORMAT.md §2.7 shows, keeps the file it is
+/// writing through a push's recovery (helper-96: the push removed it and
+/// the producer's rename failed); once that process is gone, the push
+/// removes it as a crashed writer's.
+#[test]
+fn a_push_leaves_the_temporary_of_a_live_producer_without_the_lock() {
+    let j = Job::new();
+    let mut writer = Command::new("sleep").arg("60").spawn().unwrap();
+    let tmp = j
+        .l1()
+        .join(format!(".ckpt-00000009.rexic.tmp-{}-0", writer.id()));
+    std::fs::write(&tmp, b"being written").unwrap();
+    assert_ok(&j.run(&["-q", "push-l2"]));
+    assert!(tmp.exists(), "the push removed a live writer's temporary");
+    writer.kill().unwrap();
+    writer.wait().unwrap();
+    assert_ok(&j.run(&["-q", "push-l2"]));
+    assert!(!tmp.exists(), "a crashed writer's temporary stays");
+}

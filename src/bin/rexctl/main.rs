@@ -225,7 +225,7 @@ fn main() -> ExitCode {
     }
     let _ = cmd::config_args::CONFIG_FILE.set(cli.global.config.clone());
     // An interrupted command leaves no temporary file behind (durable.rs).
-    // `capture` takes SIGINT and SIGTERM itself, to end after the
+    // `capture` takes those signals itself, to end after the
     // checkpoint in progress.
     if !matches!(cli.command, Command::Capture(_))
         && let Err(e) = rexctl::durable::remove_temps_on_signal()
@@ -363,6 +363,9 @@ fn print_json_error(message: &str, code: i32) {
 /// The exit code for an error: the library's classification when the error
 /// (or its cause) is a library error, 1 otherwise.
 fn exit_code(e: &anyhow::Error) -> i32 {
+    if e.chain().any(|c| c.is::<cmd::Usage>()) {
+        return rexctl::error::exit::USAGE;
+    }
     e.chain()
         .find_map(|c| c.downcast_ref::<rexctl::Error>())
         .map(rexctl::Error::exit_code)

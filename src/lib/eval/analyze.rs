@@ -526,8 +526,14 @@ fn fig3(files: &[IcMeta]) -> Fig3 {
     }
 }
 
-/// A scratch directory removed when dropped.
-struct Scratch(PathBuf);
+/// A scratch directory removed when dropped, and by the CLI's signal
+/// sweep when a signal ends the process (helper-95: an interrupted analyze
+/// left its hidden directory in L1, tens of MB of hard links and a pushed
+/// chain).
+struct Scratch(
+    PathBuf,
+    #[allow(dead_code)] Option<crate::durable::RemovedOnSignal>,
+);
 
 impl Drop for Scratch {
     fn drop(&mut self) {
@@ -549,12 +555,16 @@ fn scratch_root(work: Option<&Path>, l1: &Path) -> Result<Scratch> {
         Some(w) => w.join(&name),
         None => l1.join(&name),
     };
+    let listed = |dir: PathBuf| {
+        let guard = crate::durable::RemovedOnSignal::new(&dir);
+        Scratch(dir, Some(guard))
+    };
     match std::fs::create_dir(&dir) {
-        Ok(()) => Ok(Scratch(dir)),
+        Ok(()) => Ok(listed(dir)),
         Err(_) if work.is_none() => {
             let dir = std::env::temp_dir().join(&name);
             std::fs::create_dir(&dir).ctx(&dir, "create directory")?;
-            Ok(Scratch(dir))
+            Ok(listed(dir))
         }
         Err(e) => Err(Error::io(&dir, "create directory", e)),
     }
@@ -575,7 +585,8 @@ fn run_pipeline(
     b: u64,
     pattern: u32,
 ) -> Result<PipelineRun> {
-    let scratch = Scratch(work.join(format!("run-b{b}")));
+    // Inside the listed root: removed with it.
+    let scratch = Scratch(work.join(format!("run-b{b}")), None);
     let (l1, l2) = (scratch.0.join("l1"), scratch.0.join("l2"));
     std::fs::create_dir_all(&l1).ctx(&l1, "create directory")?;
     let job = Job::open(&l1, Box::new(DirStore::create(&l2)?))?;

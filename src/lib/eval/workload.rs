@@ -159,20 +159,45 @@ pub fn profiles() -> Vec<Profile> {
 }
 
 /// Refuses an image of `pages` pages of `ps` bytes larger than this
-/// machine's physical memory: the generator holds the image (and the churn
-/// grows it), and a count past the memory only ran until the kernel killed
-/// it.
+/// machine's physical memory, or than the process's address-space limit
+/// (`ulimit -v`, common on login nodes: helper-95 saw the allocation fail
+/// and abort): the generator holds the image (and the churn grows it), and
+/// a count past the memory only ran until the kernel killed it.
 fn fits_in_memory(pages: u64, ps: u32) -> Result<()> {
     let bytes = pages.saturating_mul(u64::from(ps));
-    match physical_memory() {
-        Some(ram) if bytes > ram => Err(Error::Invalid(format!(
+    let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+    if let Some(ram) = physical_memory()
+        && bytes > ram
+    {
+        return Err(Error::Invalid(format!(
             "{pages} pages of {ps} bytes ({:.1} GiB): the generator holds the image in memory, \
              and this machine has {:.1} GiB",
-            bytes as f64 / (1u64 << 30) as f64,
-            ram as f64 / (1u64 << 30) as f64
-        ))),
-        _ => Ok(()),
+            gib(bytes),
+            gib(ram)
+        )));
     }
+    if let Some(limit) = address_space_limit()
+        && bytes > limit
+    {
+        return Err(Error::Invalid(format!(
+            "{pages} pages of {ps} bytes ({:.1} GiB): the generator holds the image in memory, \
+             and this process may map {:.1} GiB (ulimit -v)",
+            gib(bytes),
+            gib(limit)
+        )));
+    }
+    Ok(())
+}
+
+/// The process's address-space limit in bytes (RLIMIT_AS), when it has one.
+fn address_space_limit() -> Option<u64> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit(2) writes the limit into `r`, a struct owned here.
+    let ok = unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut r) } == 0;
+    (ok && r.rlim_cur != libc::RLIM_INFINITY).then_some(r.rlim_cur)
 }
 
 /// This machine's physical memory in bytes, when the system says.

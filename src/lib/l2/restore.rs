@@ -231,6 +231,7 @@ pub struct RestoreReport {
     pub fell_back: Option<String>,
     /// The L1 files a fallback left out of the state it restored (a librex
     /// restart sets the checkpoints among them aside: [`crate::l1::set_aside`]).
+    #[serde(serialize_with = "crate::format::json_path::paths")]
     pub left_out: Vec<PathBuf>,
     /// Chunks of the chain's RPS files and Pointer Files read (checked and
     /// decoded), and how many they hold: a `--pages` restore reads only
@@ -246,6 +247,14 @@ pub struct RestoreReport {
     /// The region table of the restored state (checkpoints written by
     /// librex); a REX-IC image carries it too.
     pub regions: Option<RegionTable>,
+    /// A page of the restored state outside its region table: a producer
+    /// shrank a region without dropping the pages beyond it, which the
+    /// format allows (§2.12.3: the table does not change the image), but a
+    /// REX-IC file carrying that table could not hold the page (§2.12.2,
+    /// check 5). The image is then written without the table (helper-96:
+    /// such a state, pushed and its L1 files deleted, restored only with
+    /// `--raw`).
+    pub outside_regions: Option<u64>,
     /// Who wrote the restored state's checkpoint (seq `seq`): a job that
     /// continues the run records it in its next checkpoint
     /// ([`crate::format::ic::IcExt::continues`]).
@@ -1545,6 +1554,17 @@ fn write_image(
                 Some(m) => m.instance,
                 None => chain.and_then(|c| c.manifest().instance_at(seq).id()),
             };
+            let pages: Vec<u64> = entries.iter().map(|e| e.page).collect();
+            let regions = match regions {
+                Some(t) => match t.check_pages(&pages) {
+                    Ok(()) => Some(t),
+                    Err(p) => {
+                        report.outside_regions = Some(p);
+                        None
+                    }
+                },
+                None => None,
+            };
             // A FULL image continues nothing.
             let ext = IcExt {
                 chain: chain_id,
@@ -1552,16 +1572,8 @@ fn write_image(
                 instance,
                 continues: None,
             };
-            let mut w = IcWriter::create_ext(
-                out,
-                page_size,
-                seq,
-                full,
-                time_ns,
-                &ext,
-                entries.iter().map(|e| e.page).collect(),
-                Vec::new(),
-            )?;
+            let mut w =
+                IcWriter::create_ext(out, page_size, seq, full, time_ns, &ext, pages, Vec::new())?;
             if opts.keep_existing {
                 w.keep_existing();
             }

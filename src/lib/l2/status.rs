@@ -71,7 +71,13 @@ pub struct Status {
     pub producer: Option<String>,
     /// L1 checkpoints librex set aside ([`crate::l1::set_aside`]): kept
     /// for the user, never read or deleted by rexctl.
+    #[serde(serialize_with = "crate::format::json_path::paths")]
     pub set_aside: Vec<PathBuf>,
+    /// Generations L1's copy of the chain holds above L2's newest that L2
+    /// lacks (its manifest lost, a push interrupted before L2's manifest,
+    /// or an L2 location mistyped): the next push uploads them; until then
+    /// L2 alone restores an older state (helper-95: status said nothing).
+    pub l1_only: Vec<GenerationStatus>,
 }
 
 fn row(m: &Manifest, in_l1: bool) -> GenerationStatus {
@@ -275,7 +281,15 @@ fn status_once(job: &Job, job_committed: Option<u64>) -> Result<Status> {
             None => (None, None),
         },
     };
+    let l2_newest = l2.newest().map_or(0, |m| m.generation);
+    let l1_only = l1
+        .manifests
+        .values()
+        .filter(|m| m.generation > l2_newest && l2.get(m.generation).is_none())
+        .map(|m| row(m, true))
+        .collect();
     Ok(Status {
+        l1_only,
         regions: regions.clone(),
         regions_seq: regions.and(regions_seq),
         producer: JobLock::producer_holder(&job.l1),

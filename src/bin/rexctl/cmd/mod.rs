@@ -69,6 +69,40 @@ pub fn lies_in(file: &Path, dir: &Path) -> bool {
     }
 }
 
+/// A command line clap accepted that the command refuses: exit 2, as
+/// clap's own usage errors.
+#[derive(Debug)]
+pub struct Usage(pub String);
+
+impl std::fmt::Display for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Usage {}
+
+/// A chart's output (`--svg`): replaced when it exists, as a report is
+/// on each run, but only when what is there is a chart too (helper-95:
+/// `--svg l2/g00000001.manifest` replaced a manifest and lost its
+/// generation), and never a device or a directory.
+pub fn check_chart(out: &Path) -> rexctl::Result<()> {
+    check_out(out, true)?;
+    if let Ok(f) = std::fs::File::open(out) {
+        let mut head = [0u8; 256];
+        let n = std::io::Read::read(&mut &f, &mut head).unwrap_or(0);
+        let text = String::from_utf8_lossy(&head[..n]);
+        let t = text.trim_start();
+        if n > 0 && !(t.starts_with("<svg") || t.starts_with("<?xml")) {
+            return Err(rexctl::Error::Invalid(format!(
+                "{}: exists and is not an SVG chart; give another name, or remove it first",
+                out.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Refuses an output `out` (`flag` names it) anywhere inside the
 /// directory `dir` (`what` names it), at any depth: a checkpoint directory
 /// whose files the output would replace or join (helper-46: `restore -o`

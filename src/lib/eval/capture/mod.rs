@@ -863,7 +863,8 @@ pub enum Ended {
     Count,
     /// The process exited.
     Exited,
-    /// Interrupted (SIGINT, SIGTERM).
+    /// Interrupted (SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGALRM,
+    /// SIGXCPU).
     Interrupted,
 }
 
@@ -1034,16 +1035,41 @@ extern "C" fn on_signal(_: libc::c_int) {
     INTERRUPTED.store(true, Ordering::SeqCst);
 }
 
-/// A flag set by SIGINT and SIGTERM from now on, for
-/// [`RunOptions::interrupt`]: the run ends after the checkpoint in progress
-/// instead of the process dying half way.
+/// A flag set from now on by the signals that end other commands after
+/// their temporary files are removed (SIGINT, SIGTERM, SIGHUP, SIGUSR1,
+/// SIGUSR2, SIGALRM, SIGXCPU: rexctl(1)), for [`RunOptions::interrupt`]:
+/// the run ends after the checkpoint in progress instead of the process
+/// dying half way with its file half written (helper-95: SIGHUP and
+/// SIGUSR1, which Slurm sends before a time limit, left a large temporary
+/// checkpoint in L1). A signal ignored when the process started stays
+/// ignored (`nohup`, a script's background job), as for the other
+/// commands; SIGXFSZ is ignored, so that a file-size limit is an error.
 pub fn interrupt_flag() -> &'static AtomicBool {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        for sig in [libc::SIGINT, libc::SIGTERM] {
-            // SAFETY: `on_signal` only stores to an atomic, which is
+        // SAFETY: setting SIGXFSZ's disposition to SIG_IGN installs no
+        // handler; a write past the limit then fails with EFBIG.
+        unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
+        for sig in [
+            libc::SIGINT,
+            libc::SIGTERM,
+            libc::SIGHUP,
+            libc::SIGUSR1,
+            libc::SIGUSR2,
+            libc::SIGALRM,
+            libc::SIGXCPU,
+        ] {
+            // SAFETY: sigaction(2) with a null new action only reads the
+            // current disposition into `old`, a zeroed struct owned here;
+            // `on_signal` only stores to an atomic, which is
             // async-signal-safe, and has the signature signal(2) expects.
             unsafe {
+                let mut old: libc::sigaction = std::mem::zeroed();
+                if libc::sigaction(sig, std::ptr::null(), &mut old) == 0
+                    && old.sa_sigaction == libc::SIG_IGN
+                {
+                    continue;
+                }
                 libc::signal(
                     sig,
                     on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t,

@@ -82,9 +82,9 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     // push (helper-72: exit 1).
     rexctl::l2::push::check_l1(&l1dir)?;
     if let Some(svg) = &a.svg {
-        // A report: an existing file is replaced, never a device, nor a
+        // A report: an existing chart is replaced, never another file, nor a
         // file of the directory analysed.
-        crate::cmd::check_out(svg, true)?;
+        crate::cmd::check_chart(svg)?;
         crate::cmd::not_inside(svg, "--svg", &l1dir, "the L1 directory")?;
     }
     let opts = AnalyzeOptions {

@@ -114,6 +114,21 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     if !a.summarize.is_empty() {
         return summarize(&a);
     }
+    // clap does not check `requires = "summarize"` once L1DIR, which
+    // conflicts with --summarize, is given (helper-95: they were ignored,
+    // exit 0).
+    for (set, flag) in [
+        (a.update.is_some(), "--update"),
+        (a.machine.is_some(), "--machine"),
+        (a.command.is_some(), "--command"),
+    ] {
+        if set {
+            return Err(crate::cmd::Usage(format!(
+                "{flag} goes with --summarize (it shapes the summary of saved reports); a comparison of L1DIR does not take it"
+            ))
+            .into());
+        }
+    }
     let l1dir = a.l1dir.clone().expect("clap requires L1DIR");
     // A directory that is not there is a mistyped name, exit 5 as for a
     // push (helper-72: exit 1).
@@ -122,9 +137,9 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         return child_stage(&a, stage, &l1dir);
     }
     if let Some(svg) = &a.svg {
-        // A report: an existing file is replaced, never a device, nor a
+        // A report: an existing chart is replaced, never another file, nor a
         // file of the directory compared (L1DIR is only read).
-        crate::cmd::check_out(svg, true)?;
+        crate::cmd::check_chart(svg)?;
         crate::cmd::not_inside(svg, "--svg", &l1dir, "L1DIR")?;
     }
     let input = Input::scan(&l1dir)?;

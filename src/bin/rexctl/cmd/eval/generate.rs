@@ -88,7 +88,25 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         ))
         .into());
     }
+    // An MPI job's checkpoints go into OUTDIR/R: none may hold any yet
+    // (helper-95: a second `gen --ranks` replaced rank 0's first
+    // checkpoints with another run's and kept the rest).
+    for r in 0..a.ranks.unwrap_or(0) {
+        let d = outdir.join(r.to_string());
+        if d.exists() && !list_ic_files(&d)?.is_empty() {
+            return Err(rexctl::Error::Invalid(format!(
+                "{}: already holds REX-IC files; generate into an empty or new directory",
+                d.display()
+            ))
+            .into());
+        }
+    }
     if let Some(t) = &a.truth {
+        // Inside OUTDIR, rank R's image would join a rank's checkpoints
+        // (helper-95: `--truth OUTDIR/0` made rank 0's L1 unusable).
+        if a.ranks.is_some() {
+            crate::cmd::not_inside(&t.join("0.rexic"), "--truth", &outdir, "OUTDIR")?;
+        }
         if a.ranks.is_none() && crate::cmd::lies_in(t, &outdir) {
             return Err(rexctl::Error::Invalid(format!(
                 "--truth {} must lie outside {}, where it would join the checkpoints",
@@ -134,6 +152,12 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             for r in 0..a.ranks.unwrap_or(0) {
                 crate::cmd::check_out(&t.join(format!("{r}.rexic")), a.force)?;
             }
+        } else if t.exists() {
+            return Err(rexctl::Error::Invalid(format!(
+                "--truth {}: with --ranks, the truth is a directory (it gets each rank's image as R.rexic), and this is a file",
+                t.display()
+            ))
+            .into());
         }
     }
     let n = profile.checkpoints;

@@ -83,6 +83,14 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     rexctl::l2::push::check_l1(&l1dir)?;
     if let Some(out) = &a.out {
         crate::cmd::not_inside(out, "--out", &l1dir, "the L1 directory")?;
+        // Nor among L2's files, as for a restore (helper-95: `-o
+        // l2/g00000002.rps -f` replaced a generation's RPS). The settings
+        // are read for that only: coalesce itself needs none of them.
+        if let Some(l2) = Settings::load(&a.settings).ok().and_then(|s| s.l2().ok())
+            && let Ok(rexctl::store::L2Location::Dir(d)) = rexctl::store::L2Location::parse(&l2)
+        {
+            crate::cmd::not_inside(out, "--out", &d, "the L2 directory")?;
+        }
         crate::cmd::check_out(out, a.force)?;
     }
     // After a push, L1 holds the checkpoints that continue the pushed

@@ -416,6 +416,12 @@ fn print_report(
     for note in &report.l2_fallbacks {
         warnln!("{note}");
     }
+    if let Some(p) = report.outside_regions {
+        warnln!(
+            "page {p:#x} of the restored state (seq {}) lies outside its region table (a region shrank without its pages being dropped): the image is written without the table, every page kept",
+            report.seq
+        );
+    }
     if a.json {
         ui::print_json(&Output {
             report,

@@ -161,6 +161,19 @@ fn print_human(job: &Job, s: &Status) -> Result<(), ui::StdoutError> {
         ui::bytes(s.l2_bytes),
         ui::count(s.newest_chain_length as u64, "generation")
     );
+    for g in &s.l1_only {
+        outln!(
+            "{}: generation {} ({}, seqs {}..={}) is in L1's copy of the chain only: L2 lacks its manifest (lost, a push interrupted, or another L2 location); the next push uploads it, and until then L2 alone restores an older state",
+            ui::bad("NOT IN L2"),
+            g.generation,
+            match g.kind {
+                GenKind::Full => "full",
+                GenKind::Delta => "delta",
+            },
+            g.first_seq,
+            g.last_seq
+        );
+    }
     match (&s.pending_error, s.pending_seqs) {
         (Some(e), _) => outln!("pending L1 checkpoints: {}: {e}", ui::bad("ERROR")),
         (None, Some((a, b))) => outln!(
