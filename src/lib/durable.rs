@@ -470,22 +470,22 @@ impl AtomicFile {
     /// ([`write_pages_parallel`]).
     pub fn file(&mut self) -> Result<&File> {
         let w = self.writer.as_mut().expect("writer present until commit");
-        w.flush().ctx(&self.temp, "write")?;
+        w.flush().ctx(&self.target, "write")?;
         Ok(w.get_ref())
     }
 
     /// Writes all of `buf`.
     pub fn write_all(&mut self, buf: &[u8]) -> Result<()> {
         let w = self.writer.as_mut().expect("writer present until commit");
-        w.write_all(buf).ctx(&self.temp, "write")
+        w.write_all(buf).ctx(&self.target, "write")
     }
 
     /// Sets the file's length (flushing buffered bytes first); growing it
     /// leaves a hole, which reads as zeros.
     pub fn set_len(&mut self, len: u64) -> Result<()> {
         let w = self.writer.as_mut().expect("writer present until commit");
-        w.flush().ctx(&self.temp, "write")?;
-        w.get_ref().set_len(len).ctx(&self.temp, "set length")
+        w.flush().ctx(&self.target, "write")?;
+        w.get_ref().set_len(len).ctx(&self.target, "set length")
     }
 
     /// Makes [`commit`](Self::commit) fail, leaving what is there, if a
@@ -504,9 +504,9 @@ impl AtomicFile {
             let file = w
                 .into_inner()
                 .map_err(|e| e.into_error())
-                .ctx(&self.temp, "write")?;
+                .ctx(&self.target, "write")?;
             failpoint("write");
-            file.sync_all().ctx(&self.temp, "fsync")?;
+            file.sync_all().ctx(&self.target, "fsync")?;
             failpoint("fsync");
             drop(file);
             if self.keep_existing {
@@ -555,9 +555,9 @@ impl AtomicFile {
     /// temporary file, not as the seek (helper-81: "seek: No space left on
     /// device").
     pub fn seek_after_writing(&mut self, pos: SeekFrom) -> Result<u64> {
-        let temp = self.temp.clone();
-        self.flush().ctx(&temp, "write")?;
-        self.seek(pos).ctx(&temp, "seek")
+        let target = self.target.clone();
+        self.flush().ctx(&target, "write")?;
+        self.seek(pos).ctx(&target, "seek")
     }
 }
 

@@ -2223,3 +2223,23 @@ mod rust_api {
         assert_l2_alone_restores(&l1, &l2, 5, &want);
     }
 }
+
+/// Registering a region between `rex_restart_test` and `rex_restart` is a
+/// call out of order, REX_ESTATE as rex(3) says (helper-94: REX_EINVAL,
+/// which it keeps for bad arguments), and the restart goes on after it
+/// (`tests/it/c/restart_order.c`).
+#[test]
+fn a_region_registered_between_the_restart_test_and_the_restart_is_out_of_order() {
+    let root = tempfile::tempdir().unwrap();
+    let exe = build_c_file(
+        "cc",
+        &repo().join("tests/it/c/restart_order.c"),
+        root.path(),
+    );
+    let run = Run::new(root.path(), "order");
+    for phase in ["first", "second"] {
+        let o = run.command(&exe, &[phase]).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{phase}: {}\n{err}", o.status);
+    }
+}

@@ -141,7 +141,8 @@ pub struct ConfigLayer {
     pub collective_table: Option<usize>,
     /// MPI jobs: copies of each L1 checkpoint, K (1: the rank's own only;
     /// K > 1: K - 1 partners also hold it, minus the pages they already
-    /// have). Default 1.
+    /// have). Default 1; for `rexctl replicate`, whose work is the
+    /// copies, 2.
     #[arg(long, env = "REX_REPLICAS", value_name = "K", hide_short_help = true)]
     pub replicas: Option<u32>,
     /// DeD-Table hash functions (default crc32).
@@ -958,7 +959,9 @@ impl Config {
             if let Some(v) = v
                 && !(v.is_finite() && v > 0.0)
             {
-                return Err(Error::Invalid(format!("{name} {v} must be positive")));
+                return Err(Error::Invalid(format!(
+                    "{name} {v} must be a positive finite number"
+                )));
             }
         }
         let max_chain_length = l.max_chain_length.unwrap_or(DEFAULT_MAX_CHAIN_LENGTH);

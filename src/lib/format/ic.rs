@@ -1163,11 +1163,12 @@ impl IcWriter {
             ));
         }
         let (ps, data_off) = (self.header.page_size as usize, self.layout.data_off);
-        let temp = self.out.temp_path().to_path_buf();
+        // Errors name the output asked for, not its temporary.
+        let target = self.out.target().to_path_buf();
         let file = self.out.file()?;
         self.crcs = crate::durable::write_pages_parallel(
             file,
-            &temp,
+            &target,
             self.pages.len(),
             ps,
             threads,

@@ -81,6 +81,13 @@ fn code_of(e: &Error, invalid: c_int) -> c_int {
         {
             REX_ENOMEM
         }
+        // What `rexctl` calls a configuration error (exit 5) is one here
+        // too: rejected credentials, no such bucket, no job name for a
+        // bucket (helper-94: REX_EIO).
+        Error::Remote {
+            kind: crate::error::RemoteKind::Config,
+            ..
+        } => REX_ECONFIG,
         Error::Io { .. } | Error::Remote { .. } => REX_EIO,
         Error::Corrupt { .. } | Error::Chain { .. } => REX_ECORRUPT,
         Error::Busy { .. } => REX_EBUSY,
@@ -145,6 +152,19 @@ fn with_rex(f: impl FnOnce(&mut Option<Rex>) -> Result<c_int, (c_int, String)>) 
             REX_EIO
         }
     }
+}
+
+/// A region registered between `rex_restart_test` and `rex_restart` is a
+/// call out of order (REX_ESTATE, as rex(3) says of calls out of order;
+/// helper-94: REX_EINVAL).
+fn pending_restart(rex: &Rex) -> Result<(), (c_int, String)> {
+    if rex.restart_pending() {
+        return Err((
+            REX_ESTATE,
+            "a region cannot be registered between rex_restart_test and rex_restart (register every region first)".into(),
+        ));
+    }
+    Ok(())
 }
 
 fn started(g: &mut Option<Rex>) -> Result<&mut Rex, (c_int, String)> {
@@ -321,6 +341,7 @@ pub extern "C" fn rex_protect_flags(id: c_int, ptr: *mut c_void, size: usize, fl
                 format!("region {id}: unknown flags {flags:#x} (known: REX_WHOLE = {REX_WHOLE})"),
             ));
         }
+        pending_restart(rex)?;
         let ptr = ptr as *mut u8;
         // SAFETY: the caller registers memory it owns for as long as the
         // region is registered (rex.h, rex(3)).
@@ -374,6 +395,7 @@ pub extern "C" fn rex_alloc(id: c_int, size: usize) -> *mut c_void {
     with_rex(|g| {
         let rex = started(g)?;
         let id = region_id(id)?;
+        pending_restart(rex)?;
         out = rex.alloc(id, size).map_err(|e| fail(e, REX_EINVAL))? as *mut c_void;
         Ok(REX_OK)
     });
@@ -571,5 +593,26 @@ mod tests {
         assert!(msg.contains("rank 1 failed"), "{msg}");
         let own = Error::chain("l2", "no generation");
         assert_eq!(fail_restart(own).0, REX_ECORRUPT);
+    }
+
+    /// What `rexctl` calls a configuration error of a bucket (no job name,
+    /// rejected credentials, no such bucket: exit 5) is REX_ECONFIG, not
+    /// REX_EIO (helper-94); a transport failure stays REX_EIO.
+    #[test]
+    fn a_bucket_s_configuration_error_is_a_configuration_error() {
+        let remote = |kind| Error::Remote {
+            endpoint: "http://127.0.0.1:9000".into(),
+            bucket: "b".into(),
+            key: "k".into(),
+            op: "list",
+            kind,
+            reason: "no job name".into(),
+        };
+        use crate::error::RemoteKind;
+        assert_eq!(
+            code_of(&remote(RemoteKind::Config), REX_EINVAL),
+            REX_ECONFIG
+        );
+        assert_eq!(code_of(&remote(RemoteKind::Transport), REX_EINVAL), REX_EIO);
     }
 }

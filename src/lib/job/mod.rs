@@ -247,18 +247,22 @@ where
 }
 
 impl L2Thread {
-    fn start(cfg: Config) -> L2Thread {
+    /// Starts the thread; a process that may start no more threads (a
+    /// limit on processes, or on address space) gets an error, not a panic
+    /// (helper-94).
+    fn start(cfg: Config) -> Result<L2Thread> {
         let shared = Arc::new((Mutex::new(L2State::default()), Condvar::new()));
         let s = shared.clone();
+        let l1 = cfg.l1.clone();
         let handle = spawn_quiet(
             std::thread::Builder::new().name("rex-l2".into()),
             move || l2_loop(cfg, s),
         )
-        .expect("spawn the L2 thread");
-        L2Thread {
+        .map_err(|e| Error::io(&l1, "start the L2 thread", e))?;
+        Ok(L2Thread {
             shared,
             handle: Some(handle),
-        }
+        })
     }
 
     /// Waits until nothing is queued or running; returns and clears the last
@@ -300,7 +304,12 @@ fn l2_loop(cfg: Config, shared: Arc<(Mutex<L2State>, Condvar)>) {
             g.queued = false;
             g.busy = true;
         }
-        let r = open_job(&cfg, None).and_then(|job| flush(&job, &cfg, false));
+        // A panic in the push (`std::thread::scope` panics when it cannot
+        // start an encoder thread: a limit on processes or on address
+        // space) is the push's failure: the thread lived on marked busy
+        // and `rex_checkpoint_wait` and `rex_finalize` waited for ever
+        // (helper-94).
+        let r = catching(|| open_job(&cfg, None).and_then(|job| flush(&job, &cfg, false)));
         let mut g = m.lock().unwrap_or_else(|e| e.into_inner());
         g.busy = false;
         match r {
@@ -322,6 +331,20 @@ fn l2_loop(cfg: Config, shared: Arc<(Mutex<L2State>, Condvar)>) {
         }
         cv.notify_all();
     }
+}
+
+/// `f`, a panic in it returned as an error (the L2 thread's push).
+fn catching<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|p| {
+        let what = p
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic".into());
+        Err(Error::Invalid(format!(
+            "the push to L2 failed: {what} (the next checkpoint tries again)"
+        )))
+    })
 }
 
 /// Refuses, on every rank alike, a job whose ranks were given different
@@ -508,7 +531,10 @@ impl Rex {
                 Box::new(uffd::UffdTracker::with_mode(uffd::UffdMode::Thread)?)
             }
         };
-        let l2 = cfg.l2_thread.then(|| L2Thread::start(cfg.clone()));
+        let l2 = match cfg.l2_thread {
+            true => Some(L2Thread::start(cfg.clone())?),
+            false => None,
+        };
         Ok(Rex {
             ps: tracker::page_size(),
             cfg,
@@ -584,6 +610,12 @@ impl Rex {
     /// As [`Rex::protect`], except that nothing is write-protected.
     pub unsafe fn protect_whole(&mut self, id: u32, ptr: *mut u8, size: usize) -> Result<()> {
         self.protect_inner(id, ptr as usize, size, false, true)
+    }
+
+    /// Whether a restart was tested (`rex_restart_test`) and not yet done
+    /// or given up: no region may be registered meanwhile.
+    pub fn restart_pending(&self) -> bool {
+        self.restored.is_some()
     }
 
     fn protect_inner(
@@ -929,18 +961,24 @@ impl Rex {
         let writer = spawn_quiet(
             std::thread::Builder::new().name("rex-l1".into()),
             move || -> Result<Vec<u8>> {
-                let mut w =
-                    IcWriter::create_ext(&path, ps32, seq, full, time_ns, &ext, pages, drops)?;
-                for page in data.chunks_exact(ps32 as usize) {
-                    w.push_page(page)?;
-                }
-                w.finish()?;
+                let written = (|| {
+                    let mut w =
+                        IcWriter::create_ext(&path, ps32, seq, full, time_ns, &ext, pages, drops)?;
+                    for page in data.chunks_exact(ps32 as usize) {
+                        w.push_page(page)?;
+                    }
+                    w.finish()
+                })();
+                // The L2 thread is asked after a failed write too: a full
+                // L1 empties only through a push, and with no file written
+                // no push was ever asked for (helper-94: every checkpoint
+                // failed for as long as the job ran after L2 came back).
                 if let Some(s) = l2 {
                     let (m, cv) = &*s;
                     m.lock().unwrap_or_else(|e| e.into_inner()).queued = true;
                     cv.notify_all();
                 }
-                Ok(data)
+                written.map(|()| data)
             },
         )
         .map_err(|e| Error::Invalid(format!("cannot start the L1 writer thread: {e}")))?;
@@ -1780,6 +1818,16 @@ mod tests {
     use crate::control::config::ConfigLayer;
 
     /// Waits until the L2 thread is idle; its last failure, left in place.
+    /// A push that panics (a thread it cannot start) is a failed push,
+    /// not a dead L2 thread that `wait_idle` waits on for ever.
+    #[test]
+    fn a_panicking_push_is_a_failure() {
+        let r: Result<()> = catching(|| panic!("failed to spawn thread"));
+        let e = r.unwrap_err().to_string();
+        assert!(e.contains("failed to spawn thread"), "{e}");
+        assert_eq!(catching(|| Ok(3)).unwrap(), 3);
+    }
+
     fn idle_error(t: &L2Thread) -> Option<String> {
         let (m, cv) = &*t.shared;
         let mut g = m.lock().unwrap();
@@ -1824,7 +1872,7 @@ mod tests {
             Vec::new(),
         )
         .unwrap();
-        let mut t = L2Thread::start(cfg);
+        let mut t = L2Thread::start(cfg).unwrap();
         queue(&t);
         assert!(idle_error(&t).is_some(), "the push into a file succeeded");
         std::fs::remove_file(&l2).unwrap();

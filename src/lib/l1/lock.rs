@@ -159,8 +159,7 @@ impl JobLock {
         );
         file.set_len(0).ctx(&path, "truncate lock file")?;
         file.seek(SeekFrom::Start(0)).ctx(&path, "seek lock file")?;
-        file.write_all(info.as_bytes())
-            .ctx(&path, "write lock file")?;
+        write_holder(&mut file, &path, &info)?;
         let lock = JobLock { file, path };
         lock.not_in_forked_children();
         Ok(lock)
@@ -402,8 +401,38 @@ impl Drop for JobLock {
     }
 }
 
+/// Writes who holds a lock into its file. A full file system does not
+/// keep the lock from being held: only who holds it goes unsaid (others
+/// read an empty holder). A full L1 is when a push is needed most: it is
+/// what empties L1 (helper-94: a job whose L1 had filled while L2 was
+/// away never pushed again, every push failing here).
+fn write_holder(file: &mut std::fs::File, path: &Path, info: &str) -> Result<()> {
+    match file.write_all(info.as_bytes()) {
+        Err(e) if !matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT)) => {
+            Err(Error::io(path, "write lock file", e))
+        }
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
+
+    /// A full file system still lets a lock be taken (its holder unsaid);
+    /// another write error is one.
+    #[test]
+    fn a_full_file_system_does_not_fail_the_lock() {
+        let mut full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        write_holder(&mut full, Path::new("/dev/full"), "pid 1\n").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, b"").unwrap();
+        let mut ro = std::fs::File::open(&p).unwrap();
+        assert!(write_holder(&mut ro, &p, "pid 1\n").is_err());
+    }
     use super::*;
 
     /// A child forked (without exec) while a lock is held, such as a

@@ -1530,11 +1530,12 @@ fn write_image(
             if opts.keep_existing {
                 f.keep_existing();
             }
-            let temp = f.temp_path().to_path_buf();
+            // Errors name the output asked for, not its temporary.
+            let target = f.target().to_path_buf();
             let ps = u64::from(page_size);
             crate::durable::write_pages_parallel(
                 f.file()?,
-                &temp,
+                &target,
                 entries.len(),
                 page_size as usize,
                 threads,
