@@ -157,11 +157,34 @@ pub fn remove_temps_on_signal() -> std::io::Result<()> {
                 // Held until the process ends: no new temporary file
                 // appears after the sweep.
                 let live = live_temps();
+                let mut dirs = Vec::new();
                 for temp in live.iter() {
                     match fs::symlink_metadata(temp) {
-                        Ok(m) if m.is_dir() => drop(fs::remove_dir_all(temp)),
+                        Ok(m) if m.is_dir() => {
+                            drop(fs::remove_dir_all(temp));
+                            dirs.push(temp.clone());
+                        }
                         _ => drop(fs::remove_file(temp)),
                     }
+                }
+                // A file is created under the list's lock, held from here
+                // on; a directory is not: another thread still running may
+                // make one again inside a scratch tree (a push's
+                // `create_dir_all` in analyze's work directory did, and
+                // the tree stayed). A child removes them once this process
+                // is gone: it waits for the end of a pipe only this process
+                // holds open.
+                if !dirs.is_empty()
+                    && let Ok(mut child) = std::process::Command::new("/bin/sh")
+                        .args(["-c", "read _; rm -rf -- \"$@\"", "sh"])
+                        .args(&dirs)
+                        .stdin(std::process::Stdio::piped())
+                        .stdout(std::process::Stdio::null())
+                        .stderr(std::process::Stdio::null())
+                        .spawn()
+                {
+                    // Held open until the process ends.
+                    std::mem::forget(child.stdin.take());
                 }
                 if sig == handoff && BUS_REPORTED.load(Ordering::Acquire) {
                     // SAFETY: _exit(2) ends the process at once; the
@@ -197,6 +220,18 @@ static BUS_ONCE: AtomicBool = AtomicBool::new(false);
 /// interrupt). Any other SIGBUS keeps its default action. For the CLI
 /// only: a library must not take a signal from the program that links it.
 pub fn report_mapped_faults() -> std::io::Result<()> {
+    // A SIGBUS ignored when the process started stays ignored, as every
+    // signal does (`remove_temps_on_signal`).
+    // SAFETY: sigaction(2) with a null new action only reads the current
+    // disposition into `old`, a zeroed struct owned here.
+    let ignored = unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(libc::SIGBUS, std::ptr::null(), &mut old) == 0
+            && old.sa_sigaction == libc::SIG_IGN
+    };
+    if ignored {
+        return Ok(());
+    }
     // SAFETY: installs `on_sigbus`, which is async-signal-safe (atomic
     // loads, write(2), _exit(2), signal(2), raise(3)), with SA_SIGINFO for
     // the fault address; the sigaction struct is zeroed and filled here.
@@ -282,8 +317,8 @@ read it; the command stopped there, as an interrupted one does\n",
     let handoff = HANDOFF.load(Ordering::Acquire);
     if handoff != 0 {
         // The signal thread removes the temporary files and ends the
-        // process; this thread waits, and ends it itself after 5 s if it
-        // has not.
+        // process; this thread waits, and ends it itself after a minute if
+        // it has not.
         BUS_REPORTED.store(true, Ordering::Release);
         // SAFETY: kill(2) and getpid(2) are async-signal-safe.
         unsafe { libc::kill(libc::getpid(), handoff) };
@@ -293,15 +328,16 @@ read it; the command stopped there, as an interrupted one does\n",
     unsafe { libc::_exit(crate::error::exit::FAILURE) };
 }
 
-/// Sleeps 5 s in steps (the handoff signal may interrupt one, when
-/// delivered to this thread): the signal thread ends the process first.
+/// Sleeps up to a minute in steps (the handoff signal may interrupt one,
+/// when delivered to this thread): the signal thread ends the process
+/// first, once its sweep is done (a large scratch tree takes a while).
 /// Async-signal-safe (nanosleep(2)).
 fn wait_for_handoff() {
     let t = libc::timespec {
         tv_sec: 0,
         tv_nsec: 50_000_000,
     };
-    for _ in 0..100 {
+    for _ in 0..1200 {
         // SAFETY: nanosleep(2) is async-signal-safe; `t` lives here.
         unsafe { libc::nanosleep(&t, std::ptr::null_mut()) };
     }
@@ -704,8 +740,8 @@ pub fn is_temp_name(name: &str) -> bool {
 
 /// Whether the temporary `name` may be a live writer's: its name carries
 /// the pid of its writer (`.<name>.tmp-<pid>-<n>`, the form FORMAT.md
-/// §2.7 shows a producer), and that process runs on this host and is not
-/// this one. A third-party producer that does not take the producer lock
+/// §2.7 shows a producer), and that process runs in this pid namespace
+/// and is not this one. A third-party producer that does not take the producer lock
 /// lost the file it was writing to a push's recovery (helper-96); a name
 /// with no pid, or the pid of a process gone, is a crashed writer's. This
 /// process's own pid counts as gone: callers clean up before they write,
@@ -729,9 +765,21 @@ fn may_be_live(name: &str) -> bool {
 
 /// Removes temporary files left in `dir` by writers that crashed. Call it
 /// only while holding the directory's lock (or when no writer can run).
-/// A temporary whose name carries the pid of another live process on this
-/// host stays (a live writer that does not hold the directory's lock).
 pub fn remove_stale_temps(dir: &Path) -> Result<usize> {
+    remove_temps(dir, false)
+}
+
+/// [`remove_stale_temps`] for an L1 directory that producers other than
+/// rexctl's may write without its producer lock: a temporary whose name
+/// carries the pid of another live process (in this pid namespace) stays.
+/// Only there: everywhere else only rexctl writes, under the lock, and a
+/// pid alive for another reason (pid 1 in a container, a reused pid) would
+/// keep a crashed writer's file for ever.
+pub fn remove_stale_temps_sparing_live(dir: &Path) -> Result<usize> {
+    remove_temps(dir, true)
+}
+
+fn remove_temps(dir: &Path, spare_live: bool) -> Result<usize> {
     let mut removed = 0;
     let entries = match fs::read_dir(dir) {
         Ok(e) => e,
@@ -742,7 +790,7 @@ pub fn remove_stale_temps(dir: &Path) -> Result<usize> {
         let entry = entry.ctx(dir, "read directory")?;
         let name = entry.file_name();
         let name = name.to_string_lossy();
-        if is_temp_name(&name) && !may_be_live(&name) {
+        if is_temp_name(&name) && !(spare_live && may_be_live(&name)) {
             let p = entry.path();
             fs::remove_file(&p).ctx(&p, "remove")?;
             removed += 1;
@@ -1289,8 +1337,11 @@ mod tests {
         // Another live process's (pid 1 runs as long as the system does):
         // a producer writing it now.
         fs::write(dir.path().join(".w.rexic.tmp-1-0"), b"live").unwrap();
-        assert_eq!(remove_stale_temps(dir.path()).unwrap(), 3);
+        assert_eq!(remove_stale_temps_sparing_live(dir.path()).unwrap(), 3);
         assert!(dir.path().join("keep.rexic").exists());
         assert!(dir.path().join(".w.rexic.tmp-1-0").exists());
+        // Where only rexctl writes, under the lock, every one goes.
+        assert_eq!(remove_stale_temps(dir.path()).unwrap(), 1);
+        assert!(!dir.path().join(".w.rexic.tmp-1-0").exists());
     }
 }

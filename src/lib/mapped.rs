@@ -14,8 +14,12 @@
 //! The table is a fixed array of slots read and written with atomics only:
 //! the handler may neither lock nor allocate. A mapping registers itself
 //! for as long as it lives ([`Registered`]); when every slot is taken (more
-//! files mapped at once than [`SLOTS`]) it goes unregistered and a fault in
-//! it is reported without its name.
+//! files mapped at once than [`SLOTS`]) it goes unregistered, and a fault
+//! in it keeps SIGBUS's default action, as does a fault in a mapping that
+//! never registers (the handler cannot tell a file's fault from any other).
+//! A mapping's owner declares its guard before the map, so that the slot
+//! is cleared before the range is unmapped (and perhaps mapped again for
+//! another file).
 
 use std::path::Path;
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
@@ -135,13 +139,16 @@ pub(crate) unsafe fn find(addr: usize) -> Option<(&'static [u8], usize)> {
         if start == FREE || start == BUSY {
             continue;
         }
-        let len = s.len.load(Ordering::Relaxed);
+        let len = s.len.load(Ordering::Acquire);
         let off = addr.wrapping_sub(start);
         if off < len {
-            let p = s.path.load(Ordering::Relaxed);
-            let n = s.path_len.load(Ordering::Relaxed);
-            if p.is_null() {
-                return None;
+            let p = s.path.load(Ordering::Acquire);
+            let n = s.path_len.load(Ordering::Acquire);
+            // The slot freed and filled again while it was read: its
+            // fields may mix two mappings; it is not the faulting one
+            // (which lives), so skip it.
+            if s.start.load(Ordering::Acquire) != start || p.is_null() {
+                continue;
             }
             // SAFETY: `p` and `n` are the path bytes of the guard that
             // filled this slot (stored before `start`, which this load

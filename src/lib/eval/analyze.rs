@@ -555,16 +555,18 @@ fn scratch_root(work: Option<&Path>, l1: &Path) -> Result<Scratch> {
         Some(w) => w.join(&name),
         None => l1.join(&name),
     };
-    let listed = |dir: PathBuf| {
-        let guard = crate::durable::RemovedOnSignal::new(&dir);
-        Scratch(dir, Some(guard))
-    };
+    // Listed before it is made: a signal right after the directory
+    // appears removes it too (a test sending one as soon as it appeared
+    // found it left).
+    let guard = crate::durable::RemovedOnSignal::new(&dir);
     match std::fs::create_dir(&dir) {
-        Ok(()) => Ok(listed(dir)),
+        Ok(()) => Ok(Scratch(dir, Some(guard))),
         Err(_) if work.is_none() => {
+            drop(guard);
             let dir = std::env::temp_dir().join(&name);
+            let guard = crate::durable::RemovedOnSignal::new(&dir);
             std::fs::create_dir(&dir).ctx(&dir, "create directory")?;
-            Ok(listed(dir))
+            Ok(Scratch(dir, Some(guard)))
         }
         Err(e) => Err(Error::io(&dir, "create directory", e)),
     }

@@ -644,9 +644,10 @@ unsafe impl Sync for Decoded {}
 pub struct ChunkedFile {
     path: PathBuf,
     header: ChunkedHeader,
-    map: memmap2::Mmap,
-    /// `map` listed for the CLI's SIGBUS report.
+    /// `map` listed for the CLI's SIGBUS report; dropped (unlisted) before
+    /// `map` is unmapped.
     _mapped: crate::mapped::Registered,
+    map: memmap2::Mmap,
     payload_len: u64,
     /// `log2(chunk_size)` (the header checks it is a power of two).
     chunk_shift: u32,

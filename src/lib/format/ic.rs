@@ -820,9 +820,10 @@ pub(crate) fn parse_drops(
 /// An IC file opened for reading page data through a memory map.
 pub struct IcFile {
     meta: IcMeta,
-    map: memmap2::Mmap,
-    /// `map` listed for the CLI's SIGBUS report.
+    /// `map` listed for the CLI's SIGBUS report; dropped (unlisted) before
+    /// `map` is unmapped.
     _mapped: crate::mapped::Registered,
+    map: memmap2::Mmap,
 }
 
 impl std::fmt::Debug for IcFile {

@@ -1645,14 +1645,37 @@ impl Rex {
                 // written: a failing restart leaves the regions as they
                 // were.
                 image.verify()?;
+                // And every page lands inside a registered region: the
+                // image may carry pages outside its region table (a
+                // producer that shrank a region without dropping its
+                // pages: the image is then written without the table), and
+                // a page past a region's end would be written past the
+                // job's memory (helper-97).
+                for &page in &image.meta().pages {
+                    let (id, i) = split_page(page);
+                    let inside = self
+                        .regions
+                        .get(&id)
+                        .is_some_and(|r| (i as usize).checked_mul(ps).is_some_and(|f| f < r.size));
+                    if !inside {
+                        return Err(Error::chain(
+                            &where_,
+                            format!(
+                                "page {page:#x} of the state of seq {} lies outside every registered region",
+                                report.seq
+                            ),
+                        ));
+                    }
+                }
                 for (pp, &page) in image.meta().pages.iter().enumerate() {
                     let (id, i) = split_page(page);
-                    let r = &self.regions[&id]; // check_regions + the image's own check
+                    let r = &self.regions[&id]; // checked above
                     let data = image.page_unverified(pp)?; // verified above
                     let from = i as usize * ps;
                     let n = ps.min(r.size - from);
                     // SAFETY: the region's memory is the caller's, registered as
-                    // writable for `size` bytes; `from + n <= size`. It is not
+                    // writable for `size` bytes; `from < size` (checked above),
+                    // so `from + n <= size`. It is not
                     // write-protected before the first checkpoint.
                     let dst =
                         unsafe { std::slice::from_raw_parts_mut((r.ptr + from) as *mut u8, n) };

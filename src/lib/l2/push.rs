@@ -1163,7 +1163,13 @@ pub fn recover(
         dirs.insert(0, job.l1.clone());
     }
     for dir in dirs {
-        let n = durable::remove_stale_temps(&dir)?;
+        // In the L1 directory itself, a producer without the lock may be
+        // writing a temporary named with its pid (FORMAT.md §2.7).
+        let n = if dir == job.l1 {
+            durable::remove_stale_temps_sparing_live(&dir)?
+        } else {
+            durable::remove_stale_temps(&dir)?
+        };
         if n > 0 {
             report
                 .recovered

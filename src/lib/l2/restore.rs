@@ -1561,6 +1561,7 @@ fn write_image(
                     Ok(()) => Some(t),
                     Err(p) => {
                         report.outside_regions = Some(p);
+                        report.regions = None;
                         None
                     }
                 },

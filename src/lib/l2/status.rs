@@ -241,13 +241,17 @@ fn status_once(job: &Job, job_committed: Option<u64>) -> Result<Status> {
     // (which reads L2's objects named as that copy's files, of their sizes,
     // when its generations all lie above L2's and none is of L2's run: the
     // one case where status reads data).
-    if let Some(e) = crate::l2::restore::foreign_copy(
+    let foreign = crate::l2::restore::foreign_copy(
         job,
         &l2,
         &l1,
         &l2_objects,
         &crate::l2::restore::RestoreOptions::default(),
-    )? {
+    )?;
+    // L1's copy is another job's, or out of order beside L2: its
+    // generations are not this L2's to upload (a push refuses them).
+    let two_histories = foreign.is_some() || l2.out_of_order_with(&l1).is_some();
+    if let Some(e) = foreign {
         invalid.push(e.to_string());
     }
     if let Some((m, b)) = l2.out_of_order_with(&l1) {
@@ -285,7 +289,7 @@ fn status_once(job: &Job, job_committed: Option<u64>) -> Result<Status> {
     let l1_only = l1
         .manifests
         .values()
-        .filter(|m| m.generation > l2_newest && l2.get(m.generation).is_none())
+        .filter(|m| !two_histories && m.generation > l2_newest && l2.get(m.generation).is_none())
         .map(|m| row(m, true))
         .collect();
     Ok(Status {

@@ -13,7 +13,7 @@ use clap_mangen::Man;
 pub const EXIT_STATUS_HELP: &str = "\
 Exit status:
   0  success (flush: pushed, or nothing was due)
-  1  unexpected failure (I/O error, a full disk, internal error)
+  1  unexpected failure (I/O error, a full disk, internal error; a file that shrank or failed while it was read through its mapping, SIGBUS, which names the file and byte)
   2  the command line does not parse: an unknown option, a missing or malformed value (clap names the option or REX_* variable)
   3  bad data: a corrupt or inconsistent checkpoint file or chain, or no checkpoint where one is needed
   4  busy: another rexctl holds the job's lock

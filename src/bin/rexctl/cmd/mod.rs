@@ -89,11 +89,10 @@ impl std::error::Error for Usage {}
 pub fn check_chart(out: &Path) -> rexctl::Result<()> {
     check_out(out, true)?;
     if let Ok(f) = std::fs::File::open(out) {
-        let mut head = [0u8; 256];
+        let mut head = [0u8; 1024];
         let n = std::io::Read::read(&mut &f, &mut head).unwrap_or(0);
         let text = String::from_utf8_lossy(&head[..n]);
-        let t = text.trim_start();
-        if n > 0 && !(t.starts_with("<svg") || t.starts_with("<?xml")) {
+        if n > 0 && !text.contains("<svg") {
             return Err(rexctl::Error::Invalid(format!(
                 "{}: exists and is not an SVG chart; give another name, or remove it first",
                 out.display()

@@ -1043,13 +1043,12 @@ extern "C" fn on_signal(_: libc::c_int) {
 /// SIGUSR1, which Slurm sends before a time limit, left a large temporary
 /// checkpoint in L1). A signal ignored when the process started stays
 /// ignored (`nohup`, a script's background job), as for the other
-/// commands; SIGXFSZ is ignored, so that a file-size limit is an error.
+/// commands. (SIGXFSZ is not ignored here as in the other commands: an
+/// ignored disposition survives exec, and the program a capture starts
+/// would run with it.)
 pub fn interrupt_flag() -> &'static AtomicBool {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        // SAFETY: setting SIGXFSZ's disposition to SIG_IGN installs no
-        // handler; a write past the limit then fails with EFBIG.
-        unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
         for sig in [
             libc::SIGINT,
             libc::SIGTERM,

@@ -84,8 +84,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     if let Some(svg) = &a.svg {
         // A report: an existing chart is replaced, never another file, nor a
         // file of the directory analysed.
-        crate::cmd::check_chart(svg)?;
         crate::cmd::not_inside(svg, "--svg", &l1dir, "the L1 directory")?;
+        crate::cmd::check_chart(svg)?;
     }
     let opts = AnalyzeOptions {
         batch: a.batch,

@@ -139,8 +139,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     if let Some(svg) = &a.svg {
         // A report: an existing chart is replaced, never another file, nor a
         // file of the directory compared (L1DIR is only read).
-        crate::cmd::check_chart(svg)?;
         crate::cmd::not_inside(svg, "--svg", &l1dir, "L1DIR")?;
+        crate::cmd::check_chart(svg)?;
     }
     let input = Input::scan(&l1dir)?;
     let (root, temp) = match &a.work_dir {

@@ -163,7 +163,7 @@ fn print_human(job: &Job, s: &Status) -> Result<(), ui::StdoutError> {
     );
     for g in &s.l1_only {
         outln!(
-            "{}: generation {} ({}, seqs {}..={}) is in L1's copy of the chain only: L2 lacks its manifest (lost, a push interrupted, or another L2 location); the next push uploads it, and until then L2 alone restores an older state",
+            "{}: generation {} ({}, seqs {}..={}) is in L1's copy of the chain only: L2 lacks its manifest (lost, a push interrupted, or another L2 location); the next push uploads it; until then a restore from L2 alone gives an older state, or none",
             ui::bad("NOT IN L2"),
             g.generation,
             match g.kind {
