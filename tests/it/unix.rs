@@ -1907,3 +1907,30 @@ fn a_push_leaves_the_temporary_of_a_live_producer_without_the_lock() {
     assert_ok(&j.run(&["-q", "push-l2"]));
     assert!(!tmp.exists(), "a crashed writer's temporary stays");
 }
+
+/// A dangling symbolic link named like a checkpoint is a file of the wrong
+/// type, as a FIFO is (FORMAT.md §2.8 step 0a): exit 3 from every command
+/// that lists L1 (helper-96: exit 1 from push-l2 and restore, 3 from
+/// verify), naming it; and `coalesce --from` past the newest pending seq
+/// says so (helper-95: "L2 holds every one").
+#[test]
+fn a_dangling_link_named_like_a_checkpoint_is_bad_data() {
+    let j = Job::new();
+    let link = j.l1().join("ckpt-00000009.rexic");
+    std::os::unix::fs::symlink(j.dir.path().join("nowhere"), &link).unwrap();
+    for args in [&["push-l2"][..], &["restore", "-o", "x.rexic"], &["verify"]] {
+        let out = j.run(args);
+        assert_clean_failure(
+            &out,
+            3,
+            &["ckpt-00000009.rexic", "symbolic link to nothing"],
+        );
+    }
+    std::fs::remove_file(&link).unwrap();
+    let out = j.run(&["coalesce", "--from", "50"]);
+    assert_clean_failure(
+        &out,
+        3,
+        &["no pending checkpoint from seq 50", "the newest is seq 3"],
+    );
+}

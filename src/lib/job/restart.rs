@@ -172,7 +172,16 @@ impl PageSink for IntoRegions<'_> {
                 .region(id)
                 .is_some_and(|r| (i as usize).saturating_mul(s.page_size as usize) < r.size);
             if !ok {
-                return Err(self.changed(format!("page {p:#x} lies in no registered region")));
+                // Not a change: the state holds a page outside its own
+                // region table (a producer that shrank a region without
+                // dropping its pages), which no region can take.
+                return Err(Error::chain(
+                    self.place,
+                    format!(
+                        "page {p:#x} of the state of seq {} lies in no registered region",
+                        self.verified.seq
+                    ),
+                ));
             }
         }
         Ok(())

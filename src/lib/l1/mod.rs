@@ -481,6 +481,20 @@ pub fn list_ic_files(dir: &Path) -> Result<Vec<PathBuf>> {
                     ),
                 ));
             }
+            // A dangling link is a file of the wrong type, as a FIFO is
+            // (FORMAT.md §2.8 step 0a: exit 3; helper-96 saw exit 1 here and
+            // 3 in verify).
+            Err(e)
+                if e.kind() == std::io::ErrorKind::NotFound
+                    && fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_symlink()) =>
+            {
+                return Err(Error::corrupt(
+                    &p,
+                    0,
+                    "file type",
+                    "named like a checkpoint but a symbolic link to nothing",
+                ));
+            }
             Err(e) => {
                 return Err(Error::io(
                     &p,

@@ -109,10 +109,17 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     if batch.is_empty() {
         return Err(rexctl::Error::Chain {
             path: l1dir.clone(),
-            reason: if newest.is_some() {
-                "no pending checkpoint to coalesce: L2 holds every one".into()
-            } else {
-                "no checkpoint to coalesce".into()
+            reason: match (a.from, l1.files.last()) {
+                // Pending checkpoints, all before --from (helper-95: "L2
+                // holds every one").
+                (Some(from), Some(last)) => format!(
+                    "no pending checkpoint from seq {from}: the newest is seq {}",
+                    last.seq()
+                ),
+                _ if newest.is_some() => {
+                    "no pending checkpoint to coalesce: L2 holds every one".into()
+                }
+                _ => "no checkpoint to coalesce".into(),
             },
         }
         .into());
