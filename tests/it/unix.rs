@@ -1931,6 +1931,9 @@ fn a_dangling_link_named_like_a_checkpoint_is_bad_data() {
     assert_clean_failure(
         &out,
         3,
-        &["no pending checkpoint from seq 50", "the newest is seq 3"],
+        &[
+            "no checkpoint to coalesce from seq 50",
+            "the newest pending checkpoint is seq 3",
+        ],
     );
 }

@@ -113,7 +113,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 // Pending checkpoints, all before --from (helper-95: "L2
                 // holds every one").
                 (Some(from), Some(last)) => format!(
-                    "no pending checkpoint from seq {from}: the newest is seq {}",
+                    "no checkpoint to coalesce from seq {from}: the newest pending checkpoint is seq {}",
                     last.seq()
                 ),
                 _ if newest.is_some() => {
