@@ -93,6 +93,18 @@ fn forget_temp(temp: &Path) {
     }
 }
 
+/// Whether signal `sig` is ignored now (SIG_IGN): one the process was
+/// started ignoring (`nohup`, a shell's `cmd &`, `trap '' TERM`) stays
+/// ignored whatever the commands install.
+pub fn is_ignored(sig: libc::c_int) -> bool {
+    // SAFETY: sigaction(2) with a null new action only reads the current
+    // disposition into `old`, a zeroed sigaction owned here.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(sig, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_IGN
+    }
+}
+
 /// From now on, SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGUSR1, SIGUSR2,
 /// SIGALRM and SIGXCPU (those not ignored already)
 /// remove the temporary file of every [`AtomicFile`] not yet committed,
@@ -105,23 +117,14 @@ fn forget_temp(temp: &Path) {
 /// whole or not at all: its rename fails once its temporary is gone.
 pub fn remove_temps_on_signal() -> std::io::Result<()> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGPIPE, SIGTERM};
-    // A signal the process was started ignoring stays ignored: `nohup`,
-    // a shell's `cmd &` (SIGINT), `trap '' TERM` (helper-39: the first
-    // version made `nohup rexctl push-l2` die on SIGHUP).
-    let ignored = |sig: libc::c_int| {
-        // SAFETY: sigaction(2) with a null new action only reads the
-        // current disposition into `old`, a zeroed sigaction owned here.
-        unsafe {
-            let mut old: libc::sigaction = std::mem::zeroed();
-            libc::sigaction(sig, std::ptr::null(), &mut old) == 0
-                && old.sa_sigaction == libc::SIG_IGN
-        }
-    };
+    // A signal the process was started ignoring stays ignored
+    // (`is_ignored`; helper-39: the first version made `nohup rexctl
+    // push-l2` die on SIGHUP).
     // A file-size limit (`ulimit -f`) met raises SIGXFSZ, whose default
     // action ended the process with its temporary left (helper-86):
     // ignored, the write fails with EFBIG ("File too large") and the
     // command fails cleanly, as on a full disk.
-    if !ignored(libc::SIGXFSZ) {
+    if !is_ignored(libc::SIGXFSZ) {
         // SAFETY: setting a signal's disposition to SIG_IGN installs no
         // handler; nothing in this process relies on SIGXFSZ.
         unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
@@ -143,7 +146,7 @@ pub fn remove_temps_on_signal() -> std::io::Result<()> {
         libc::SIGXCPU,
     ]
     .into_iter()
-    .filter(|&sig| !ignored(sig))
+    .filter(|&sig| !is_ignored(sig))
     .collect();
     // The SIGBUS handler's call for a sweep (`report_mapped_faults`): a
     // real-time signal nothing else in the CLI sends.
@@ -222,14 +225,7 @@ static BUS_ONCE: AtomicBool = AtomicBool::new(false);
 pub fn report_mapped_faults() -> std::io::Result<()> {
     // A SIGBUS ignored when the process started stays ignored, as every
     // signal does (`remove_temps_on_signal`).
-    // SAFETY: sigaction(2) with a null new action only reads the current
-    // disposition into `old`, a zeroed struct owned here.
-    let ignored = unsafe {
-        let mut old: libc::sigaction = std::mem::zeroed();
-        libc::sigaction(libc::SIGBUS, std::ptr::null(), &mut old) == 0
-            && old.sa_sigaction == libc::SIG_IGN
-    };
-    if ignored {
+    if is_ignored(libc::SIGBUS) {
         return Ok(());
     }
     // SAFETY: installs `on_sigbus`, which is async-signal-safe (atomic

@@ -250,11 +250,12 @@ fn status_once(job: &Job, job_committed: Option<u64>) -> Result<Status> {
     )?;
     // L1's copy is another job's, or out of order beside L2: its
     // generations are not this L2's to upload (a push refuses them).
-    let two_histories = foreign.is_some() || l2.out_of_order_with(&l1).is_some();
+    let out_of_order = l2.out_of_order_with(&l1);
+    let two_histories = foreign.is_some() || out_of_order.is_some();
     if let Some(e) = foreign {
         invalid.push(e.to_string());
     }
-    if let Some((m, b)) = l2.out_of_order_with(&l1) {
+    if let Some((m, b)) = out_of_order {
         invalid.push(format!(
             "L2 and L1's copy together: {}",
             crate::l2::chain::out_of_order_text(m, b)

@@ -1058,17 +1058,12 @@ pub fn interrupt_flag() -> &'static AtomicBool {
             libc::SIGALRM,
             libc::SIGXCPU,
         ] {
-            // SAFETY: sigaction(2) with a null new action only reads the
-            // current disposition into `old`, a zeroed struct owned here;
-            // `on_signal` only stores to an atomic, which is
+            if crate::durable::is_ignored(sig) {
+                continue;
+            }
+            // SAFETY: `on_signal` only stores to an atomic, which is
             // async-signal-safe, and has the signature signal(2) expects.
             unsafe {
-                let mut old: libc::sigaction = std::mem::zeroed();
-                if libc::sigaction(sig, std::ptr::null(), &mut old) == 0
-                    && old.sa_sigaction == libc::SIG_IGN
-                {
-                    continue;
-                }
                 libc::signal(
                     sig,
                     on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t,
