@@ -574,50 +574,113 @@ fn pointer_files_are_given_back_after_their_last_page_past_the_budget() {
 
 /// A delta push gives the old chain's RPS chunks back as it goes (after
 /// the last page whose previous version it read): the push's memory is
-/// the DeD-Table and what the pages still to come need. Its files are the
-/// same, byte for byte, as those `push_l2` then writes for the same batch
-/// (through its own chain).
+/// the DeD-Table and what the pages still to come need, with the chunks
+/// decoded ahead of the unit on other threads too (`threads` > 1). Its
+/// files are the same, byte for byte, on one thread and on three, and as
+/// those `push_l2` then writes for the same batch (through its own chain).
+/// A bad chunk of the old chain fails the push with that chunk's error
+/// whichever thread decodes it first, and never hangs it.
 #[test]
 fn a_delta_push_gives_the_old_chunks_back_after_their_last_page() {
+    use rexctl::format::chunked::Encoding;
     use rexctl::format::ic::IcMeta;
     use rexctl::l1::coalesce::CList;
     use rexctl::l2::chain::{ChainIndex, OpenChain};
     use rexctl::l2::dedup::{DedupJob, deduplicate};
     use rexctl::l2::dedup_table::Crc32Hasher;
     let d = tempfile::tempdir().unwrap();
-    let (job, mut w) = chain_of_deltas(d.path(), 12);
+    // The smallest chunks that are released: many of them, so that the
+    // read-ahead runs through its window.
+    let small = WriteFormat {
+        chunk_size: rexctl::format::chunked::ChunkedFile::MIN_POOLED_CHUNK,
+        ..WriteFormat::default()
+    };
+    let (job, mut w) = chain_of_deltas_in(d.path(), 12, small);
     let batch: Vec<_> = (0..2).map(|_| w.checkpoint(&job.l1).unwrap()).collect();
     let metas: Vec<IcMeta> = batch.iter().map(|p| IcMeta::read(p).unwrap()).collect();
     let clist = CList::build(&metas).unwrap();
     let index = ChainIndex::load(job.l2.as_ref()).unwrap();
     let g = index.newest().unwrap().generation;
-    let chain = OpenChain::open(job.l2.as_ref(), &index, g).unwrap();
-    assert!(chain.gens.len() >= 3, "a chain of deltas");
-    let out = d.path().join("out");
-    std::fs::create_dir_all(&out).unwrap();
-    let dj = DedupJob {
-        generation: g + 1,
-        page_size: 4096,
-        pattern_size: 32,
-        batch: &metas,
-        clist: &clist,
-        chain: Some(&chain),
-        full: false,
-        dir: &out,
-        format: WriteFormat::default(),
-        table_memory: rexctl::l2::dedup::DEFAULT_DEDUP_MEMORY,
-        xrefs: &[],
-        upload: None,
+    let dedup = |threads: usize, out: &Path| {
+        let chain = OpenChain::open(job.l2.as_ref(), &index, g).unwrap();
+        assert!(chain.gens.len() >= 3, "a chain of deltas");
+        std::fs::create_dir_all(out).unwrap();
+        let dj = DedupJob {
+            generation: g + 1,
+            page_size: 4096,
+            pattern_size: 32,
+            batch: &metas,
+            clist: &clist,
+            chain: Some(&chain),
+            full: false,
+            dir: out,
+            format: WriteFormat {
+                encoding: Encoding {
+                    threads,
+                    ..small.encoding
+                },
+                ..small
+            },
+            table_memory: rexctl::l2::dedup::DEFAULT_DEDUP_MEMORY,
+            xrefs: &[],
+            upload: None,
+        };
+        let o = deduplicate(&dj, Crc32Hasher::new());
+        let held: usize = chain.gens.iter().map(|g| g.rps.chunks_held()).sum();
+        let read: usize = chain.gens.iter().map(|g| g.rps.chunks_verified()).sum();
+        (o, held, read)
     };
-    let o = deduplicate(&dj, Crc32Hasher::new()).unwrap();
-    let held: usize = chain.gens.iter().map(|g| g.rps.chunks_held()).sum();
-    let read: usize = chain.gens.iter().map(|g| g.rps.chunks_verified()).sum();
-    assert!(
-        read > 0 && held < read / 2,
-        "{held} of {read} chunks still held"
-    );
-    push_l2(&job, &PushOptions::default()).unwrap();
-    for f in &o.files {
+    let mut files = Vec::new();
+    for threads in [1, 3] {
+        let out = d.path().join(format!("out{threads}"));
+        let (o, held, read) = dedup(threads, &out);
+        let o = o.unwrap();
+        assert!(
+            read > 40 && held < read / 2,
+            "{threads} threads: {held} of {read} chunks still held"
+        );
+        files.push((out, o.files));
+    }
+    let (out, names) = &files[0];
+    for f in names {
+        let one = std::fs::read(out.join(&f.name)).unwrap();
+        assert!(
+            std::fs::read(files[1].0.join(&f.name)).unwrap() == one,
+            "{} differs between one thread and three",
+            f.name
+        );
+    }
+    // A flipped byte in the middle of the chain base's RPS (its stored
+    // chunks follow the header and chunk table, so the file's second half
+    // is chunk data): whichever thread meets it, the push fails with it.
+    let base = index.newest().unwrap().chain_base;
+    let rps = d.path().join("l2").join(object_name(base, "rps"));
+    let mut bytes = std::fs::read(&rps).unwrap();
+    let at = bytes.len() * 3 / 4;
+    bytes[at] ^= 0x10;
+    std::fs::write(&rps, &bytes).unwrap();
+    for threads in [1, 3] {
+        let (o, _, _) = dedup(threads, &d.path().join(format!("bad{threads}")));
+        let e = o.expect_err("a bad chunk of the old chain").to_string();
+        assert!(
+            e.contains(&rps.display().to_string()) && e.contains("chunk"),
+            "{e}"
+        );
+    }
+    std::fs::write(&rps, {
+        bytes[at] ^= 0x10;
+        &bytes
+    })
+    .unwrap();
+    push_l2(
+        &job,
+        &PushOptions {
+            format: small,
+            ..PushOptions::default()
+        },
+    )
+    .unwrap();
+    for f in names {
         let pushed = std::fs::read(d.path().join("l2").join(&f.name)).unwrap();
         assert!(
             std::fs::read(out.join(&f.name)).unwrap() == pushed,

@@ -2616,21 +2616,29 @@ fn crash_after_committing_a_batch_of_two_runs_recovers() {
 /// A data file a valid manifest names and a directory L2 lacks is bad data
 /// (exit 3, naming the file and the generation), as a bucket's missing
 /// object is, not an I/O failure (helper-72: exit 1, "no such object").
+/// So it is for a push when L1's copy lacks it too: the chain is broken in
+/// both places, and the pending checkpoints stay (helper-99: exit 1, from
+/// the copy that was to heal L1's).
 #[test]
 fn a_missing_data_file_is_bad_data_not_an_io_failure() {
     let c = chain3(32);
     for kind in ["rps", "pf", "ptab"] {
-        let (work, _l1, l2) = chain_copy(&c);
+        let (work, l1, l2) = chain_copy(&c);
         std::fs::remove_file(gen_file(&l2, 2, kind)).unwrap();
         let (out, _) = restore(&l2, None, &[], &work.path().join("o"));
         assert_eq!(out.status.code(), Some(3), "{kind}: {}", stderr(&out));
-        assert!(
-            stderr(&out).contains(&format!(
-                "g00000002.{kind}: missing: generation 2's manifest"
-            )),
-            "{kind}: {}",
-            stderr(&out)
-        );
+        let missing = format!("g00000002.{kind}: missing: generation 2's manifest");
+        assert!(stderr(&out).contains(&missing), "{kind}: {}", stderr(&out));
+        std::fs::remove_file(gen_file(&l1.join("rex"), 2, kind)).unwrap();
+        let pending = names_in(&l1);
+        for cmd in [&["push-l2"][..], &["flush", "--max-age", "1"]] {
+            let mut args = cmd.to_vec();
+            args.extend(["--l1", s(&l1), "--l2", s(&l2)]);
+            let out = rex(&args, None);
+            assert_eq!(out.status.code(), Some(3), "{kind}: {}", show(&args, &out));
+            assert!(stderr(&out).contains(&missing), "{kind}: {}", stderr(&out));
+            assert_eq!(names_in(&l1), pending, "{kind}: {cmd:?}");
+        }
     }
 }
 

@@ -2104,3 +2104,59 @@ fn a_first_collective_push_with_ranks_missing_is_refused() {
         );
     }
 }
+
+/// A restore from an MPI job's location takes the rank the launcher gives
+/// (SLURM_PROCID, PMIX_RANK, PMI_RANK, OMPI_COMM_WORLD_RANK,
+/// FLUX_TASK_RANK), as every command does, with L2 alone and with the
+/// job's L1 directory (its `L1/R`); with no rank named it is refused (exit
+/// 2) and writes nothing, rather than taking rank 0 for the user
+/// (helper-99: the launcher's rank was read for a single chain only, and
+/// every such restore said "no valid generation to restore", exit 3).
+#[test]
+fn a_restore_from_a_job_s_location_takes_the_launcher_s_rank() {
+    let _one_at_a_time = crate::util::exclusive();
+    let t = tempfile::tempdir().unwrap();
+    let (l1, l2, truth) = (
+        t.path().join("l1"),
+        t.path().join("l2"),
+        t.path().join("truth"),
+    );
+    gen_ranks(&l1, "0.5", "64", "3", &truth);
+    std::fs::create_dir_all(&l2).unwrap();
+    let push = ["push-l2", "--collective", "--l1", s(&l1), "--l2", s(&l2)];
+    success(&mpirun(&push, None), "collective push");
+    let vars = [
+        "SLURM_PROCID",
+        "PMIX_RANK",
+        "PMI_RANK",
+        "OMPI_COMM_WORLD_RANK",
+        "FLUX_TASK_RANK",
+    ];
+    for (i, var) in vars.iter().enumerate() {
+        let r = (i as u32 + 1) % RANKS;
+        for with_l1 in [false, true] {
+            let out = t.path().join(format!("{var}-{with_l1}.rexic"));
+            let mut c = crate::util::rexctl();
+            c.args(["restore", "--l2", s(&l2), "-o", s(&out)]);
+            if with_l1 {
+                c.args(["--l1", s(&l1)]);
+            }
+            let o = c.env(var, r.to_string()).output().unwrap();
+            assert!(o.status.success(), "{var}={r}: {}", show(&["restore"], &o));
+            assert_image(
+                &out,
+                &truth.join(format!("{r}.rexic")),
+                &format!("{var}={r}, L1 too: {with_l1}"),
+            );
+        }
+    }
+    let out = t.path().join("none.rexic");
+    let mut c = crate::util::rexctl();
+    c.args(["restore", "--l2", s(&l2), "-o", s(&out)]);
+    for var in vars.iter().chain(&["REX_RANK"]) {
+        c.env_remove(var);
+    }
+    let o = c.output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", show(&["restore"], &o));
+    assert!(stderr(&o).contains("--rank") && !out.exists(), "{}", stderr(&o));
+}

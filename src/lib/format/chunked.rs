@@ -1100,6 +1100,17 @@ impl ChunkedFile {
         }
     }
 
+    /// Verifies (and decodes) chunk `k` if it is not yet, handing out no
+    /// slice of it (what a read-ahead thread does before the chunk's reader
+    /// needs it; a release on another thread takes the same lock). Nothing
+    /// for a chunk past the end.
+    pub fn warm_chunk(&self, k: usize) -> Result<()> {
+        if k < self.chunks.len() {
+            self.verify_chunk(k)?;
+        }
+        Ok(())
+    }
+
     /// Whether chunks decode into a [`ChunkPool`] (and so may be released).
     pub fn pooled(&self) -> bool {
         matches!(self.decoded, Some(Decoded::Pooled { .. }))

@@ -1236,6 +1236,11 @@ pub struct ChunkUses {
     /// of the chain; empty when the Pointer Files are not pooled (then
     /// they are never released).
     pf: Vec<Vec<AtomicU64>>,
+    /// For each RPS chunk (as `counts`), the index among the counted pages
+    /// of the first page that uses it (`usize::MAX`: none): the order in
+    /// which a reader going through the pages in order needs the chunks
+    /// ([`PageDecoder::first_uses`]).
+    first: Vec<Vec<usize>>,
 }
 
 impl ChunkUses {
@@ -1519,16 +1524,25 @@ impl PageDecoder<'_> {
         let parts = pages.len().div_ceil(PART);
         let threads = threads.clamp(1, parts.max(1));
         let next = std::sync::atomic::AtomicUsize::new(0);
-        let work = || -> Option<Vec<Vec<u64>>> {
+        type Tables = (Vec<Vec<u64>>, Vec<Vec<usize>>);
+        let work = || -> Option<Tables> {
             let mut counts = zeros();
+            // Parts are claimed in ascending order, so a chunk's first page
+            // in this thread's parts is the first one it meets.
+            let mut first: Vec<Vec<usize>> =
+                counts.iter().map(|s| vec![usize::MAX; s.len()]).collect();
             let mut used = Vec::new();
             loop {
                 let p = next.fetch_add(1, Ordering::Relaxed);
                 if p >= parts {
-                    return Some(counts);
+                    return Some((counts, first));
                 }
                 let mine = &pages[p * PART..((p + 1) * PART).min(pages.len())];
-                for lp in mine.iter().filter_map(&live) {
+                for (at, lp) in mine
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(j, t)| Some((p * PART + j, live(t)?)))
+                {
                     if !self.chunks_of(lp, &mut used) {
                         // Stop the others too: nothing will be released.
                         next.store(parts, Ordering::Relaxed);
@@ -1536,6 +1550,8 @@ impl PageDecoder<'_> {
                     }
                     for &(i, k) in &used {
                         counts[i as usize][k as usize] += 1;
+                        let f = &mut first[i as usize][k as usize];
+                        *f = (*f).min(at);
                     }
                     scanned(lp);
                 }
@@ -1550,10 +1566,17 @@ impl PageDecoder<'_> {
             all
         });
         let mut sum = zeros();
+        let mut first: Vec<Vec<usize>> = sum.iter().map(|s| vec![usize::MAX; s.len()]).collect();
         for t in tables {
-            for (s, t) in sum.iter_mut().zip(t?) {
+            let (t, f) = t?;
+            for (s, t) in sum.iter_mut().zip(t) {
                 for (a, b) in s.iter_mut().zip(t) {
                     *a += b;
+                }
+            }
+            for (s, f) in first.iter_mut().zip(f) {
+                for (a, b) in s.iter_mut().zip(f) {
+                    *a = (*a).min(b);
                 }
             }
         }
@@ -1564,6 +1587,7 @@ impl PageDecoder<'_> {
         Some(ChunkUses {
             counts,
             pf: atomics(&pf_counts),
+            first,
         })
     }
 
@@ -1638,6 +1662,41 @@ impl PageDecoder<'_> {
             }
         }
         USED.with_borrow_mut(|u| *u = used);
+    }
+
+    /// The RPS chunks `uses` counted, in the order a reader going through
+    /// the counted pages in order first needs them: (index of that first
+    /// page, segment, chunk). What [`warm`](Self::warm) decodes ahead of a
+    /// push's Deduplication Unit.
+    pub fn first_uses(&self, uses: &ChunkUses) -> Vec<(usize, u32, u64)> {
+        let mut order: Vec<(usize, u32, u64)> = uses
+            .first
+            .iter()
+            .enumerate()
+            .flat_map(|(i, s)| {
+                s.iter()
+                    .enumerate()
+                    .filter(|&(_, &f)| f != usize::MAX)
+                    .map(move |(k, &f)| (f, i as u32, k as u64))
+            })
+            .collect();
+        order.sort_unstable();
+        order
+    }
+
+    /// Verifies (and decodes) RPS chunk `k` of segment `i` ahead of the
+    /// reader that needs it, handing out no slice of it: safe beside that
+    /// reader's releases on another thread (both take the chunk's lock).
+    /// A chunk that fails is left unverified, for its reader to fail on
+    /// with the same error.
+    pub fn warm(&self, i: u32, k: u64) -> Result<()> {
+        let Some(seg) = self.segs.get(i as usize) else {
+            return Ok(());
+        };
+        match usize::try_from(k) {
+            Ok(k) => seg.rps.warm_chunk(k),
+            Err(_) => Ok(()),
+        }
     }
 
     /// One use less of the Pointer File chunk live page `lp`'s pointers

@@ -39,6 +39,7 @@
 //! old chain) into a fresh pattern space with no previous versions.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -52,7 +53,7 @@ use crate::format::pointer_coding;
 use crate::format::ptable::{PTableDelta, check_sizes};
 use crate::format::xref::{Xref, XrefFile};
 use crate::l1::coalesce::{CList, CListEntry, PageLayer, merge_layers};
-use crate::l2::chain::{LivePage, OpenChain};
+use crate::l2::chain::{LivePage, OpenChain, PageDecoder};
 use crate::l2::dedup_table::{DedupTable, PatternHash, PatternHasher, same};
 use crate::store::{Progress, Store};
 
@@ -844,6 +845,145 @@ pub fn deduplicate<H: PatternHasher>(job: &DedupJob<'_>, hasher: H) -> Result<De
 /// buffers, the memory an upload may hold beside the unit.
 const UPLOAD_QUEUE: usize = 4;
 
+/// RPS chunks a read-ahead thread may decode beyond those whose first page
+/// the unit has reached: 4 MiB of decoded patterns at 256 KiB chunks.
+const READ_AHEAD_CHUNKS: usize = 16;
+
+/// Decodes the old chain's RPS chunks on other threads before the unit
+/// needs them: a Δ's previous versions, a complete coalescence's old
+/// pages. A Δ batch of pages spread over a large chain decodes most of the
+/// chain's chunks to read a few pages of each (zstd, on the unit's thread,
+/// was a third of such a push's CPU, with the other core idle).
+///
+/// The threads go through the chunks in the order the plan's pages first
+/// use them ([`PageDecoder::first_uses`], from the count the unit releases
+/// chunks by), at most [`READ_AHEAD_CHUNKS`] beyond the unit, and skip
+/// those the unit reached first. They only verify chunks
+/// ([`PageDecoder::warm`]) and hold no slice of one, so the unit's
+/// releases stay sound; a chunk that fails is left for the unit to fail
+/// on. A chunk a thread decodes just after the unit gave back its last use
+/// stays decoded until the push ends (one chunk per such race).
+struct ReadAhead {
+    /// The plan index of the page the unit is preparing.
+    progress: AtomicUsize,
+    /// The page index a waiting thread wants to be woken at
+    /// (`usize::MAX`: none).
+    wake_at: AtomicUsize,
+    /// The next chunk of the order to claim.
+    next: AtomicUsize,
+    stop: AtomicBool,
+}
+
+/// The unit's side of a [`ReadAhead`]: tells the threads how far it got,
+/// and stops them when dropped (the unit's loop ended, or failed).
+struct Ahead<'s> {
+    state: &'s ReadAhead,
+    threads: Vec<std::thread::Thread>,
+}
+
+impl ReadAhead {
+    fn new() -> ReadAhead {
+        ReadAhead {
+            progress: AtomicUsize::new(0),
+            wake_at: AtomicUsize::new(usize::MAX),
+            next: AtomicUsize::new(0),
+            stop: AtomicBool::new(false),
+        }
+    }
+
+    /// No threads: [`Ahead::reached`] does nothing.
+    fn none(&self) -> Ahead<'_> {
+        Ahead {
+            state: self,
+            threads: Vec::new(),
+        }
+    }
+
+    /// Starts `n` threads in `scope` decoding `order` (from `dec`).
+    fn start<'s, 'e: 's>(
+        &'s self,
+        scope: &'s std::thread::Scope<'s, 'e>,
+        dec: &'s PageDecoder<'_>,
+        order: &'s [(usize, u32, u64)],
+        n: usize,
+    ) -> Ahead<'s> {
+        let threads = (0..n.min(order.len()))
+            .filter_map(|i| {
+                std::thread::Builder::new()
+                    .name(format!("rex-ahead-{i}"))
+                    .spawn_scoped(scope, move || self.run(dec, order))
+                    .ok()
+                    .map(|h| h.thread().clone())
+            })
+            .collect();
+        Ahead {
+            state: self,
+            threads,
+        }
+    }
+
+    fn run(&self, dec: &PageDecoder<'_>, order: &[(usize, u32, u64)]) {
+        // Chunks of `order` whose first page the unit has reached.
+        let mut reached = 0usize;
+        loop {
+            let j = self.next.fetch_add(1, Ordering::Relaxed);
+            let Some(&(first, seg, chunk)) = order.get(j) else {
+                return;
+            };
+            loop {
+                if self.stop.load(Ordering::Acquire) {
+                    return;
+                }
+                let p = self.progress.load(Ordering::Acquire);
+                while order.get(reached).is_some_and(|o| o.0 <= p) {
+                    reached += 1;
+                }
+                if j < reached + READ_AHEAD_CHUNKS {
+                    break;
+                }
+                // Wait for the unit to reach the chunk READ_AHEAD_CHUNKS
+                // before this one (woken by `Ahead::reached`; the timeout
+                // covers a wake-up this thread asked for too late).
+                let at = order[j - READ_AHEAD_CHUNKS].0;
+                self.wake_at.fetch_min(at, Ordering::AcqRel);
+                if self.progress.load(Ordering::Acquire) < at {
+                    std::thread::park_timeout(Duration::from_millis(5));
+                }
+            }
+            if first > self.progress.load(Ordering::Acquire) {
+                // An error is the unit's to report, when it reads the chunk.
+                let _ = dec.warm(seg, chunk);
+            }
+        }
+    }
+}
+
+impl Ahead<'_> {
+    /// The unit is preparing page `k` of the plan.
+    #[inline]
+    fn reached(&self, k: usize) {
+        if self.threads.is_empty() {
+            return;
+        }
+        self.state.progress.store(k, Ordering::Release);
+        if k >= self.state.wake_at.load(Ordering::Relaxed) {
+            self.state.wake_at.store(usize::MAX, Ordering::Relaxed);
+            for t in &self.threads {
+                t.unpark();
+            }
+        }
+    }
+}
+
+impl Drop for Ahead<'_> {
+    fn drop(&mut self) {
+        self.state.stop.store(true, Ordering::Release);
+        for t in &self.threads {
+            t.unpark();
+        }
+    }
+}
+
 /// [`deduplicate`] itself, the RPS and PF mirrored to `mirrors`.
 fn run<H: PatternHasher>(
     job: &DedupJob<'_>,
@@ -1053,94 +1193,112 @@ fn run<H: PatternHasher>(
             unsafe { d.give_back(lp, u) };
         }
     };
-    for (k, entry) in plan.iter().enumerate() {
-        let (page, src, prev) = entry;
-        let slot = k % 2;
-        while xrefs.next_if(|x| x.page < *page).is_some() {}
-        if xrefs.next_if(|x| x.page == *page).is_some() {
-            // Another rank stores it: only its CRC (and zero pointers).
-            if let Some(p) = pending.take() {
-                commit(&mut unit, 1 - slot, p, &old_bufs, &mut ptab)?;
-                give_back(&mut unit, 1 - slot, pending_read.take());
+    // The chunks pages read from the old chain, decoded ahead of the unit
+    // on the other threads (see `ReadAhead`).
+    let order = match (&decoder, &uses) {
+        (Some(d), Some(u)) if job.format.encoding.threads > 1 => d.first_uses(u),
+        _ => Vec::new(),
+    };
+    let ahead = ReadAhead::new();
+    let loop_result = std::thread::scope(|s| -> Result<()> {
+        let _ahead = match &decoder {
+            Some(d) if !order.is_empty() => {
+                ahead.start(s, d, &order, job.format.encoding.threads - 1)
             }
-            let crc = match src {
+            _ => ahead.none(),
+        };
+        for (k, entry) in plan.iter().enumerate() {
+            _ahead.reached(k);
+            let (page, src, prev) = entry;
+            let slot = k % 2;
+            while xrefs.next_if(|x| x.page < *page).is_some() {}
+            if xrefs.next_if(|x| x.page == *page).is_some() {
+                // Another rank stores it: only its CRC (and zero pointers).
+                if let Some(p) = pending.take() {
+                    commit(&mut unit, 1 - slot, p, &old_bufs, &mut ptab)?;
+                    give_back(&mut unit, 1 - slot, pending_read.take());
+                }
+                let crc = match src {
+                    Src::Ic(e) => {
+                        ic[e.chk as usize]
+                            .as_ref()
+                            .expect("referenced files are open")
+                            .meta()
+                            .page_crcs[e.pp as usize]
+                    }
+                    Src::Old(lp) => {
+                        let chain = job.chain.expect("old pages come with their chain");
+                        chain.gens[lp.layer as usize].ptable.page_crcs[lp.pos as usize]
+                    }
+                };
+                unit.commit_xref(*page, crc, &mut ptab)?;
+                xref_pages.push(*page);
+                continue;
+            }
+            let next = match src {
                 Src::Ic(e) => {
-                    ic[e.chk as usize]
+                    let f = ic[e.chk as usize]
                         .as_ref()
-                        .expect("referenced files are open")
-                        .meta()
-                        .page_crcs[e.pp as usize]
+                        .expect("referenced files are open");
+                    // Pages of a file come in ascending order: what lies well
+                    // behind this one is read again only to confirm a hit.
+                    let at = f.page_offset(e.pp as usize);
+                    let done = &mut released[e.chk as usize];
+                    if at >= *done + RELEASE_STEP + RELEASE_MARGIN {
+                        f.release(*done, at - RELEASE_MARGIN);
+                        *done = at - RELEASE_MARGIN;
+                    }
+                    let data = f.page(e.pp as usize)?;
+                    unit.prepare(slot, data, *prev)?;
+                    Pending::Ic {
+                        page: *page,
+                        file: e.chk,
+                        data,
+                        offset: f.page_offset(e.pp as usize),
+                        crc: f.meta().page_crcs[e.pp as usize],
+                    }
                 }
                 Src::Old(lp) => {
                     let chain = job.chain.expect("old pages come with their chain");
-                    chain.gens[lp.layer as usize].ptable.page_crcs[lp.pos as usize]
+                    // Rebuild (and CRC-check) the page before trusting its pointers.
+                    chain.read_page(*lp, &mut old_bufs[slot])?;
+                    let crc = chain.gens[lp.layer as usize].ptable.page_crcs[lp.pos as usize];
+                    // A page another rank stored has no pointers of this chain:
+                    // its patterns are written without a source to confirm
+                    // later hits against (they are never hits, only misses).
+                    // So is a page of a chain with another pattern size (a
+                    // complete coalescence that changes it): its old pointers
+                    // do not name its new patterns.
+                    let ptrs = if chain.xref(*lp).is_some()
+                        || chain.manifest().pattern_size != job.pattern_size
+                    {
+                        std::borrow::Cow::Borrowed(&[][..])
+                    } else {
+                        chain.pointers(*lp)?
+                    };
+                    unit.prepare(slot, &old_bufs[slot], None)?;
+                    Pending::Old {
+                        page: *page,
+                        ptrs,
+                        crc,
+                        buf: slot,
+                    }
                 }
             };
-            unit.commit_xref(*page, crc, &mut ptab)?;
-            xref_pages.push(*page);
-            continue;
-        }
-        let next = match src {
-            Src::Ic(e) => {
-                let f = ic[e.chk as usize]
-                    .as_ref()
-                    .expect("referenced files are open");
-                // Pages of a file come in ascending order: what lies well
-                // behind this one is read again only to confirm a hit.
-                let at = f.page_offset(e.pp as usize);
-                let done = &mut released[e.chk as usize];
-                if at >= *done + RELEASE_STEP + RELEASE_MARGIN {
-                    f.release(*done, at - RELEASE_MARGIN);
-                    *done = at - RELEASE_MARGIN;
-                }
-                let data = f.page(e.pp as usize)?;
-                unit.prepare(slot, data, *prev)?;
-                Pending::Ic {
-                    page: *page,
-                    file: e.chk,
-                    data,
-                    offset: f.page_offset(e.pp as usize),
-                    crc: f.meta().page_crcs[e.pp as usize],
-                }
+            let read = std::mem::replace(&mut pending_read, read_of(entry));
+            if let Some(p) = pending.replace(next) {
+                commit(&mut unit, 1 - slot, p, &old_bufs, &mut ptab)?;
+                give_back(&mut unit, 1 - slot, read);
             }
-            Src::Old(lp) => {
-                let chain = job.chain.expect("old pages come with their chain");
-                // Rebuild (and CRC-check) the page before trusting its pointers.
-                chain.read_page(*lp, &mut old_bufs[slot])?;
-                let crc = chain.gens[lp.layer as usize].ptable.page_crcs[lp.pos as usize];
-                // A page another rank stored has no pointers of this chain:
-                // its patterns are written without a source to confirm
-                // later hits against (they are never hits, only misses).
-                // So is a page of a chain with another pattern size (a
-                // complete coalescence that changes it): its old pointers
-                // do not name its new patterns.
-                let ptrs = if chain.xref(*lp).is_some()
-                    || chain.manifest().pattern_size != job.pattern_size
-                {
-                    std::borrow::Cow::Borrowed(&[][..])
-                } else {
-                    chain.pointers(*lp)?
-                };
-                unit.prepare(slot, &old_bufs[slot], None)?;
-                Pending::Old {
-                    page: *page,
-                    ptrs,
-                    crc,
-                    buf: slot,
-                }
-            }
-        };
-        let read = std::mem::replace(&mut pending_read, read_of(entry));
-        if let Some(p) = pending.replace(next) {
-            commit(&mut unit, 1 - slot, p, &old_bufs, &mut ptab)?;
-            give_back(&mut unit, 1 - slot, read);
         }
-    }
-    if let Some(p) = pending.take() {
-        let slot = (plan.len() + 1) % 2;
-        commit(&mut unit, slot, p, &old_bufs, &mut ptab)?;
-        give_back(&mut unit, slot, pending_read.take());
-    }
+        if let Some(p) = pending.take() {
+            let slot = (plan.len() + 1) % 2;
+            commit(&mut unit, slot, p, &old_bufs, &mut ptab)?;
+            give_back(&mut unit, slot, pending_read.take());
+        }
+        Ok(())
+    });
+    loop_result?;
     unit.out.table_bytes = unit.out.table_bytes.max(unit.table.memory_bytes() as u64);
     if !unit.rps_buf.is_empty() {
         unit.rps.write(&unit.rps_buf)?;

@@ -1074,13 +1074,18 @@ fn empty_clist(chain: Option<&OpenChain>, clist: Option<&CList>) -> CList {
 }
 
 /// Opens generation `g`'s chain from L1's copy; when that copy cannot be
-/// opened, heals it from L2 and opens L2's.
+/// opened, opens L2's and heals L1's from it. L2's is opened first: when
+/// it cannot be either, the chain is broken in both places and its error
+/// (a chain error, exit 3, for a missing or damaged file) is the push's,
+/// not the failed copy's (helper-99: a file missing from both made the
+/// push exit 1, as an I/O failure).
 fn open_chain(job: &Job, rec: &Recovered, g: u64, report: &mut PushReport) -> Result<OpenChain> {
     match OpenChain::open(&job.l1_chain, &rec.l1_index, g) {
         Ok(c) => Ok(c),
         Err(e) => {
+            let chain = OpenChain::open(job.l2.as_ref(), &rec.l2_index, g)?;
             heal_l1(job, rec, g, report, &e.report())?;
-            OpenChain::open(job.l2.as_ref(), &rec.l2_index, g)
+            Ok(chain)
         }
     }
 }

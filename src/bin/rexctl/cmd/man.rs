@@ -115,7 +115,7 @@ fn write_page(
             buf,
             "{}",
             escape(
-                "For crash tests: abort the process (as kill -9 would) at the N-th durable file operation."
+                "For crash tests: abort the process (SIGABRT, status 134; like kill -9, nothing after that point runs) at the N-th durable file operation."
             )
         )?;
     }

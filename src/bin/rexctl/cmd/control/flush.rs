@@ -26,7 +26,7 @@ use crate::ui;
 /// inputs and the recovery notes (a progress bar on a terminal). Exit status
 /// 0 when pushed or nothing was due. The L2 location may be a bucket
 /// (s3://BUCKET/PREFIX), see rex.toml(5). systemd units and a crontab
-/// example are in contrib/ (scripts/install-contrib installs them).
+/// example are in contrib/ (scripts/install installs them).
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Explain the decision without acting.

@@ -35,8 +35,10 @@ use crate::ui;
 /// each chunk of an RPS or Pointer File when a page first needs it. The
 /// summary (and `l2_transfer` in the JSON) gives the bytes fetched.
 ///
-/// A rank of an MPI job (`--rank R` on the location `push-l2 --collective`
-/// or librex writes) restores its part of the newest job generation, with
+/// A rank of an MPI job (`--rank R`, REX_RANK, or the launcher's
+/// SLURM_PROCID and the like, on the location `push-l2 --collective` or
+/// librex writes; with no rank named such a location is refused, exit 2)
+/// restores its part of the newest job generation, with
 /// the pages other ranks store read from their chains. With an L1
 /// directory, rank R's is its subdirectory R, and its pending checkpoints
 /// apply on top (those of a collective push that never committed too:
@@ -129,17 +131,41 @@ pub struct Args {
     settings: ConfigLayer,
 }
 
-/// The job and rank to restore when `--rank` (or REX_RANK) names a rank
-/// and the L2 location holds job generations of an MPI job.
+/// The job and rank to restore when the L2 location holds job generations
+/// of an MPI job: the rank `--rank`, REX_RANK, rex.toml or the launcher
+/// (SLURM_PROCID and the like, as every command reads it) names. With no
+/// rank named, refused (exit 2) rather than rank 0 taken for the user: on
+/// a login node, a lost rank's image is restored by naming it.
 fn job_rank(s: &Settings) -> anyhow::Result<Option<(rexctl::store::JobRoot, u32)>> {
-    let Some(rank) = &s.layer.rank else {
-        return Ok(None);
+    let rank = rexctl::control::config::named_rank(&s.layer, |k| std::env::var(k).ok());
+    let jobs = |s: &Settings| -> anyhow::Result<_> {
+        let root = rexctl::store::JobRoot::new(s.l2()?, &s.store()?)?;
+        let jobs = rexctl::l2::jobgen::JobIndex::load(root.job_store(false)?.as_ref())?;
+        Ok((root, jobs))
     };
-    let root = rexctl::store::JobRoot::new(s.l2()?, &s.store()?)?;
-    let jobs = rexctl::l2::jobgen::JobIndex::load(root.job_store(false)?.as_ref())?;
+    // With no rank named, a location that cannot be read as a job's is left
+    // to the single chain's restore to report on.
+    let (root, jobs) = match (&rank, jobs(s)) {
+        (_, Ok(r)) => r,
+        (Some(_), Err(e)) => return Err(e),
+        (None, Err(_)) => return Ok(None),
+    };
     if jobs.manifests.is_empty() && jobs.invalid.is_empty() {
         return Ok(None);
     }
+    let Some(rank) = rank else {
+        let ranks = jobs
+            .manifests
+            .values()
+            .next_back()
+            .map(|m| format!(" (ranks 0 to {})", m.ranks.saturating_sub(1)))
+            .unwrap_or_default();
+        return Err(crate::cmd::Usage(format!(
+            "{} holds an MPI job's chains{ranks}: name the rank to restore (--rank R, REX_RANK, or the launcher's SLURM_PROCID and the like), or give --collective to restore every rank",
+            s.l2()?.display()
+        ))
+        .into());
+    };
     let r = rank.parse::<u32>().map_err(|_| {
         rexctl::Error::Invalid(format!(
             "--rank {rank}: the ranks of an MPI job are numbers"
