@@ -1517,11 +1517,13 @@ impl PageDecoder<'_> {
                 .map(|s| vec![0; s.rps.chunk_count()])
                 .collect()
         };
-        // Parts of a couple of thousand pages (a few Pointer File chunks),
-        // claimed from a shared counter so that the threads stay busy to
-        // the end, each counting into its own table.
-        const PART: usize = 2048;
-        let parts = pages.len().div_ceil(PART);
+        // Parts of a few hundred to a couple of thousand pages (up to a few
+        // Pointer File chunks; at least eight parts per thread when there
+        // are enough pages, so that a push's small batch is counted on
+        // every core too), claimed from a shared counter so that the
+        // threads stay busy to the end, each counting into its own table.
+        let part = (pages.len() / (threads.max(1) * 8)).clamp(256, 2048);
+        let parts = pages.len().div_ceil(part);
         let threads = threads.clamp(1, parts.max(1));
         let next = std::sync::atomic::AtomicUsize::new(0);
         type Tables = (Vec<Vec<u64>>, Vec<Vec<usize>>);
@@ -1537,11 +1539,11 @@ impl PageDecoder<'_> {
                 if p >= parts {
                     return Some((counts, first));
                 }
-                let mine = &pages[p * PART..((p + 1) * PART).min(pages.len())];
+                let mine = &pages[p * part..((p + 1) * part).min(pages.len())];
                 for (at, lp) in mine
                     .iter()
                     .enumerate()
-                    .filter_map(|(j, t)| Some((p * PART + j, live(t)?)))
+                    .filter_map(|(j, t)| Some((p * part + j, live(t)?)))
                 {
                     if !self.chunks_of(lp, &mut used) {
                         // Stop the others too: nothing will be released.

@@ -944,9 +944,12 @@ impl ReadAhead {
                 // Wait for the unit to reach the chunk READ_AHEAD_CHUNKS
                 // before this one (woken by `Ahead::reached`; the timeout
                 // covers a wake-up this thread asked for too late).
+                // SeqCst here and in `reached`: each side stores then
+                // loads the other's variable, which weaker orders may see
+                // stale on both sides at once (the timeout would end it).
                 let at = order[j - READ_AHEAD_CHUNKS].0;
-                self.wake_at.fetch_min(at, Ordering::AcqRel);
-                if self.progress.load(Ordering::Acquire) < at {
+                self.wake_at.fetch_min(at, Ordering::SeqCst);
+                if self.progress.load(Ordering::SeqCst) < at {
                     std::thread::park_timeout(Duration::from_millis(5));
                 }
             }
@@ -965,8 +968,8 @@ impl Ahead<'_> {
         if self.threads.is_empty() {
             return;
         }
-        self.state.progress.store(k, Ordering::Release);
-        if k >= self.state.wake_at.load(Ordering::Relaxed) {
+        self.state.progress.store(k, Ordering::SeqCst);
+        if k >= self.state.wake_at.load(Ordering::SeqCst) {
             self.state.wake_at.store(usize::MAX, Ordering::Relaxed);
             for t in &self.threads {
                 t.unpark();
