@@ -2158,5 +2158,9 @@ fn a_restore_from_a_job_s_location_takes_the_launcher_s_rank() {
     }
     let o = c.output().unwrap();
     assert_eq!(o.status.code(), Some(2), "{}", show(&["restore"], &o));
-    assert!(stderr(&o).contains("--rank") && !out.exists(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--rank") && !out.exists(),
+        "{}",
+        stderr(&o)
+    );
 }

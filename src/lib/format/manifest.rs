@@ -159,12 +159,28 @@ pub struct Timings {
     /// threads' time not spent waiting for the unit, plus the files sent
     /// after it): the L2 bytes over this is the link's rate. 0 (absent) in
     /// manifests written before it was recorded.
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "is_zero"
+    )]
     pub link_s: f64,
 }
 
 fn is_zero(x: &f64) -> bool {
     *x == 0.0
+}
+
+/// An optional member written as `null` reads as if absent (FORMAT.md
+/// §3.4.2: "may be absent (or `null`)"), for members whose absence is a
+/// default value rather than `None` (helper-98: `null` was refused there,
+/// accepted for the `Option` members).
+fn null_as_default<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
 }
 
 /// The largest manifest a reader accepts: a real one is a few KiB (its
@@ -191,7 +207,11 @@ pub struct InstanceSpan {
     pub id: Option<InstanceId>,
     /// The writers of these seqs are no longer recorded (older spans were
     /// dropped at the cap): no checkpoint of them counts as covered.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "std::ops::Not::not"
+    )]
     pub forgotten: bool,
 }
 
@@ -322,20 +342,32 @@ pub struct Manifest {
     /// ascending by `from_seq` (at most [`MAX_INSTANCE_SPANS`], the newest);
     /// seqs before the first span are not known. Empty in manifests written
     /// before instance ids.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub instances: Vec<InstanceSpan>,
     /// `(seq, time_ns)` of the checkpoints of the generation's run that its
     /// batch coalesced (the newest [`MAX_SEQ_TIMES`]), ascending: a leftover
     /// checkpoint that names no instance is covered only if its time is its
     /// seq's here, whatever the clocks did (docs/FORMAT.md §3.1.6). Empty in
     /// manifests written before it.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub seq_times: Vec<(u64, u64)>,
     /// The checkpoints of other runs (version 2 files) that the
     /// generation's batch coalesced, ascending by seq (the newest
     /// [`MAX_SEQ_TIMES`]); empty unless the job restarted as a new run
     /// within the batch. Absent in manifests written before it.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub other_runs: Vec<OtherRun>,
 }
 
@@ -810,6 +842,32 @@ mod tests {
         // Only where it is known: the RPS and Pointer File entries have none.
         assert_eq!(text.matches("xxh3").count(), 1, "{text}");
         assert_eq!(decode(&m).unwrap(), m);
+    }
+
+    /// Every optional member may be written as `null`: it reads as if
+    /// absent (FORMAT.md §3.4.2).
+    #[test]
+    fn an_optional_member_written_as_null_reads_as_absent() {
+        let mut v = serde_json::to_value(manifest()).unwrap();
+        for k in [
+            "chain_id",
+            "job",
+            "rank",
+            "regions",
+            "job_generation",
+            "instances",
+            "seq_times",
+            "other_runs",
+        ] {
+            v[k] = serde_json::Value::Null;
+        }
+        v["timings"]["link_s"] = serde_json::Value::Null;
+        let got = Manifest::decode(Path::new("m"), &encode_framed(MAGIC_LINE, &v)).unwrap();
+        assert!(got.instances.is_empty() && got.seq_times.is_empty() && got.other_runs.is_empty());
+        assert_eq!(
+            (got.timings.link_s, got.chain_id, got.job),
+            (0.0, None, None)
+        );
     }
 
     #[test]
