@@ -2108,10 +2108,12 @@ fn a_first_collective_push_with_ranks_missing_is_refused() {
 /// A restore from an MPI job's location takes the rank the launcher gives
 /// (SLURM_PROCID, PMIX_RANK, PMI_RANK, OMPI_COMM_WORLD_RANK,
 /// FLUX_TASK_RANK), as every command does, with L2 alone and with the
-/// job's L1 directory (its `L1/R`); with no rank named it is refused (exit
-/// 2) and writes nothing, rather than taking rank 0 for the user
-/// (helper-99: the launcher's rank was read for a single chain only, and
-/// every such restore said "no valid generation to restore", exit 3).
+/// job's L1 directory (its `L1/R`), each rank into `--out` with `{rank}`
+/// replaced (under mpirun too); an `--out` without `{rank}` is refused
+/// then (exit 2: every rank would write the same file, helper-100), and
+/// so is a restore with no rank named, rather than taking rank 0 for the
+/// user (helper-99: the launcher's rank was read for a single chain only,
+/// and every such restore said "no valid generation to restore", exit 3).
 #[test]
 fn a_restore_from_a_job_s_location_takes_the_launcher_s_rank() {
     let _one_at_a_time = crate::util::exclusive();
@@ -2135,7 +2137,7 @@ fn a_restore_from_a_job_s_location_takes_the_launcher_s_rank() {
     for (i, var) in vars.iter().enumerate() {
         let r = (i as u32 + 1) % RANKS;
         for with_l1 in [false, true] {
-            let out = t.path().join(format!("{var}-{with_l1}.rexic"));
+            let out = t.path().join(format!("{var}-{with_l1}-{{rank}}.rexic"));
             let mut c = crate::util::rexctl();
             c.args(["restore", "--l2", s(&l2), "-o", s(&out)]);
             if with_l1 {
@@ -2144,11 +2146,27 @@ fn a_restore_from_a_job_s_location_takes_the_launcher_s_rank() {
             let o = c.env(var, r.to_string()).output().unwrap();
             assert!(o.status.success(), "{var}={r}: {}", show(&["restore"], &o));
             assert_image(
-                &out,
+                &t.path().join(format!("{var}-{with_l1}-{r}.rexic")),
                 &truth.join(format!("{r}.rexic")),
                 &format!("{var}={r}, L1 too: {with_l1}"),
             );
         }
+        let one = t.path().join(format!("{var}.rexic"));
+        let mut c = crate::util::rexctl();
+        c.args(["restore", "--l2", s(&l2), "-o", s(&one)]);
+        let o = c.env(var, r.to_string()).output().unwrap();
+        assert_eq!(o.status.code(), Some(2), "{var}: {}", show(&["restore"], &o));
+        assert!(stderr(&o).contains("{rank}") && !one.exists(), "{}", stderr(&o));
+    }
+    let each = t.path().join("mpirun-{rank}.rexic");
+    let args = ["restore", "--l2", s(&l2), "-o", s(&each)];
+    success(&mpirun(&args, None), "a restore under mpirun");
+    for r in 0..RANKS {
+        assert_image(
+            &t.path().join(format!("mpirun-{r}.rexic")),
+            &truth.join(format!("{r}.rexic")),
+            &format!("mpirun, rank {r}"),
+        );
     }
     let out = t.path().join("none.rexic");
     let mut c = crate::util::rexctl();

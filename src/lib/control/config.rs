@@ -672,16 +672,6 @@ impl StoreSettings {
                 "s3_endpoint {e:?} must be an http:// or https:// URL"
             )));
         }
-        // Said here, as a setting, rather than by the S3 client as a request
-        // that failed after every retry (exit 1; helper-99).
-        if let Some(e) = &l.s3_endpoint
-            && e.starts_with("http://")
-            && l.s3_allow_http != Some(true)
-        {
-            return Err(Error::Invalid(format!(
-                "s3_endpoint {e:?} is plain HTTP, which is refused unless s3_allow_http is true (--s3-allow-http true, REX_S3_ALLOW_HTTP or AWS_ALLOW_HTTP)"
-            )));
-        }
         Ok(StoreSettings {
             job,
             rank,
@@ -1271,21 +1261,6 @@ mod tests {
         assert_eq!(st.job.as_deref(), Some("123.pbs-server"));
         let st = StoreSettings::resolve(&ConfigLayer::default(), |_| None).unwrap();
         assert_eq!((st.job.as_deref(), st.rank.as_str()), (None, "0"));
-        // A plain-HTTP endpoint is a setting refused without s3_allow_http,
-        // not a request that fails later.
-        let http = |allow: Option<bool>| ConfigLayer {
-            s3_endpoint: Some("http://s3.local:9000".into()),
-            s3_allow_http: allow,
-            ..ConfigLayer::default()
-        };
-        for allow in [None, Some(false)] {
-            let e = StoreSettings::resolve(&http(allow), |_| None).unwrap_err();
-            assert!(
-                matches!(e, Error::Invalid(_)) && e.to_string().contains("s3_allow_http"),
-                "{e}"
-            );
-        }
-        assert!(StoreSettings::resolve(&http(Some(true)), |_| None).is_ok());
         // Secrets never print.
         let shown = format!(
             "{:?} {}",

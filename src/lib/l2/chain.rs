@@ -1686,6 +1686,15 @@ impl PageDecoder<'_> {
         order
     }
 
+    /// The largest decoded chunk of the chain's RPS files, in bytes.
+    pub fn max_chunk_bytes(&self) -> u64 {
+        self.segs
+            .iter()
+            .map(|s| u64::from(s.rps.header().chunk_size))
+            .max()
+            .unwrap_or(1)
+    }
+
     /// Verifies (and decodes) RPS chunk `k` of segment `i` ahead of the
     /// reader that needs it, handing out no slice of it: safe beside that
     /// reader's releases on another thread (both take the chunk's lock).

@@ -845,9 +845,10 @@ pub fn deduplicate<H: PatternHasher>(job: &DedupJob<'_>, hasher: H) -> Result<De
 /// buffers, the memory an upload may hold beside the unit.
 const UPLOAD_QUEUE: usize = 4;
 
-/// RPS chunks a read-ahead thread may decode beyond those whose first page
-/// the unit has reached: 4 MiB of decoded patterns at 256 KiB chunks.
-const READ_AHEAD_CHUNKS: usize = 16;
+/// Decoded bytes a read-ahead may hold beyond the chunks whose first page
+/// the unit has reached: 16 chunks of 256 KiB, fewer of larger chunks
+/// (never fewer than 2).
+const READ_AHEAD_BYTES: u64 = 4 << 20;
 
 /// Decodes the old chain's RPS chunks on other threads before the unit
 /// needs them: a Δ's previous versions, a complete coalescence's old
@@ -857,7 +858,7 @@ const READ_AHEAD_CHUNKS: usize = 16;
 ///
 /// The threads go through the chunks in the order the plan's pages first
 /// use them ([`PageDecoder::first_uses`], from the count the unit releases
-/// chunks by), at most [`READ_AHEAD_CHUNKS`] beyond the unit, and skip
+/// chunks by), at most [`READ_AHEAD_BYTES`] beyond the unit, and skip
 /// those the unit reached first. They only verify chunks
 /// ([`PageDecoder::warm`]) and hold no slice of one, so the unit's
 /// releases stay sound; a chunk that fails is left for the unit to fail
@@ -872,6 +873,8 @@ struct ReadAhead {
     /// The next chunk of the order to claim.
     next: AtomicUsize,
     stop: AtomicBool,
+    /// Chunks a thread may decode beyond those the unit reached.
+    window: usize,
 }
 
 /// The unit's side of a [`ReadAhead`]: tells the threads how far it got,
@@ -882,12 +885,16 @@ struct Ahead<'s> {
 }
 
 impl ReadAhead {
-    fn new() -> ReadAhead {
+    /// For chunks of at most `chunk_bytes` decoded bytes.
+    fn new(chunk_bytes: u64) -> ReadAhead {
         ReadAhead {
             progress: AtomicUsize::new(0),
             wake_at: AtomicUsize::new(usize::MAX),
             next: AtomicUsize::new(0),
             stop: AtomicBool::new(false),
+            window: usize::try_from(READ_AHEAD_BYTES / chunk_bytes.max(1))
+                .unwrap_or(usize::MAX)
+                .max(2),
         }
     }
 
@@ -938,16 +945,16 @@ impl ReadAhead {
                 while order.get(reached).is_some_and(|o| o.0 <= p) {
                     reached += 1;
                 }
-                if j < reached + READ_AHEAD_CHUNKS {
+                if j < reached + self.window {
                     break;
                 }
-                // Wait for the unit to reach the chunk READ_AHEAD_CHUNKS
+                // Wait for the unit to reach the chunk `window` chunks
                 // before this one (woken by `Ahead::reached`; the timeout
                 // covers a wake-up this thread asked for too late).
                 // SeqCst here and in `reached`: each side stores then
                 // loads the other's variable, which weaker orders may see
                 // stale on both sides at once (the timeout would end it).
-                let at = order[j - READ_AHEAD_CHUNKS].0;
+                let at = order[j - self.window].0;
                 self.wake_at.fetch_min(at, Ordering::SeqCst);
                 if self.progress.load(Ordering::SeqCst) < at {
                     std::thread::park_timeout(Duration::from_millis(5));
@@ -1173,7 +1180,12 @@ fn run<H: PatternHasher>(
     // xref page counted and skipped, only keeps its chunks longer.)
     let chain_shared = unit.chain_shared;
     let decoder = job.chain.map(OpenChain::decoder);
-    let read_of = |(_, src, prev): &(u64, Src, Option<LivePage>)| match src {
+    // A page another rank stores (an xref) reads nothing: not counted, so
+    // that its chunks are neither kept for it nor decoded ahead for it
+    // (helper-100).
+    let xref_page = |page: u64| job.xrefs.binary_search_by_key(&page, |x| x.page).is_ok();
+    let read_of = |(page, src, prev): &(u64, Src, Option<LivePage>)| match src {
+        _ if xref_page(*page) => None,
         Src::Ic(_) => prev.filter(|_| chain_shared),
         Src::Old(lp) => Some(*lp),
     };
@@ -1202,7 +1214,7 @@ fn run<H: PatternHasher>(
         (Some(d), Some(u)) if job.format.encoding.threads > 1 => d.first_uses(u),
         _ => Vec::new(),
     };
-    let ahead = ReadAhead::new();
+    let ahead = ReadAhead::new(decoder.as_ref().map_or(1, PageDecoder::max_chunk_bytes));
     let loop_result = std::thread::scope(|s| -> Result<()> {
         let _ahead = match &decoder {
             Some(d) if !order.is_empty() => {

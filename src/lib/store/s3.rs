@@ -105,7 +105,7 @@ use object_store::{
 };
 use tokio::task::JoinSet;
 
-use super::settings::StoreSettings;
+use super::settings::{S3Settings, StoreSettings};
 use super::{ObjectInfo, Progress, Received, Store, StoreStats, check_name};
 use crate::durable::Piece;
 use crate::error::{Error, IoContext, RemoteKind, Result};
@@ -208,6 +208,22 @@ fn identity(size: u64, modified: SystemTime, e_tag: Option<&str>) -> String {
     format!("{size}/{}/{}", t.as_nanos(), e_tag.unwrap_or(""))
 }
 
+/// Refuses a plain-HTTP endpoint without `s3_allow_http`, as a setting
+/// (exit 5), rather than leaving it to the S3 client, whose every request
+/// then fails "after every retry" (exit 1; helper-99). Only when a bucket
+/// is opened: an endpoint set for other tools does not concern a directory
+/// L2 (helper-100).
+fn check_endpoint(s: &S3Settings) -> Result<()> {
+    match &s.endpoint {
+        Some(e) if e.starts_with("http://") && s.allow_http != Some(true) => {
+            Err(Error::Invalid(format!(
+                "s3_endpoint {e:?} is plain HTTP, which is refused unless s3_allow_http is true (--s3-allow-http true, REX_S3_ALLOW_HTTP or AWS_ALLOW_HTTP)"
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
 impl S3Store {
     /// Opens `s3://bucket/prefix` for the job and rank of `settings`, and
     /// checks that the bucket answers (so that rejected credentials or a
@@ -218,6 +234,7 @@ impl S3Store {
         // store, or an embedding program that installed one, keeps it.
         let _ = rustls::crypto::ring::default_provider().install_default();
         let s = &settings.s3;
+        check_endpoint(s)?;
         let mut b = AmazonS3Builder::from_env().with_bucket_name(bucket);
         if let Some(v) = &s.endpoint {
             b = b.with_endpoint(v);
@@ -1661,6 +1678,28 @@ impl S3Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A plain-HTTP endpoint is refused as a setting (exit 5) when a bucket
+    /// is opened, before any request, unless `s3_allow_http` is true.
+    #[test]
+    fn a_plain_http_endpoint_needs_allow_http() {
+        let http = |allow: Option<bool>| S3Settings {
+            endpoint: Some("http://s3.local:9000".into()),
+            allow_http: allow,
+            ..S3Settings::default()
+        };
+        for allow in [None, Some(false)] {
+            let e = check_endpoint(&http(allow)).unwrap_err();
+            assert_eq!(e.exit_code(), crate::error::exit::CONFIG, "{e}");
+            assert!(e.to_string().contains("s3_allow_http"), "{e}");
+        }
+        check_endpoint(&http(Some(true))).unwrap();
+        let https = S3Settings {
+            endpoint: Some("https://s3.local".into()),
+            ..S3Settings::default()
+        };
+        check_endpoint(&https).unwrap();
+    }
 
     #[test]
     fn a_stream_goes_in_order_in_range_size_pieces() {

@@ -51,7 +51,9 @@ use crate::ui;
 /// (exit 3); with no rank named, the chain restores whoever pushed it.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Output file; an existing file is replaced only with --force.
+    /// Output file; an existing file is replaced only with --force. For a
+    /// rank of an MPI job, `{rank}` in it is replaced by the rank; when the
+    /// rank comes from the launcher (every rank restoring), it must be there.
     #[arg(short, long, value_name = "FILE")]
     out: PathBuf,
     /// Replace the output file if it exists.
@@ -143,12 +145,14 @@ fn job_rank(s: &Settings) -> anyhow::Result<Option<(rexctl::store::JobRoot, u32)
         let jobs = rexctl::l2::jobgen::JobIndex::load(root.job_store(false)?.as_ref())?;
         Ok((root, jobs))
     };
-    // With no rank named, a location that cannot be read as a job's is left
-    // to the single chain's restore to report on.
-    let (root, jobs) = match (&rank, jobs(s)) {
-        (_, Ok(r)) => r,
-        (Some(_), Err(e)) => return Err(e),
-        (None, Err(_)) => return Ok(None),
+    // Unless a rank is named by hand (--rank, REX_RANK, rex.toml), a
+    // location that cannot be read as a job's (no job name for a bucket,
+    // credentials for the rank's prefix alone) is left to the single
+    // chain's restore to report on, as before the launcher's rank counted.
+    let (root, jobs) = match jobs(s) {
+        Ok(r) => r,
+        Err(e) if s.layer.rank.is_some() => return Err(e),
+        Err(_) => return Ok(None),
     };
     if jobs.manifests.is_empty() && jobs.invalid.is_empty() {
         return Ok(None);
@@ -168,7 +172,7 @@ fn job_rank(s: &Settings) -> anyhow::Result<Option<(rexctl::store::JobRoot, u32)
     };
     let r = rank.parse::<u32>().map_err(|_| {
         rexctl::Error::Invalid(format!(
-            "--rank {rank}: the ranks of an MPI job are numbers"
+            "rank {rank:?} (from --rank, REX_RANK, rex.toml or the launcher's SLURM_PROCID and the like): the ranks of an MPI job are numbers"
         ))
     })?;
     Ok(Some((root, r)))
@@ -254,6 +258,22 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         )
         .into());
     }
+    // A rank's image: `{rank}` in --out is its rank. Under a launcher every
+    // rank restores, so a name without it would have every rank write the
+    // same file (helper-100: the last rename won, exit 0 everywhere).
+    let out = match (&job_rank, a.out.to_str()) {
+        (Some((_, r)), Some(t)) if t.contains("{rank}") => {
+            PathBuf::from(t.replace("{rank}", &r.to_string()))
+        }
+        (Some(_), _) if s.layer.rank.is_none() => {
+            return Err(crate::cmd::Usage(format!(
+                "--out {}: the rank comes from the launcher, so every rank restores: put {{rank}} in the name (it is replaced by the rank), or give --rank R to restore one rank",
+                a.out.display()
+            ))
+            .into());
+        }
+        _ => a.out.clone(),
+    };
     // L1 as set, unless --l2-only leaves it unread (an empty one is then
     // no error either).
     let set_l1 = if a.l2_only { None } else { s.opt_l1()? };
@@ -266,13 +286,13 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         (None, l1) => l1.clone(),
         (Some(_), None) => None,
     };
-    crate::cmd::check_out(&a.out, a.force)?;
+    crate::cmd::check_out(&out, a.force)?;
     // Never an output among L1's files, read or not.
     if let Some(l1) = s.layer.l1.as_ref().filter(|p| !p.as_os_str().is_empty()) {
-        crate::cmd::not_inside(&a.out, "--out", l1, "the L1 directory")?;
+        crate::cmd::not_inside(&out, "--out", l1, "the L1 directory")?;
     }
     if let Ok(rexctl::store::L2Location::Dir(d)) = rexctl::store::L2Location::parse(&s.l2()?) {
-        crate::cmd::not_inside(&a.out, "--out", &d, "the L2 directory")?;
+        crate::cmd::not_inside(&out, "--out", &d, "the L2 directory")?;
     }
     // An L2 directory no push has made yet reads as empty: with L1, its
     // checkpoints alone restore; without, "no valid generation under ...".
@@ -300,27 +320,27 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         (Some(l1), Some((root, rank))) => {
             no_l1_dir(l1, &s)?;
             let r =
-                rexctl::l2::jobgen::restore_rank_l1(&root, rank, l1, &opts, &a.out).map(|(r, _)| r);
+                rexctl::l2::jobgen::restore_rank_l1(&root, rank, l1, &opts, &out).map(|(r, _)| r);
             (r.map_err(|e| l2.public_error(e)), l2.stats())
         }
         (None, Some((root, rank))) => {
-            let r = rexctl::l2::jobgen::restore_rank(&root, rank, a.job_generation, &opts, &a.out)
+            let r = rexctl::l2::jobgen::restore_rank(&root, rank, a.job_generation, &opts, &out)
                 .map(|(r, _)| r);
             (r.map_err(|e| l2.public_error(e)), l2.stats())
         }
         (Some(l1), None) => {
             no_l1_dir(l1, &s)?;
             let job = Job::open_read(l1, l2)?;
-            let r = restore_l1_l2(&job, &opts, &a.out);
+            let r = restore_l1_l2(&job, &opts, &out);
             (r.map_err(|e| job.l2.public_error(e)), job.l2.stats())
         }
         (None, None) => {
-            let r = restore_l2(l2.as_ref(), &opts, &a.out);
+            let r = restore_l2(l2.as_ref(), &opts, &out);
             (r.map_err(|e| l2.public_error(e)), l2.stats())
         }
     };
     pb.finish_and_clear();
-    print_report(&a, &a.out, &report?, stats)?;
+    print_report(&a, &out, &report?, stats)?;
     Ok(0)
 }
 
