@@ -2155,8 +2155,17 @@ fn a_restore_from_a_job_s_location_takes_the_launcher_s_rank() {
         let mut c = crate::util::rexctl();
         c.args(["restore", "--l2", s(&l2), "-o", s(&one)]);
         let o = c.env(var, r.to_string()).output().unwrap();
-        assert_eq!(o.status.code(), Some(2), "{var}: {}", show(&["restore"], &o));
-        assert!(stderr(&o).contains("{rank}") && !one.exists(), "{}", stderr(&o));
+        assert_eq!(
+            o.status.code(),
+            Some(2),
+            "{var}: {}",
+            show(&["restore"], &o)
+        );
+        assert!(
+            stderr(&o).contains("{rank}") && !one.exists(),
+            "{}",
+            stderr(&o)
+        );
     }
     let each = t.path().join("mpirun-{rank}.rexic");
     let args = ["restore", "--l2", s(&l2), "-o", s(&each)];
