@@ -753,10 +753,32 @@ fn may_be_live(name: &str) -> bool {
     if pid <= 0 || pid == std::process::id() as libc::pid_t {
         return false;
     }
+    process_exists(pid)
+}
+
+/// Whether a process `pid` runs in this pid namespace (one of another
+/// user too). A thread's id is not a process: `kill(2)` accepts thread
+/// ids, so a recorded writer's pid reused by a thread of another process
+/// would count as alive (helper-97); `/proc/PID/status` tells them apart
+/// (its `Tgid` is the process's id), where /proc is readable.
+pub fn process_exists(pid: libc::pid_t) -> bool {
+    if pid <= 0 {
+        return false;
+    }
     // SAFETY: kill(2) with signal 0 sends nothing: it only checks that
     // the process exists (EPERM: it exists, owned by another user).
     let r = unsafe { libc::kill(pid, 0) };
-    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    if r != 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EPERM) {
+        return false;
+    }
+    match fs::read_to_string(format!("/proc/{pid}/status")) {
+        Ok(status) => status
+            .lines()
+            .find_map(|l| l.strip_prefix("Tgid:"))
+            .is_none_or(|tgid| tgid.trim().parse::<libc::pid_t>() == Ok(pid)),
+        // /proc not mounted, or the process gone since: kill's answer.
+        Err(_) => true,
+    }
 }
 
 /// Removes temporary files left in `dir` by writers that crashed. Call it
@@ -1119,6 +1141,38 @@ pub fn block_async_signals() -> libc::sigset_t {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A thread's id is not a live process (kill(2) accepts it), this
+    /// process is, an exited child is not.
+    #[test]
+    fn a_thread_id_is_not_a_process() {
+        let me = std::process::id() as libc::pid_t;
+        assert!(process_exists(me));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            tx.send(unsafe { libc::gettid() }).unwrap();
+            done_rx.recv().unwrap();
+        });
+        let tid = rx.recv().unwrap();
+        assert_ne!(tid, me);
+        // SAFETY: signal 0 sends nothing.
+        assert_eq!(
+            unsafe { libc::kill(tid, 0) },
+            0,
+            "kill(2) takes a thread id"
+        );
+        assert!(!process_exists(tid), "thread {tid} taken for a process");
+        assert!(!may_be_live(&format!(".ckpt.tmp-{tid}-1")));
+        done_tx.send(()).unwrap();
+        t.join().unwrap();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id() as libc::pid_t;
+        child.wait().unwrap();
+        assert!(!process_exists(pid));
+        assert!(!process_exists(0) && !process_exists(-1));
+    }
 
     /// A block queued while another thread writes, after that thread's
     /// last look at the queue, is written by `finish`; one queued with no

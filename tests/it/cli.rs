@@ -118,6 +118,26 @@ fn inspect_reports_human_and_json() {
     assert_eq!(v[0]["pages"].as_array().unwrap().len(), 64);
 }
 
+/// The version printed is the header's: a version 2 file may have an
+/// empty extension area (helper-95: printed as v1, from `ext_len`).
+#[test]
+fn inspect_prints_the_version_the_header_states() {
+    let d = tempfile::tempdir().unwrap();
+    let v1 = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/ic/golden-basic.rexic");
+    let mut bytes = std::fs::read(&v1).unwrap();
+    assert_eq!((bytes[8], bytes[28]), (1, 0), "a version 1 fixture");
+    bytes[8] = 2;
+    let crc = crc32fast::hash(&bytes[..56]);
+    bytes[56..60].copy_from_slice(&crc.to_le_bytes());
+    let v2 = d.path().join("v2-empty-ext.rexic");
+    std::fs::write(&v2, &bytes).unwrap();
+    let human = ok(&["inspect", s(&v1), s(&v2)]);
+    assert!(human.contains("golden-basic.rexic: REX-IC v1,"), "{human}");
+    assert!(human.contains("v2-empty-ext.rexic: REX-IC v2,"), "{human}");
+    let v: serde_json::Value = serde_json::from_str(&ok(&["inspect", "--json", s(&v2)])).unwrap();
+    assert_eq!(v[0]["version"], 2);
+}
+
 #[test]
 fn inspect_checks_every_file_and_fails_on_a_bad_one() {
     let d = tempfile::tempdir().unwrap();

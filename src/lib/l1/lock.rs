@@ -314,10 +314,7 @@ fn recorded_holder_is_dead(holder: &str) -> bool {
     if pid <= 0 || host != here.trim() {
         return false;
     }
-    // SAFETY: kill with signal 0 sends nothing; it only checks that the
-    // process exists. No memory is involved.
-    let rc = unsafe { libc::kill(pid, 0) };
-    rc == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+    !crate::durable::process_exists(pid)
 }
 
 /// The descriptors of the locks this process holds (-1: a free slot; a

@@ -32,6 +32,10 @@ struct Report {
     ok: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<String>,
+    /// The format version the header states (2 may have an empty
+    /// extension area, so it is not told from `ext_len`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    version: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     header: Option<IcHeader>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -68,6 +72,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             path: path.clone(),
             ok: false,
             error: None,
+            version: None,
             header: None,
             layout: None,
             first_page: None,
@@ -84,6 +89,10 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             Ok(f) => {
                 let m = f.meta();
                 r.header = Some(m.header);
+                r.version = f
+                    .bytes()
+                    .get(8..12)
+                    .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")));
                 r.layout = Some(m.layout);
                 r.first_page = m.pages.first().copied();
                 r.last_page = m.pages.last().copied();
@@ -139,7 +148,7 @@ fn print_human(r: &Report) -> Result<(), ui::StdoutError> {
     outln!(
         "{}: REX-IC v{}, seq {}, {}, page size {}{}{}{}",
         r.path.display(),
-        if h.ext_len > 0 { 2 } else { 1 },
+        r.version.unwrap_or(if h.ext_len > 0 { 2 } else { 1 }),
         h.seq,
         if h.full { "FULL" } else { "incremental" },
         h.page_size,

@@ -17,9 +17,14 @@ use crate::ui;
 /// The MPI job whose location `--l2` names (it holds job generations,
 /// written by `push-l2 --collective`), if it is one.
 pub fn job_root(s: &Settings) -> anyhow::Result<Option<JobRoot>> {
+    Ok(job_index(s)?.map(|(root, _)| root))
+}
+
+/// [`job_root`] with the job's index of job generations (read once).
+pub fn job_index(s: &Settings) -> anyhow::Result<Option<(JobRoot, JobIndex)>> {
     let root = JobRoot::new(s.l2()?, &s.store()?)?;
     let jobs = JobIndex::load(root.job_store(false)?.as_ref())?;
-    Ok((!jobs.manifests.is_empty() || !jobs.invalid.is_empty()).then_some(root))
+    Ok((!jobs.manifests.is_empty() || !jobs.invalid.is_empty()).then_some((root, jobs)))
 }
 
 /// The rank `--rank` (or REX_RANK) names, when the location is an MPI

@@ -140,23 +140,16 @@ pub struct Args {
 /// a login node, a lost rank's image is restored by naming it.
 fn job_rank(s: &Settings) -> anyhow::Result<Option<(rexctl::store::JobRoot, u32)>> {
     let rank = rexctl::control::config::named_rank(&s.layer, |k| std::env::var(k).ok());
-    let jobs = |s: &Settings| -> anyhow::Result<_> {
-        let root = rexctl::store::JobRoot::new(s.l2()?, &s.store()?)?;
-        let jobs = rexctl::l2::jobgen::JobIndex::load(root.job_store(false)?.as_ref())?;
-        Ok((root, jobs))
-    };
     // Unless a rank is named by hand (--rank, REX_RANK, rex.toml), a
     // location that cannot be read as a job's (no job name for a bucket,
     // credentials for the rank's prefix alone) is left to the single
     // chain's restore to report on, as before the launcher's rank counted.
-    let (root, jobs) = match jobs(s) {
-        Ok(r) => r,
+    let (root, jobs) = match super::job_index(s) {
+        Ok(Some(r)) => r,
+        Ok(None) => return Ok(None),
         Err(e) if s.layer.rank.is_some() => return Err(e),
         Err(_) => return Ok(None),
     };
-    if jobs.manifests.is_empty() && jobs.invalid.is_empty() {
-        return Ok(None);
-    }
     let Some(rank) = rank else {
         let ranks = jobs
             .manifests
