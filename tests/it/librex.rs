@@ -594,6 +594,43 @@ fn the_job_s_own_sigsegv_handling_is_as_without_librex() {
     }
 }
 
+/// Regions forgotten between checkpoints and librex started twice
+/// (`tests/it/c/region_churn.c`), under every tracker: a write that
+/// faulted on a page a region shares with the heap while it was protected,
+/// handled after `rex_unprotect` write-enabled it, killed the job or
+/// reached its own SIGSEGV handler; after `rex_finalize`, the job's
+/// handler installed before the second `rex_init` got the tracker's
+/// faults (helper-101, mprotect).
+#[test]
+fn regions_forgotten_between_checkpoints_and_a_second_start_keep_the_job_alive() {
+    use std::os::unix::process::ExitStatusExt;
+    let root = tempfile::tempdir().unwrap();
+    let exe = build_c_file("cc", &repo().join("tests/it/c/region_churn.c"), root.path());
+    for (mode, iterations) in [
+        ("unprotect", "1500"),
+        ("unprotect-own", "1500"),
+        ("reinit", ""),
+    ] {
+        for tracker in ["mprotect", "auto"] {
+            let run = Run::new(root.path(), &format!("{mode}-{tracker}"));
+            let o = Command::new(&exe)
+                .args([mode, iterations])
+                .env("REX_L1", &run.l1)
+                .env("REX_L2", &run.l2)
+                .env("REX_TRACKER", tracker)
+                .env_remove("REX_CONFIG")
+                .output()
+                .unwrap();
+            assert_eq!(
+                (o.status.code(), o.status.signal(), o.stdout.as_slice()),
+                (Some(0), None, &b"ok\n"[..]),
+                "{mode}, {tracker}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+    }
+}
+
 // ---- The Rust API, and the tracker as a property ----
 
 mod rust_api {
@@ -811,6 +848,21 @@ mod rust_api {
             }
             run_ops(&ops, TrackerChoice::UserfaultfdThread)?;
         }
+    }
+
+    /// A size whose page rounding overflows is refused as memory the
+    /// system cannot give (helper-101: an overflow panic, or with
+    /// wrapping arithmetic a region of 0 bytes).
+    #[test]
+    fn an_allocation_too_large_to_round_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let (l1, l2) = (d.path().join("l1"), d.path().join("l2"));
+        let mut rex = Rex::with_config(config(&l1, &l2, false, TrackerChoice::Mprotect)).unwrap();
+        for size in [usize::MAX, usize::MAX - page_size() + 2] {
+            let e = rex.alloc(1, size).unwrap_err().to_string();
+            assert!(e.contains("cannot allocate"), "{size}: {e}");
+        }
+        rex.finalize().unwrap();
     }
 
     /// The Rust API end to end: the L2 thread pushes while the job runs,

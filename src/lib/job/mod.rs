@@ -703,7 +703,10 @@ impl Rex {
         if size == 0 {
             return Err(Error::Invalid(format!("region {id} has size 0")));
         }
-        let len = size.div_ceil(self.ps) * self.ps;
+        let len = size
+            .div_ceil(self.ps)
+            .checked_mul(self.ps)
+            .ok_or_else(|| Error::Invalid(format!("region {id}: cannot allocate {size} bytes")))?;
         let p =
             tracker::map_anonymous(len).map_err(|e| Error::Invalid(format!("region {id}: {e}")))?;
         if let Err(e) = self.protect_inner(id, p, size, true, false) {

@@ -30,6 +30,14 @@
 //!   `kill` that it ignores is ignored. If it was the default,
 //!   the default is restored and the faulting instruction re-runs, so the
 //!   process dies of SIGSEGV with its core dump, as without rexctl.
+//! * **A fault whose range went meanwhile.** A write that faulted while
+//!   its page was protected may be handled after another thread's
+//!   [`Tracker::untrack`] emptied the slot (a region's page shared with
+//!   the heap, which the library's own threads write). `untrack` makes the
+//!   pages writable before it empties the slot, and the handler retries a
+//!   write fault outside every slot once per slot removal before passing
+//!   it on: a page still protected faults again, and only then is the
+//!   fault the job's.
 //! * **Several threads** may write at once: two threads faulting on one page
 //!   both set its bit and both write-enable it, which is idempotent. Taking
 //!   a checkpoint needs the job's writers quiet (as with every checkpoint
@@ -246,8 +254,28 @@ fn ensure_alt_stack(r: Range) -> Result<()> {
     }
     Ok(())
 }
-/// The SIGSEGV action before ours, written once before ours is installed.
-static mut OLD_ACTION: std::mem::MaybeUninit<libc::sigaction> = std::mem::MaybeUninit::uninit();
+/// The SIGSEGV action before ours, in one of two buffers: written before
+/// ours is installed, and again (into the other buffer) when a later
+/// tracker finds ours replaced (the job installed its own handler between
+/// `rex_finalize` and `rex_init`, helper-101). [`OLD_INDEX`] says which
+/// buffer is current; a buffer is rewritten only two installs later, long
+/// after any handler that read it returned.
+static mut OLD_ACTIONS: [std::mem::MaybeUninit<libc::sigaction>; 2] =
+    [std::mem::MaybeUninit::uninit(); 2];
+/// The current buffer of [`OLD_ACTIONS`].
+static OLD_INDEX: AtomicUsize = AtomicUsize::new(0);
+/// Slot removals so far, bumped before a slot is emptied: a write fault
+/// outside every slot is retried once per removal (see [`handler`]).
+static REMOVALS: AtomicU64 = AtomicU64::new(0);
+/// Pages whose write fault lay outside every slot, with the removal count
+/// then (`page | removals << 44`, by page): the instruction is retried
+/// once, and a second fault of the same page with no removal between is
+/// the job's own. Without it, a fault on a page a concurrent
+/// [`Tracker::untrack`] write-enabled after the fault went to the job's
+/// handler, or with none reset SIGSEGV to the default and the next
+/// tracked write killed the job (helper-101: a malloc'd region shares its
+/// page with the heap, written by the library's own threads).
+static RETRIED: [AtomicU64; 16] = [const { AtomicU64::new(0) }; 16];
 /// The action before ours had `SA_RESETHAND` and has run once: the kernel
 /// would have reset it to the default, so it is not called again (ours
 /// stays installed for the tracker's own faults).
@@ -379,6 +407,9 @@ pub(crate) fn slot_remove(r: Range) -> Result<()> {
             a += ps;
         }
     }
+    // Before the slot goes: a handler that finds no slot for its fault
+    // then sees the new count (and retries the write).
+    REMOVALS.fetch_add(1, Ordering::SeqCst);
     SLOTS[i].end.store(0, Ordering::SeqCst);
     SLOTS[i].start.store(0, Ordering::SeqCst);
     SLOTS[i].signal.store(false, Ordering::SeqCst);
@@ -532,40 +563,62 @@ pub struct MprotectTracker {
     _private: (),
 }
 
+/// Mprotect trackers alive (changed under TABLE): the handler goes when
+/// the last one does.
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+
+/// The SIGSEGV action now.
+fn current_action() -> Result<libc::sigaction> {
+    // SAFETY: a zeroed sigaction is a valid value; sigaction only writes
+    // the current action into it.
+    unsafe {
+        let mut cur: libc::sigaction = std::mem::zeroed();
+        if libc::sigaction(libc::SIGSEGV, std::ptr::null(), &mut cur) != 0 {
+            return Err(Error::Invalid(format!(
+                "cannot read the SIGSEGV action: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        Ok(cur)
+    }
+}
+
 impl MprotectTracker {
-    /// Installs the SIGSEGV handler (once per process) and returns the
-    /// tracker.
+    /// Installs the SIGSEGV handler (unless it is installed) and returns
+    /// the tracker.
     pub fn new() -> Result<MprotectTracker> {
         let _g = TABLE.lock().unwrap_or_else(|e| e.into_inner());
         PAGE.store(page_size(), Ordering::Relaxed);
-        if !INSTALLED.load(Ordering::Acquire) {
+        let cur = current_action()?;
+        // Installed, unless the job replaced ours since (it is then the
+        // action to pass foreign faults to).
+        if !INSTALLED.load(Ordering::Acquire) || cur.sa_sigaction != handler as *const () as usize {
             // SAFETY: a zeroed sigaction is a valid value (no handler, empty
-            // mask); sigemptyset initialises the mask. OLD_ACTION is written
-            // here, under TABLE, before the handler that reads it exists,
-            // and never written again.
+            // mask); sigemptyset initialises the mask. The buffer of
+            // OLD_ACTIONS written is not the current one: no handler reads
+            // it before OLD_INDEX points at it (published below, before
+            // ours is installed), and the last one that read it returned
+            // an install ago.
             unsafe {
                 let mut sa: libc::sigaction = std::mem::zeroed();
                 sa.sa_sigaction = handler as *const () as usize;
                 sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_ONSTACK;
                 libc::sigemptyset(&mut sa.sa_mask);
-                let old = &raw mut OLD_ACTION;
-                if libc::sigaction(libc::SIGSEGV, std::ptr::null(), (*old).as_mut_ptr()) != 0 {
-                    return Err(Error::Invalid(format!(
-                        "cannot read the SIGSEGV action: {}",
-                        std::io::Error::last_os_error()
-                    )));
-                }
+                let b = 1 - OLD_INDEX.load(Ordering::Acquire);
+                let old = &raw mut OLD_ACTIONS[b];
+                (*old).write(cur);
                 // The previous handler runs inside ours: on the alternate
                 // signal stack only if it asked for it (helper-56: one
                 // without SA_ONSTACK overflowed a small one). With no
                 // handler before, ours takes it where the thread has one.
-                let prev = (*old).assume_init_ref();
-                if prev.sa_sigaction != libc::SIG_DFL
-                    && prev.sa_sigaction != libc::SIG_IGN
-                    && prev.sa_flags & libc::SA_ONSTACK == 0
+                if cur.sa_sigaction != libc::SIG_DFL
+                    && cur.sa_sigaction != libc::SIG_IGN
+                    && cur.sa_flags & libc::SA_ONSTACK == 0
                 {
                     sa.sa_flags &= !libc::SA_ONSTACK;
                 }
+                OLD_RESET.store(false, Ordering::SeqCst);
+                OLD_INDEX.store(b, Ordering::Release);
                 if libc::sigaction(libc::SIGSEGV, &sa, std::ptr::null_mut()) != 0 {
                     return Err(Error::Invalid(format!(
                         "cannot install the SIGSEGV handler: {}",
@@ -576,7 +629,49 @@ impl MprotectTracker {
             }
             INSTALLED.store(true, Ordering::Release);
         }
+        LIVE.fetch_add(1, Ordering::SeqCst);
         Ok(MprotectTracker { _private: () })
+    }
+}
+
+impl Drop for MprotectTracker {
+    /// The last tracker gives SIGSEGV back to the action before ours when
+    /// no range is protected any more: a handler the job installs after
+    /// `rex_finalize` then sees its true predecessor, and the next
+    /// `rex_init` passes the job's faults on to it (helper-101: ours
+    /// stayed, was not installed again over the job's, and the job's
+    /// handler got the tracker's faults).
+    fn drop(&mut self) {
+        let _g = TABLE.lock().unwrap_or_else(|e| e.into_inner());
+        if LIVE.fetch_sub(1, Ordering::SeqCst) != 1 || !INSTALLED.load(Ordering::Acquire) {
+            return;
+        }
+        let protected = SLOTS
+            .iter()
+            .take(HIGH.load(Ordering::Acquire))
+            .any(|s| s.end.load(Ordering::SeqCst) != 0 && s.signal.load(Ordering::SeqCst));
+        let ours =
+            current_action().is_ok_and(|cur| cur.sa_sigaction == handler as *const () as usize);
+        if protected || !ours {
+            return;
+        }
+        // SAFETY: OLD_ACTIONS[OLD_INDEX] was written when ours was
+        // installed; sigaction only reads the action given. A handler of
+        // ours still running keeps reading that buffer, which the next
+        // install leaves alone (it writes the other).
+        unsafe {
+            let i = OLD_INDEX.load(Ordering::Acquire);
+            let mut old = std::ptr::read(&raw const OLD_ACTIONS[i]).assume_init();
+            if OLD_RESET.load(Ordering::SeqCst) {
+                // It had SA_RESETHAND and ran: the kernel would have reset it.
+                old = std::mem::zeroed();
+                old.sa_sigaction = libc::SIG_DFL;
+                libc::sigemptyset(&mut old.sa_mask);
+            }
+            if libc::sigaction(libc::SIGSEGV, &old, std::ptr::null_mut()) == 0 {
+                INSTALLED.store(false, Ordering::Release);
+            }
+        }
     }
 }
 
@@ -625,12 +720,15 @@ impl Tracker for MprotectTracker {
     }
 
     fn untrack(&self, r: Range) -> Result<()> {
-        slot_remove(r)?;
+        // Write-enable first, then empty the slot: a write that faulted
+        // while the range was protected and is handled after the slot went
+        // finds the page writable when the handler retries it (helper-101).
         protect(
             r.start,
             r.pages * PAGE.load(Ordering::Relaxed),
             libc::PROT_READ | libc::PROT_WRITE,
-        )
+        )?;
+        slot_remove(r)
     }
 
     fn collect(&self, r: Range, out: &mut Vec<usize>) -> Result<()> {
@@ -683,11 +781,24 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
     // a page the job made unreadable, or a fault in memory the userfaultfd
     // tracker holds (the job's own protection there) is the job's, and
     // crashes as it would without us.
-    let ours = if code == SEGV_ACCERR && write_fault(ctx) {
-        covering(addr)
-    } else {
-        None
-    };
+    let accerr_write = code == SEGV_ACCERR && write_fault(ctx);
+    let ours = if accerr_write { covering(addr) } else { None };
+    if accerr_write && ours.is_none() {
+        // No slot covers it now; one may have while the page was protected,
+        // removed (and the page write-enabled) between the fault and here.
+        // Retry the write once per removal: a page still protected faults
+        // again with the same key, and only then is the fault the job's.
+        // The count is read after `covering`, and bumped before a slot is
+        // emptied, so a removal that emptied the slot is counted here.
+        let page_no = (addr / ps) as u64;
+        let key = (page_no & ((1 << 44) - 1)) | (REMOVALS.load(Ordering::SeqCst) << 44);
+        let seen = &RETRIED[page_no as usize % RETRIED.len()];
+        if seen.swap(key, Ordering::SeqCst) != key {
+            // SAFETY: restoring this thread's errno.
+            unsafe { *libc::__errno_location() = errno };
+            return;
+        }
+    }
     if let Some((start, end)) = ours {
         FAULTS.fetch_add(1, Ordering::Relaxed);
         let page = addr & !(ps - 1);
@@ -728,14 +839,16 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
         }
     }
     // Not ours: the previous handler's business.
-    // SAFETY: OLD_ACTION was written before this handler was installed and
-    // is never written again; calling the previous handler with the
+    // SAFETY: OLD_ACTIONS[OLD_INDEX] was written before this handler was
+    // installed (the index published after it) and is not written again
+    // until two installs later; calling the previous handler with the
     // kernel's arguments and the mask the kernel would have set is what
     // the kernel would have done without us; the ucontext_t is the
     // kernel's (valid for an SA_SIGINFO handler); sigaction, the sigset
     // functions and sigprocmask are async-signal-safe.
     unsafe {
-        let old = std::ptr::read(&raw const OLD_ACTION).assume_init();
+        let i = OLD_INDEX.load(Ordering::Acquire);
+        let old = std::ptr::read(&raw const OLD_ACTIONS[i]).assume_init();
         let h = if OLD_RESET.load(Ordering::SeqCst) {
             libc::SIG_DFL
         } else {
