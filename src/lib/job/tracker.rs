@@ -267,15 +267,18 @@ static OLD_INDEX: AtomicUsize = AtomicUsize::new(0);
 /// Slot removals so far, bumped before a slot is emptied: a write fault
 /// outside every slot is retried once per removal (see [`handler`]).
 static REMOVALS: AtomicU64 = AtomicU64::new(0);
-/// Pages whose write fault lay outside every slot, with the removal count
-/// then (`page | removals << 44`, by page): the instruction is retried
-/// once, and a second fault of the same page with no removal between is
-/// the job's own. Without it, a fault on a page a concurrent
+/// Per thread (by thread id), the page whose write fault lay outside
+/// every slot, with the removal count then (`page | removals << 44`): the
+/// instruction is retried once, and a second fault of the same page by
+/// the same thread with no removal between is the job's own. Per thread:
+/// two threads faulting on one page each retry (helper-103: the second
+/// found the first's key and passed the fault on); threads whose ids
+/// share an entry only retry more. Without it, a fault on a page a concurrent
 /// [`Tracker::untrack`] write-enabled after the fault went to the job's
 /// handler, or with none reset SIGSEGV to the default and the next
 /// tracked write killed the job (helper-101: a malloc'd region shares its
 /// page with the heap, written by the library's own threads).
-static RETRIED: [AtomicU64; 16] = [const { AtomicU64::new(0) }; 16];
+static RETRIED: [AtomicU64; 64] = [const { AtomicU64::new(0) }; 64];
 /// The action before ours had `SA_RESETHAND` and has run once: the kernel
 /// would have reset it to the default, so it is not called again (ours
 /// stays installed for the tracker's own faults).
@@ -521,12 +524,20 @@ fn covering(addr: usize) -> Option<(usize, usize)> {
         .iter()
         .take(HIGH.load(Ordering::Acquire))
         .find_map(|slot| {
-            let (s, e) = (
-                slot.start.load(Ordering::SeqCst),
-                slot.end.load(Ordering::SeqCst),
-            );
-            (e != 0 && addr >= s && addr < e && slot.signal.load(Ordering::SeqCst))
-                .then_some((s, e))
+            // `end` before and after `start`: a slot is filled `start`
+            // first and emptied `end` first, so a range read while it
+            // changes (`start` 0 with the new `end`: every address below
+            // it, helper-103) shows as an `end` that moved, and is skipped.
+            let e = slot.end.load(Ordering::SeqCst);
+            if e == 0 {
+                return None;
+            }
+            let s = slot.start.load(Ordering::SeqCst);
+            (slot.end.load(Ordering::SeqCst) == e
+                && addr >= s
+                && addr < e
+                && slot.signal.load(Ordering::SeqCst))
+            .then_some((s, e))
         })
 }
 
@@ -590,9 +601,16 @@ impl MprotectTracker {
         let _g = TABLE.lock().unwrap_or_else(|e| e.into_inner());
         PAGE.store(page_size(), Ordering::Relaxed);
         let cur = current_action()?;
-        // Installed, unless the job replaced ours since (it is then the
-        // action to pass foreign faults to).
-        if !INSTALLED.load(Ordering::Acquire) || cur.sa_sigaction != handler as *const () as usize {
+        let ours = cur.sa_sigaction == handler as *const () as usize;
+        // Installed once, until the last tracker gives the action before
+        // ours back. Not over a handler the job installed after ours while
+        // a tracker lived: it may pass what it does not handle to ours
+        // (crash reporters do), and ours passing it back would recurse
+        // (helper-103). Nor is ours ever recorded as the action before
+        // ours (a job that saved our action and put it back).
+        if !INSTALLED.load(Ordering::Acquire) && ours {
+            INSTALLED.store(true, Ordering::Release);
+        } else if !INSTALLED.load(Ordering::Acquire) {
             // SAFETY: a zeroed sigaction is a valid value (no handler, empty
             // mask); sigemptyset initialises the mask. The buffer of
             // OLD_ACTIONS written is not the current one: no handler reads
@@ -723,12 +741,16 @@ impl Tracker for MprotectTracker {
         // Write-enable first, then empty the slot: a write that faulted
         // while the range was protected and is handled after the slot went
         // finds the page writable when the handler retries it (helper-101).
-        protect(
+        // The slot goes even when mprotect fails (the map count exhausted):
+        // kept, it would claim faults of whatever the job maps there later
+        // (helper-103).
+        let enabled = protect(
             r.start,
             r.pages * PAGE.load(Ordering::Relaxed),
             libc::PROT_READ | libc::PROT_WRITE,
-        )?;
-        slot_remove(r)
+        );
+        slot_remove(r)?;
+        enabled
     }
 
     fn collect(&self, r: Range, out: &mut Vec<usize>) -> Result<()> {
@@ -792,7 +814,9 @@ extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
         // emptied, so a removal that emptied the slot is counted here.
         let page_no = (addr / ps) as u64;
         let key = (page_no & ((1 << 44) - 1)) | (REMOVALS.load(Ordering::SeqCst) << 44);
-        let seen = &RETRIED[page_no as usize % RETRIED.len()];
+        // SAFETY: gettid has no preconditions (async-signal-safe).
+        let tid = unsafe { libc::gettid() } as usize;
+        let seen = &RETRIED[tid % RETRIED.len()];
         if seen.swap(key, Ordering::SeqCst) != key {
             // SAFETY: restoring this thread's errno.
             unsafe { *libc::__errno_location() = errno };

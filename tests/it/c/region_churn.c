@@ -17,6 +17,13 @@
  *                  installs its own SIGSEGV handler (before the second
  *                  rex_init, as rex(3) asks): the tracked writes of the
  *                  second run went to it.
+ *   chain          a crash reporter installed after rex_init passes what
+ *                  it does not handle to the action it found (librex's),
+ *                  then rex_finalize, rex_init again and a NULL write:
+ *                  the process dies of SIGSEGV (helper-103: librex
+ *                  installed itself over the reporter, the two passed the
+ *                  fault to each other until the stack ran out). Exits 5
+ *                  after 10 reporter calls.
  * Prints "ok" at the end; the job's handler exits 3 naming the fault.
  */
 #define _GNU_SOURCE
@@ -39,6 +46,34 @@ static void own(int sig, siginfo_t *si, void *ctx)
     if (n > 0 && write(2, b, (size_t)n) < 0)
         _exit(4);
     _exit(3);
+}
+
+static struct sigaction found;
+static int reports;
+
+static void reporter(int sig, siginfo_t *si, void *ctx)
+{
+    if (++reports > 10) {
+        static const char m[] = "region_churn: the reporter was called 10 times\n";
+        if (write(2, m, sizeof m - 1) < 0)
+            _exit(4);
+        _exit(5);
+    }
+    if (found.sa_flags & SA_SIGINFO)
+        found.sa_sigaction(sig, si, ctx);
+    else if (found.sa_handler != SIG_DFL && found.sa_handler != SIG_IGN)
+        found.sa_handler(sig);
+    else
+        signal(SIGSEGV, SIG_DFL);
+}
+
+static void install_reporter(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = reporter;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigaction(SIGSEGV, &sa, &found);
 }
 
 static void install_own(void)
@@ -105,6 +140,19 @@ int main(int argc, char **argv)
     } else if (!strcmp(argv[1], "unprotect-own")) {
         install_own();
         churn(iterations);
+    } else if (!strcmp(argv[1], "chain")) {
+        check("init", rex_init(NULL));
+        install_reporter();
+        unsigned char *p = rex_alloc(1, 8192);
+        if (!p)
+            check("alloc", -1);
+        check("checkpoint", rex_checkpoint());
+        p[10] = 1;
+        check("checkpoint", rex_checkpoint());
+        check("finalize", rex_finalize());
+        run_once(3);
+        volatile uintptr_t null_page = 16; /* the compiler cannot see it is NULL's page */
+        *(volatile unsigned char *)null_page = 1;
     } else if (!strcmp(argv[1], "reinit")) {
         run_once(1);
         install_own();
