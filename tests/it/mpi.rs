@@ -1585,6 +1585,61 @@ fn a_rank_that_cannot_start_fails_every_ranks_start_alike() {
     every_rank(&lines, 0, "");
 }
 
+/// `restore --rank R --l1 L1` of a job none of whose job generations
+/// committed (no collective push yet, or the first one killed after rank
+/// 1's part reached L2 and before the job manifest): rank R's checkpoints
+/// in L1/R restore, its uncommitted part in L2 left out (helper-102: the
+/// single chain's restore read L1's top, "nothing to restore", exit 3).
+#[test]
+fn a_rank_restores_from_its_l1_before_any_job_generation_committed() {
+    let _one_at_a_time = crate::util::exclusive();
+    let t = tempfile::tempdir().unwrap();
+    let (l1, l2, truth) = (
+        t.path().join("l1"),
+        t.path().join("l2"),
+        t.path().join("truth"),
+    );
+    gen_ranks(&l1, "0.5", "64", "2", &truth);
+    let restores_each_rank = |ctx: &str| {
+        for r in 0..RANKS {
+            let out = t.path().join(format!("{ctx}-{r}.rexic"));
+            let o = restore_rank(&l2, r, &out, &["--l1", s(&l1)]);
+            success(&o, &format!("{ctx}: rank {r}"));
+            crate::util::assert_image(&out, &truth.join(format!("{r}.rexic")), ctx);
+        }
+    };
+    restores_each_rank("no push yet");
+    let push = ["push-l2", "--collective", "--l1", s(&l1), "--l2", s(&l2)];
+    let base = t.path().join("base");
+    copy_tree(&l1, &base);
+    let mut left_unfinished = false;
+    for n in 25..90u32 {
+        let _ = std::fs::remove_dir_all(&l1);
+        let _ = std::fs::remove_dir_all(&l2);
+        copy_tree(&base, &l1);
+        let vars = format!("REX_FAILPOINT={n} REX_FAILPOINT_SIGNAL=kill");
+        if mpirun(&push, Some((1, &vars))).status.success() {
+            break;
+        }
+        let parts = names_in(&l2.join("1"))
+            .iter()
+            .filter(|n| n.ends_with(".manifest"))
+            .count();
+        if parts > 0 && names_in(&l2.join("job")).is_empty() {
+            left_unfinished = true;
+            break;
+        }
+    }
+    assert!(
+        left_unfinished,
+        "no kill left rank 1's part in L2 uncommitted"
+    );
+    restores_each_rank("first push killed");
+    // From L2 alone there is nothing committed to restore.
+    let o = restore_rank(&l2, 0, &t.path().join("none.rexic"), &["--l2-only"]);
+    assert_eq!(o.status.code(), Some(3), "{}", show(&["restore"], &o));
+}
+
 /// A rank whose L1 directory holds a FULL checkpoint newer than its part of
 /// the newest job generation (its job restarted past a fallback and
 /// started a new run) restores that state, from L1 alone (helper-63:

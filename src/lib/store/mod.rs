@@ -339,6 +339,25 @@ impl L2Location {
         let url = url::Url::parse(text).map_err(|e| bad(e.to_string()))?;
         match scheme {
             "file" => {
+                // The URL parser drops a query and a fragment and resolves
+                // dot segments as text: `file:///ckpt/run#B` was the
+                // directory of `file:///ckpt/run#A`, and two jobs shared
+                // one L2 (helper-102: a restore gave the other job's
+                // image); `link/..` is not where the path goes through a
+                // symbolic link.
+                if url.query().is_some() || url.fragment().is_some() {
+                    return Err(bad("a file:// URL takes no query or fragment: write '?' and '#' of a directory's name as %3F and %23, or give the path itself".into()));
+                }
+                let raw_path = text.split_once("://").map_or("", |(_, rest)| rest);
+                if raw_path.split('/').any(|seg| {
+                    let seg = seg.to_ascii_lowercase();
+                    matches!(
+                        seg.as_str(),
+                        "." | ".." | "%2e" | "%2e%2e" | ".%2e" | "%2e."
+                    )
+                }) {
+                    return Err(bad("a file:// URL names its directory without . or .. segments (URLs resolve them as text, not through symbolic links): give the path itself".into()));
+                }
                 let p = url
                     .to_file_path()
                     .map_err(|()| bad("a file:// URL needs an absolute path and no host".into()))?;
@@ -786,6 +805,10 @@ mod tests {
             L2Location::Dir("/scratch/my l2".into())
         );
         assert_eq!(
+            p("file:///ckpt/run%23B/..x").unwrap(),
+            L2Location::Dir("/ckpt/run#B/..x".into())
+        );
+        assert_eq!(
             p("s3://ckpt-bucket/site//jobs/").unwrap(),
             L2Location::S3 {
                 bucket: "ckpt-bucket".into(),
@@ -806,6 +829,15 @@ mod tests {
             "s3://bucket/x?y=1",
             "gs://bucket/x",
             "file://host/x",
+            // What the URL parser drops or resolves as text (helper-102:
+            // `run#A` and `run#B` were one directory).
+            "file:///ckpt/run#B",
+            "file:///ckpt/run?job=B",
+            "file:///ckpt/run#",
+            "file:///ckpt/link/../l2",
+            "file:///ckpt/./l2",
+            "file:///ckpt/%2e%2e/l2",
+            "file:///ckpt/l2/..",
             // The root directory: `file://` alone is the URL of "".
             "file://",
             "file:///",
