@@ -1304,7 +1304,14 @@ impl Rex {
         // checkpoints back from the partners that hold copies.
         if self.cfg.replicas > 1 {
             let l1 = &self.cfg.l1;
-            let lost = crate::l2::partners::l1_is_lost(l1).map_err(Failure::from);
+            let lost = crate::l1::list_ic_files(l1)
+                .and_then(|f| {
+                    let chain = ChainIndex::load(&crate::store::DirStore::open_or_empty(
+                        l1.join(crate::l2::push::L1_CHAIN_DIR),
+                    ))?;
+                    Ok(f.is_empty() && chain.manifests.is_empty())
+                })
+                .map_err(Failure::from);
             let comm = self.comm.as_deref().expect("an MPI job");
             let (_, skipped) = crate::l2::partners::recover(comm, l1, lost)?;
             for why in skipped {

@@ -924,20 +924,6 @@ pub fn restore_job(
         .unwrap_or_default();
     let staged = out.with_file_name(format!(".{name}.tmp-{}-job", std::process::id()));
     let _listed = crate::durable::RemovedOnSignal::new(&staged);
-    // A rank whose L1 directory was lost (gone, or no checkpoint and no
-    // copy of its chain) first gets back the copies its partners hold
-    // (`replicas`, `rexctl replicate`), as a librex restart does: the job
-    // then restores its newest checkpoint rather than L2's older state
-    // (helper-102: the copies were never read). Every rank takes part.
-    let recovered = match l1_root {
-        Some(l1_root) => {
-            let mine = l1_root.join(rank.to_string());
-            let lost = crate::l2::partners::l1_is_lost(&mine).map_err(Failure::from);
-            let recovered = crate::l2::partners::recover(comm, &mine, lost)?;
-            Some(recovered)
-        }
-        None => None,
-    };
     let l1 = l1_root
         .map(|r| r.join(rank.to_string()))
         .filter(|d| d.is_dir());
@@ -1033,13 +1019,7 @@ pub fn restore_job(
     if result.is_err() {
         let _ = std::fs::remove_file(&staged);
     }
-    result.map(|mut r| {
-        if let Some((n, left_out)) = recovered {
-            r.partner_copies = n;
-            r.partner_copies_left_out = left_out;
-        }
-        r
-    })
+    result
 }
 
 #[cfg(test)]

@@ -512,19 +512,6 @@ pub fn remove_stale_temps(l1: &Path) -> Result<usize> {
     sum_over_partner_dirs(l1, durable::remove_stale_temps)
 }
 
-/// Whether a rank's L1 directory `l1` was lost with its node: gone, or
-/// holding no checkpoint and no copy of its chain (what [`recover`] is
-/// told).
-pub fn l1_is_lost(l1: &Path) -> Result<bool> {
-    if !l1.is_dir() {
-        return Ok(true);
-    }
-    let chain = crate::l2::chain::ChainIndex::load(&crate::store::DirStore::open_or_empty(
-        l1.join(crate::l2::push::L1_CHAIN_DIR),
-    ))?;
-    Ok(list_ic_files(l1)?.is_empty() && chain.manifests.is_empty())
-}
-
 /// After a restart on every rank: each rank whose L1 directory lost its
 /// checkpoints (`lost`) gets back every copy another rank holds, written
 /// into its L1 directory. Returns how many files this rank got back, and
@@ -625,13 +612,6 @@ fn unpack(l1: &Path, b: &[u8], n: &mut u64, skipped: &mut Vec<String>) -> Result
         let path = l1.join(ic_file_name(seq));
         if path.exists() {
             continue;
-        }
-        // A directory lost whole comes back with its first copy.
-        if !l1.is_dir() {
-            std::fs::create_dir_all(l1).map_err(|e| Error::io(l1, "create directory", e))?;
-            if let Some(parent) = l1.parent().filter(|p| !p.as_os_str().is_empty()) {
-                durable::fsync_dir(parent)?;
-            }
         }
         // Each copy was checked when stored; check it again here.
         let written = durable::write_file(&path, bytes)

@@ -210,10 +210,6 @@ pub trait PageSink: Sync {
     fn put(&self, k: usize, page: u64, crc: u32, data: &[u8]) -> Result<()>;
 }
 
-fn is_zero(n: &u64) -> bool {
-    *n == 0
-}
-
 /// What a restore did.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct RestoreReport {
@@ -231,13 +227,6 @@ pub struct RestoreReport {
     pub seconds: f64,
     /// Generations whose L1 copy was unusable, read from L2 instead.
     pub l2_fallbacks: Vec<String>,
-    /// Checkpoints of a lost L1 directory written back from the copies
-    /// partner ranks hold (`restore --collective`, `replicas` above 1).
-    #[serde(skip_serializing_if = "is_zero")]
-    pub partner_copies: u64,
-    /// Partner copies left out, and why (a copy that failed its check).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub partner_copies_left_out: Vec<String>,
     /// Set when `--fallback` made the restore use an older generation.
     pub fell_back: Option<String>,
     /// The L1 files a fallback left out of the state it restored (a librex

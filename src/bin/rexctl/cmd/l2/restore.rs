@@ -118,9 +118,8 @@ pub struct Args {
     fallback: bool,
     /// Restart a whole MPI job (run under `mpirun -np N rexctl restore
     /// --collective --l1 L1 --l2 JOB -o 'image-{rank}.rexic'`): every rank
-    /// restores from L1/R plus L2 (when L1/R is gone, its node lost: from
-    /// the copies of its checkpoints partner ranks hold, `replicas` and
-    /// `rexctl replicate`, written back into L1/R first, and L2), the ranks agree on the smallest seq restored, ranks ahead
+    /// restores from L1/R plus L2 (from L2 alone when L1/R is gone: its node
+    /// was lost), the ranks agree on the smallest seq restored, ranks ahead
     /// restore that seq, and each image appears at `--out`, `{rank}`
     /// replaced by the rank, only once every rank has its image of that seq.
     /// When no rank finds its L1/R (a mistyped --l1?), refused on every
@@ -443,7 +442,7 @@ fn collective(a: &Args, s: &Settings, opts: &RestoreOptions) -> anyhow::Result<i
         && !found
     {
         warnln!(
-            "rank {rank}: {} is missing (a lost node): restoring from the copies partner ranks hold, if any, and L2",
+            "rank {rank}: {} is missing (a lost node): restoring from L2 alone",
             l1.join(rank.to_string()).display()
         );
     }
@@ -479,15 +478,6 @@ fn print_report(
     }
     for note in &report.l2_fallbacks {
         warnln!("{note}");
-    }
-    if report.partner_copies > 0 {
-        warnln!(
-            "{} checkpoints of this rank's lost L1 directory written back from the copies partner ranks hold",
-            report.partner_copies
-        );
-    }
-    for note in &report.partner_copies_left_out {
-        warnln!("left out {note}");
     }
     if let Some(p) = report.outside_regions {
         warnln!(
