@@ -1640,6 +1640,43 @@ fn a_rank_restores_from_its_l1_before_any_job_generation_committed() {
     assert_eq!(o.status.code(), Some(3), "{}", show(&["restore"], &o));
 }
 
+/// A single chain's L1 directory, its rank named by hand, restores its own
+/// checkpoints even when it holds a subdirectory named like the rank
+/// (helper-104: the subdirectory's were taken for an MPI rank's).
+#[test]
+fn a_single_chain_s_l1_with_a_rank_named_restores_its_own_checkpoints() {
+    let t = tempfile::tempdir().unwrap();
+    let (l1, l2, truth) = (
+        t.path().join("l1"),
+        t.path().join("l2"),
+        t.path().join("truth.rexic"),
+    );
+    ok(&[
+        "gen",
+        s(&l1),
+        "--count",
+        "3",
+        "--pages",
+        "64",
+        "--truth",
+        s(&truth),
+    ]);
+    ok(&[
+        "gen",
+        s(&l1.join("0")),
+        "--count",
+        "2",
+        "--pages",
+        "64",
+        "--seed",
+        "9",
+    ]);
+    let out = t.path().join("out.rexic");
+    let o = restore_rank(&l2, 0, &out, &["--l1", s(&l1)]);
+    success(&o, "a single chain's L1, rank 0 named");
+    assert_image(&out, &truth, "the single chain's own state");
+}
+
 /// A rank whose L1 directory holds a FULL checkpoint newer than its part of
 /// the newest job generation (its job restarted past a fallback and
 /// started a new run) restores that state, from L1 alone (helper-63:

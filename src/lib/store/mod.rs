@@ -345,6 +345,14 @@ impl L2Location {
                 // one L2 (helper-102: a restore gave the other job's
                 // image); `link/..` is not where the path goes through a
                 // symbolic link.
+                // What the parser would change before splitting: a
+                // backslash is a slash to it, tabs and newlines are
+                // removed, and spaces and control characters at the ends
+                // trimmed (helper-104: `link\..\x` and `link/.\t./x` went
+                // past the segment check below).
+                if text.chars().any(|c| c == '\\' || c.is_control()) || text.trim() != text {
+                    return Err(bad("a file:// URL takes no backslash, control character or space at either end: write a directory's own as %5C, %20 ..., or give the path itself".into()));
+                }
                 if url.query().is_some() || url.fragment().is_some() {
                     return Err(bad("a file:// URL takes no query or fragment: write '?' and '#' of a directory's name as %3F and %23, or give the path itself".into()));
                 }
@@ -364,6 +372,13 @@ impl L2Location {
                 // `file://` alone parses as the root directory (helper-49: a
                 // push wrote its generation into / and deleted the L1
                 // checkpoints): the URL form of an empty location.
+                // An encoded slash (`%2E%2E%2Fx`) decodes to a `..` the
+                // segment check did not see.
+                if p.to_str()
+                    .is_some_and(|t| t.split('/').any(|c| c == "." || c == ".."))
+                {
+                    return Err(bad("a file:// URL names its directory without . or .. segments (URLs resolve them as text, not through symbolic links): give the path itself".into()));
+                }
                 if p.parent().is_none() {
                     return Err(bad(
                         "names the root directory: write file:///DIR for a directory".into(),
@@ -838,6 +853,14 @@ mod tests {
             "file:///ckpt/./l2",
             "file:///ckpt/%2e%2e/l2",
             "file:///ckpt/l2/..",
+            // What the parser changes before its dot-segment resolution
+            // (helper-104).
+            "file:///ckpt/link\\..\\l2",
+            "file:///ckpt/link/.\t./l2",
+            "file:///ckpt/link/.\n./l2",
+            "file:///ckpt/link/.. ",
+            "file:///ckpt/l2\r",
+            "file:///ckpt/%2E%2E%2Fl2",
             // The root directory: `file://` alone is the URL of "".
             "file://",
             "file:///",

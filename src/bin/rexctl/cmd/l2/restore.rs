@@ -187,11 +187,19 @@ fn uncommitted_job_rank(s: &Settings) -> anyhow::Result<Option<(rexctl::store::J
     if !at_top.manifests.is_empty() || !at_top.invalid.is_empty() {
         return Ok(None);
     }
+    // An L1 directory of a single chain (checkpoints, or its copy of the
+    // chain, at its top) is that chain's, whatever subdirectories it holds
+    // (helper-104: an unrelated L1/0 was restored).
+    let l1 = s.opt_l1()?;
+    if let Some(l1) = l1.as_ref().filter(|d| d.is_dir())
+        && (!rexctl::l1::list_ic_files(l1)?.is_empty()
+            || l1.join(rexctl::l2::push::L1_CHAIN_DIR).is_dir())
+    {
+        return Ok(None);
+    }
     let root = rexctl::store::JobRoot::new(s.l2()?, &s.store()?)?;
     let in_l2 = ChainIndex::load(root.rank_store(rank, false)?.as_ref())?;
-    let in_l1 = s
-        .opt_l1()?
-        .is_some_and(|l1| l1.join(rank.to_string()).is_dir());
+    let in_l1 = l1.is_some_and(|l1| l1.join(rank.to_string()).is_dir());
     Ok((in_l1 || !in_l2.manifests.is_empty() || !in_l2.invalid.is_empty()).then_some((root, rank)))
 }
 
