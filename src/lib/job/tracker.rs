@@ -255,11 +255,12 @@ fn ensure_alt_stack(r: Range) -> Result<()> {
     Ok(())
 }
 /// The SIGSEGV action before ours, in one of two buffers: written before
-/// ours is installed, and again (into the other buffer) when a later
-/// tracker finds ours replaced (the job installed its own handler between
-/// `rex_finalize` and `rex_init`, helper-101). [`OLD_INDEX`] says which
-/// buffer is current; a buffer is rewritten only two installs later, long
-/// after any handler that read it returned.
+/// ours is installed, into the buffer not current, since ours is installed
+/// again after the last tracker gave that action back (`rex_finalize`,
+/// then `rex_init`: the job may have installed its own handler between,
+/// helper-101). [`OLD_INDEX`] says which buffer is current; a buffer is
+/// rewritten only two installs later, long after any handler that read it
+/// returned.
 static mut OLD_ACTIONS: [std::mem::MaybeUninit<libc::sigaction>; 2] =
     [std::mem::MaybeUninit::uninit(); 2];
 /// The current buffer of [`OLD_ACTIONS`].
