@@ -369,9 +369,6 @@ impl L2Location {
                 let p = url
                     .to_file_path()
                     .map_err(|()| bad("a file:// URL needs an absolute path and no host".into()))?;
-                // `file://` alone parses as the root directory (helper-49: a
-                // push wrote its generation into / and deleted the L1
-                // checkpoints): the URL form of an empty location.
                 // An encoded slash (`%2E%2E%2Fx`) decodes to a `..` the
                 // segment check did not see.
                 if p.to_str()
@@ -379,6 +376,9 @@ impl L2Location {
                 {
                     return Err(bad("a file:// URL names its directory without . or .. segments (URLs resolve them as text, not through symbolic links): give the path itself".into()));
                 }
+                // `file://` alone parses as the root directory (helper-49: a
+                // push wrote its generation into / and deleted the L1
+                // checkpoints): the URL form of an empty location.
                 if p.parent().is_none() {
                     return Err(bad(
                         "names the root directory: write file:///DIR for a directory".into(),
