@@ -811,9 +811,10 @@ fn a_rank_killed_during_a_collective_push_leaves_the_previous_job_generation() {
         // Rank 2's node lost after its part of the unfinished job
         // generation reached L2: its L1 cannot tell that part from a
         // committed one, ranks 0 and 1 still hold theirs pending, so the
-        // next push rolls it back and commits without rank 2's lost
-        // checkpoints (helper-76: refused for ever, "it committed and its
-        // job manifest was lost").
+        // next push rolls it back (helper-76: refused for ever, "it
+        // committed and its job manifest was lost"); rank 2 then stands at
+        // seq 2, and holds the others back there (they had committed seq 4
+        // beside its seq 2, a job generation no collective restore takes).
         let unfinished = tl2.join("2/g00000002.manifest").is_file() && !committed;
         if unfinished && !lost_node_tried {
             lost_node_tried = true;
@@ -830,16 +831,15 @@ fn a_rank_killed_during_a_collective_push_leaves_the_previous_job_generation() {
                 &o,
                 &format!("the push after a kill at {n} and rank 2's node lost"),
             );
-            for (r, truth) in [(0, &truth_final), (1, &truth_final), (2, &truth2)] {
-                let out = lost.join(format!("restored-{r}.rexic"));
-                let o = restore_rank(&ll2, r, &out, &[]);
-                assert!(o.status.success(), "n={n}: {}", show(&["restore"], &o));
-                assert_image(
-                    &out,
-                    &truth.join(format!("{r}.rexic")),
-                    &format!("lost node at {n}, rank {r}"),
-                );
-            }
+            assert!(
+                String::from_utf8_lossy(&o.stdout)
+                    .contains("held back: rank 2's newest checkpoint is seq 2"),
+                "n={n}: {}",
+                show(&["push-l2"], &o)
+            );
+            assert!(!ll2.join("2/g00000002.manifest").exists());
+            assert_ranks_restore(&ll2, &truth2, &lost, &format!("lost node at {n}"));
+            assert!(ll1.join("0/ckpt-00000004.rexic").is_file());
             std::fs::remove_dir_all(&lost).unwrap();
             // Every rank's node lost (one node, L1 in memory): no rank can
             // tell, and no restore takes the job generation without its
@@ -1391,7 +1391,8 @@ fn an_mpi_job_checkpointing_itself_restarts_bit_identically_after_kills_and_a_lo
 /// Partner copies are pruned by what their sender pushed: a rank whose L1
 /// was lost pushes nothing new, so the other ranks keep their copies of its
 /// later checkpoints (they were pruned by the pushing rank's own last seq,
-/// which left those checkpoints nowhere).
+/// which left those checkpoints nowhere; since session 44 that rank holds
+/// every rank back at its seq, and the copies stay all the more).
 #[test]
 fn partner_copies_are_pruned_by_what_their_sender_pushed() {
     let _one_at_a_time = crate::util::exclusive();
@@ -1466,9 +1467,16 @@ fn partner_copies_are_pruned_by_what_their_sender_pushed() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(5), "{err}");
     assert!(err.contains("L1 directory") && err.contains("/1:"), "{err}");
-    // Its L1 directory is empty.
+    // Its L1 directory is empty: it holds every rank back at seq 1.
     std::fs::create_dir(l1.join("1")).unwrap();
-    let _ = mpirun(&push, None);
+    let o = mpirun(&push, None);
+    success(&o, "the push after rank 1 lost its checkpoints");
+    assert!(
+        String::from_utf8_lossy(&o.stdout)
+            .contains("held back: rank 1's newest checkpoint is seq 1"),
+        "{}",
+        show(&push, &o)
+    );
     for c in &copies {
         assert!(
             c.is_file(),
@@ -2282,4 +2290,90 @@ fn a_restore_from_a_job_s_location_takes_the_launcher_s_rank() {
         "{}",
         stderr(&o)
     );
+}
+
+/// A collective push never commits a job generation whose ranks stand at
+/// different seqs: a rank behind (its node lost since the last push, so
+/// nothing pending; or still writing the checkpoint the others finished)
+/// holds the others back at its newest seq, their newer checkpoints staying
+/// in L1, said as "held back". Session 43 found the push committing ranks
+/// at seq 4 beside a lost rank at seq 1; no collective restore could
+/// then take the job (exit 3) without `--fallback`.
+#[test]
+fn a_rank_behind_holds_a_collective_push_back_at_its_newest_seq() {
+    let _one_at_a_time = crate::util::exclusive();
+    let t = tempfile::tempdir().unwrap();
+    let truth = |n: u64| t.path().join(format!("t{n}"));
+    let (l1, l2, later, lost) = (
+        t.path().join("l1"),
+        t.path().join("l2"),
+        t.path().join("later"),
+        t.path().join("lost"),
+    );
+    gen_ranks(&t.path().join("g1"), "0.5", "64", "1", &truth(1));
+    gen_ranks(&l1, "0.5", "64", "4", &truth(4));
+    std::fs::create_dir_all(&l2).unwrap();
+    let push = ["push-l2", "--collective", "--l1", s(&l1), "--l2", s(&l2)];
+    // Job generation 1: seq 0..=1 on every rank.
+    hold_back(&l1, &later, 1);
+    success(&mpirun(&push, None), "the first collective push");
+    release(&later, &l1);
+    let ckpts = |r: u32| {
+        names_in(&l1.join(r.to_string()))
+            .into_iter()
+            .filter(|n| n.starts_with("ckpt-"))
+            .collect::<Vec<_>>()
+    };
+    // Rank 2's checkpoints 2..=4 gone (its node lost, L1 in memory).
+    std::fs::create_dir_all(&lost).unwrap();
+    for n in ckpts(2) {
+        std::fs::rename(l1.join("2").join(&n), lost.join(&n)).unwrap();
+    }
+    let o = mpirun(&push, None);
+    success(&o, "the push after rank 2 lost its checkpoints");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("held back: rank 2's newest checkpoint is seq 1"),
+        "{out}"
+    );
+    assert_eq!(
+        names_in(&l2.join("job")),
+        ["j00000001.job"],
+        "a job generation committed past rank 2's seq"
+    );
+    for r in [0, 1, 3] {
+        assert_eq!(ckpts(r).len(), 3, "rank {r}'s held-back checkpoints");
+    }
+    // The whole job restarts at seq 1, from L1 and L2 and from L2 alone.
+    let coll = t.path().join("coll");
+    std::fs::create_dir_all(&coll).unwrap();
+    let pattern = coll.join("image-{rank}.rexic");
+    for extra in [&["--l1", s(&l1)][..], &["--l2-only"][..]] {
+        let mut args = vec!["restore", "--collective", "--l2", s(&l2)];
+        args.extend(["-o", s(&pattern), "-f"]);
+        args.extend_from_slice(extra);
+        success(&mpirun(&args, None), "the collective restore");
+        for r in 0..RANKS {
+            let image = coll.join(format!("image-{r}.rexic"));
+            let want = truth(1).join(format!("{r}.rexic"));
+            assert_image(&image, &want, &format!("{extra:?}, rank {r}"));
+        }
+    }
+    // Rank 2 was only behind (writing them): once its checkpoints are in,
+    // the next push takes every rank to seq 4.
+    for n in names_in(&lost) {
+        std::fs::rename(lost.join(&n), l1.join("2").join(&n)).unwrap();
+    }
+    let o = mpirun(&push, None);
+    success(&o, "the push with every rank at seq 4");
+    assert!(
+        !String::from_utf8_lossy(&o.stdout).contains("held back"),
+        "{}",
+        show(&push, &o)
+    );
+    assert!(l2.join("job/j00000002.job").is_file());
+    assert_ranks_restore(&l2, &truth(4), t.path(), "job generation 2");
+    for r in 0..RANKS {
+        assert!(ckpts(r).is_empty(), "rank {r}'s checkpoints not pushed");
+    }
 }

@@ -2,10 +2,16 @@
 //! pages (Nicolae, IPDPS'13) and job generations (docs/FORMAT.md §3.9).
 //!
 //! Every rank pushes its own batch into its own chain, as a single-rank
-//! push does ([`crate::l2::push::push_with`]), with three collective steps
+//! push does ([`crate::l2::push::push_with`]), with four collective steps
 //! (the [`Collective`] hooks, each one a few MPI collectives over the
 //! job's communicator, [`Comm`]):
 //!
+//! 0. **Cut**: the ranks exchange their newest seq, and none pushes past
+//!    the lowest: a job generation stands at one seq on every rank, which
+//!    is what a collective restore takes the job back to. A rank behind
+//!    lost its node since the last push (it has nothing pending), or is
+//!    still writing the checkpoint the others finished; the others keep
+//!    their newer checkpoints in L1 for a later push.
 //! 1. **Agree**: the ranks exchange what they propose; if one needs a
 //!    complete coalescence, all take one (their chains stay aligned, so a
 //!    reference never outlives the generation it names), and if none has
@@ -776,6 +782,17 @@ fn prune_job_manifests(store: &dyn Store, keep: usize) -> Result<()> {
 impl Collective for Hooks<'_> {
     fn rank(&self) -> u32 {
         self.comm.rank()
+    }
+
+    fn cut(&mut self, local: Local<Option<u64>>) -> Result<Option<(u64, u32)>> {
+        let msg = local.map(|s| s.map_or_else(Vec::new, |s| s.to_le_bytes().to_vec()));
+        let all = self.gather(msg, "agreeing on the newest seq of every rank")?;
+        Ok(all
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.len() == 8)
+            .map(|(r, b)| (le64(b, 0), r as u32))
+            .min())
     }
 
     fn agree(&mut self, local: Local<&Proposal>) -> Result<Agreed> {

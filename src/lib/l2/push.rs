@@ -221,6 +221,11 @@ pub struct PushReport {
     pub pruned_l1: Vec<u64>,
     /// Generations pruned from L2.
     pub pruned_l2: Vec<u64>,
+    /// Pending checkpoints a collective push left in L1, and why: another
+    /// rank's newest checkpoint is older (a job generation is one seq on
+    /// every rank).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held_back: Option<String>,
 }
 
 /// Runs `push-l2` on `job` under its lock.
@@ -415,6 +420,11 @@ pub struct Agreed {
 pub trait Collective {
     /// The rank, recorded in the manifest.
     fn rank(&self) -> u32;
+    /// Agrees on the newest seq every rank holds, from this rank's newest
+    /// (pending, or else of its newest generation; `None`: it has none):
+    /// the lowest and the rank that holds it (`None`: no rank has one). A
+    /// job generation is one seq on every rank, so no rank pushes past it.
+    fn cut(&mut self, local: Local<Option<u64>>) -> Result<Option<(u64, u32)>>;
     /// Agrees on the kind of generation and whether to push at all.
     fn agree(&mut self, local: Local<&Proposal>) -> Result<Agreed>;
     /// Chooses the cross-rank references among the pages this rank's
@@ -442,18 +452,76 @@ struct Prep {
     coalesce_s: f64,
 }
 
-/// Recovery, the batch and its C-List, the chain to extend, and this
-/// rank's reason for a complete coalescence.
+/// Recovery and the pending checkpoints, with the seconds the scan took.
+type Scanned = (Recovered, L1Dir, f64);
+
+fn scan(
+    job: &Job,
+    opts: &PushOptions,
+    collective: bool,
+    report: &mut PushReport,
+) -> Result<Scanned> {
+    let rec = recover(job, opts, collective, report)?;
+    let t0 = Instant::now();
+    let l1 = L1Dir::scan_after(&job.l1, rec.newest.as_ref().map(Covered::from))?;
+    Ok((rec, l1, t0.elapsed().as_secs_f64()))
+}
+
+/// The newest seq a rank holds: its last pending checkpoint's, or else its
+/// newest generation's.
+fn newest_seq((rec, l1, _): &Scanned) -> Option<u64> {
+    l1.files
+        .last()
+        .map(IcMeta::seq)
+        .or(rec.newest.as_ref().map(|m| m.last_seq))
+}
+
+/// A collective push's pending checkpoints up to `cut`, the newest seq
+/// every rank holds ([`Collective::cut`]); those after it stay in L1 for a
+/// later push. A job generation stands at one seq on every rank: a rank
+/// whose node was lost since the last push has nothing pending, and one
+/// may still be writing the checkpoint the others finished (a push run
+/// from cron). Pushing the others past it committed a job generation that
+/// no collective restore could take (its ranks at different seqs).
+fn hold_back(
+    job: &Job,
+    scanned: Scanned,
+    cut: Option<(u64, u32)>,
+    report: &mut PushReport,
+) -> Result<Scanned> {
+    let Some((cut, low)) = cut else {
+        return Ok(scanned);
+    };
+    let (rec, l1, scan_s) = scanned;
+    let above = || l1.files.iter().map(IcMeta::seq).filter(|&s| s > cut);
+    let (Some(a), Some(b)) = (above().next(), above().next_back()) else {
+        return Ok((rec, l1, scan_s));
+    };
+    let t0 = Instant::now();
+    let l1 = L1Dir::scan_after_up_to(&job.l1, rec.newest.as_ref().map(Covered::from), Some(cut))?;
+    report.held_back = Some(format!(
+        "rank {low}'s newest checkpoint is seq {cut}: {} stay{} in L1 until every rank has one as new (a job generation stands at one seq on every rank; a rank behind lost its L1 checkpoints, or is still writing one)",
+        if a == b {
+            format!("checkpoint seq {a}")
+        } else {
+            format!("checkpoints seq {a}..={b}")
+        },
+        if a == b { "s" } else { "" },
+    ));
+    Ok((rec, l1, scan_s + t0.elapsed().as_secs_f64()))
+}
+
+/// The batch and its C-List, the chain to extend, and this rank's reason
+/// for a complete coalescence.
 fn prepare(
     job: &Job,
     opts: &PushOptions,
     forced_reason: Option<String>,
     collective: bool,
+    (rec, l1, scan_s): Scanned,
     report: &mut PushReport,
 ) -> Result<Prep> {
-    let rec = recover(job, opts, collective, report)?;
     let t0 = Instant::now();
-    let l1 = L1Dir::scan_after(&job.l1, rec.newest.as_ref().map(Covered::from))?;
     report.recovered.extend(l1.superseded_why.clone());
     let batch = &l1.files;
     let mut full_reason = forced_reason.or_else(|| opts.full.then(|| "--full".to_string()));
@@ -462,7 +530,7 @@ fn prepare(
     } else {
         Some(CList::build(batch)?)
     };
-    let coalesce_s = t0.elapsed().as_secs_f64();
+    let coalesce_s = scan_s + t0.elapsed().as_secs_f64();
     let chain = match &rec.newest {
         // A collective push may learn only later that it must coalesce
         // completely: it opens the chain in any case.
@@ -552,16 +620,22 @@ pub fn push_with(
     mut coll: Option<&mut dyn Collective>,
 ) -> Result<PushReport> {
     let mut report = PushReport::default();
-    let prep = prepare(job, opts, forced_reason, coll.is_some(), &mut report);
+    let scanned = scan(job, opts, coll.is_some(), &mut report);
     let prep = match coll.as_deref_mut() {
         None => {
-            let prep = prep?;
+            let prep = prepare(job, opts, forced_reason, false, scanned?, &mut report)?;
             if !prep.proposal().has_work {
                 return Ok(report);
             }
             prep
         }
         Some(c) => {
+            let cut = c.cut(scanned.as_ref().map(newest_seq).map_err(Failure::from));
+            // This rank's own error first, then another rank's.
+            let scanned = scanned?;
+            let cut = cut?;
+            let prep = hold_back(job, scanned, cut, &mut report)
+                .and_then(|s| prepare(job, opts, forced_reason, true, s, &mut report));
             let proposal = prep.as_ref().map(Prep::proposal).map_err(Failure::from);
             let agreed = c.agree(proposal.as_ref().map_err(Clone::clone));
             let mut prep = prep?;

@@ -39,8 +39,11 @@ pub struct Args {
     /// files of L1/R into its own chain under the job's L2 location (L2/R/
     /// in a directory, PREFIX/JOB/R/ in a bucket); pages several ranks hold
     /// are stored once, by one of them (byte-verified), and the push commits
-    /// as one job generation (L2/job/). Restore a rank with `restore --rank
-    /// R`. The first push makes the job's number of ranks: run with an
+    /// as one job generation (L2/job/). A job generation stands at one seq
+    /// on every rank: no rank pushes past the newest seq every rank holds
+    /// (a rank behind lost its L1 checkpoints, or is still writing one), and
+    /// the checkpoints after it stay in L1, said as "held back". Restore a
+    /// rank with `restore --rank R`. The first push makes the job's number of ranks: run with an
     /// L1/N beside it (fewer ranks than L1 has directories for, or no
     /// `mpirun`), it is refused (exit 5). Needs a rexctl built with the
     /// cargo feature `mpi`.
@@ -168,8 +171,18 @@ pub fn print_human(r: &PushReport) -> Result<(), ui::StdoutError> {
     for note in &r.recovered {
         outln!("recovered: {note}");
     }
+    if let Some(why) = &r.held_back {
+        outln!("held back: {why}");
+    }
     let Some(m) = &r.manifest else {
-        outln!("nothing to push: no pending L1 checkpoint");
+        outln!(
+            "nothing to push: no pending L1 checkpoint{}",
+            if r.held_back.is_some() {
+                " every rank has"
+            } else {
+                ""
+            }
+        );
         return Ok(());
     };
     let d = r.dedup.as_ref().expect("dedup with manifest");
