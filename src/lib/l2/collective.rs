@@ -6,12 +6,14 @@
 //! (the [`Collective`] hooks, each one a few MPI collectives over the
 //! job's communicator, [`Comm`]):
 //!
-//! 0. **Cut**: the ranks exchange their newest seq, and none pushes past
-//!    the lowest: a job generation stands at one seq on every rank, which
-//!    is what a collective restore takes the job back to. A rank behind
-//!    lost its node since the last push (it has nothing pending), or is
-//!    still writing the checkpoint the others finished; the others keep
-//!    their newer checkpoints in L1 for a later push.
+//! 0. **Cut**: the ranks exchange the states each can stand at (its
+//!    newest generation's seq and its pending checkpoints'), and none
+//!    pushes past the newest seq that is one state of the job on every
+//!    rank ([`Cut`]): a job generation stands at one seq on every rank,
+//!    which is what a collective restore takes the job back to. A rank
+//!    behind lost its node since the last push (it has nothing pending),
+//!    or is still writing the checkpoint the others finished; the others
+//!    keep their newer checkpoints in L1 for a later push.
 //! 1. **Agree**: the ranks exchange what they propose; if one needs a
 //!    complete coalescence, all take one (their chains stay aligned, so a
 //!    reference never outlives the generation it names), and if none has
@@ -61,7 +63,8 @@ use crate::l2::jobgen::{
     JobIndex, RollbackPlan, heal_job_manifest, keep_job_manifest_copy, rollback, rollback_plan,
 };
 use crate::l2::push::{
-    Agreed, Collective, Job, Local, Proposal, PushOptions, PushReport, begin_writing, push_with,
+    Agreed, Collective, Cut, Job, Local, Proposal, PushOptions, PushReport, Stand, begin_writing,
+    push_with,
 };
 use crate::store::{JobRoot, Store};
 
@@ -195,7 +198,7 @@ impl HashTable {
 /// What the collective steps found.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct CollectiveStats {
-    /// The job generation written.
+    /// The job generation written (0: none, no rank had anything to push).
     pub job_generation: u64,
     /// Ranks.
     pub ranks: u32,
@@ -397,6 +400,10 @@ pub fn push_collective(
         }
     }
     hooks.stats.seconds = t0.elapsed().as_secs_f64();
+    if hooks.covered.is_empty() {
+        // No rank had anything to push: no job generation was written.
+        hooks.stats.job_generation = 0;
+    }
     report.collective = hooks.stats;
     Ok(report)
 }
@@ -784,15 +791,30 @@ impl Collective for Hooks<'_> {
         self.comm.rank()
     }
 
-    fn cut(&mut self, local: Local<Option<u64>>) -> Result<Option<(u64, u32)>> {
-        let msg = local.map(|s| s.map_or_else(Vec::new, |s| s.to_le_bytes().to_vec()));
+    fn cut(&mut self, local: Local<Vec<Stand>>) -> Result<Cut> {
+        let msg = local.map(|v| {
+            let mut b = Vec::with_capacity(v.len() * 24);
+            for s in v {
+                b.extend_from_slice(&s.seq.to_le_bytes());
+                b.extend_from_slice(&s.time_ns.to_le_bytes());
+                b.extend_from_slice(&s.era.to_le_bytes());
+            }
+            b
+        });
         let all = self.gather(msg, "agreeing on the newest seq of every rank")?;
-        Ok(all
+        let ranks = all
             .iter()
-            .enumerate()
-            .filter(|(_, b)| b.len() == 8)
-            .map(|(r, b)| (le64(b, 0), r as u32))
-            .min())
+            .map(|b| {
+                b.chunks_exact(24)
+                    .map(|c| Stand {
+                        seq: le64(c, 0),
+                        time_ns: le64(c, 8),
+                        era: le64(c, 16),
+                    })
+                    .collect()
+            })
+            .collect();
+        Ok(Cut::agree(ranks))
     }
 
     fn agree(&mut self, local: Local<&Proposal>) -> Result<Agreed> {
@@ -1012,9 +1034,28 @@ pub fn restore_job(
                 }
             })
         };
-        let all = agree(comm, seq_of(&report), "restoring the job's common seq");
+        // With the seq, this rank's state at it as a push sees it (its
+        // capture time and run), when it can tell: seqs do not order runs,
+        // and a rank whose state of that seq predates another rank's new
+        // run of it is of another life of the job (helper-105: a rank
+        // whose node was lost stood at the old run's seq 4, the others at
+        // a run restarted by hand from 0, and the images mixed the two).
+        let stand = crate::l2::jobgen::rank_stands(root, rank, l1.as_deref())
+            .ok()
+            .and_then(|v| v.into_iter().find(|s| s.seq == target));
+        let local = seq_of(&report).map(|mut b| {
+            if let Some(s) = stand {
+                b.extend_from_slice(&s.seq.to_le_bytes());
+                b.extend_from_slice(&s.time_ns.to_le_bytes());
+                b.extend_from_slice(&s.era.to_le_bytes());
+            }
+            b
+        });
+        let all = agree(comm, local, "restoring the job's common seq");
+        // This rank's own error first, then another rank's.
         let report = report?;
-        for (r, b) in all?.iter().enumerate() {
+        let all = all?;
+        for (r, b) in all.iter().enumerate() {
             if le64(b, 0) != target {
                 return Err(Error::chain(
                     root.describe(),
@@ -1024,6 +1065,26 @@ pub fn restore_job(
                     ),
                 ));
             }
+        }
+        let stands = all
+            .iter()
+            .map(|b| {
+                (b.len() >= 32).then(|| {
+                    vec![Stand {
+                        seq: le64(b, 8),
+                        time_ns: le64(b, 16),
+                        era: le64(b, 24),
+                    }]
+                })
+            })
+            .collect::<Option<Vec<_>>>();
+        if let Some(why) = stands.and_then(|s| Cut::why_not_at(&s, target)) {
+            return Err(Error::chain(
+                root.describe(),
+                format!(
+                    "seq {target} is not one state of the job on every rank: {why}; restore each rank by hand (--rank R, --seq, --job-generation), or let the job's checkpoints of one life catch up"
+                ),
+            ));
         }
         std::fs::rename(&staged, out).map_err(|e| Error::io(out, "rename into place", e))?;
         let dir = match out.parent() {

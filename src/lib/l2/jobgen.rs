@@ -401,6 +401,42 @@ pub fn newest_member(root: &JobRoot, rank: u32, store: &dyn Store) -> Result<(Jo
     Ok((jm, g))
 }
 
+/// The states rank `rank` can stand at ([`crate::l2::push::stands`]): its
+/// part of the newest committed job generation, and its pending
+/// checkpoints after it in `l1` (its L1/R; `None`: from L2 alone).
+pub fn rank_stands(
+    root: &JobRoot,
+    rank: u32,
+    l1: Option<&Path>,
+) -> Result<Vec<crate::l2::push::Stand>> {
+    let jobs = JobIndex::load(root.job_store(false)?.as_ref())?;
+    let store = root.rank_store(rank, false)?;
+    let member = match newest_committed(root, &jobs)? {
+        Some(jm) => {
+            let g = check_member(store.as_ref(), &jm, rank)?;
+            Some(
+                ChainIndex::load(store.as_ref())?
+                    .get(g)
+                    .cloned()
+                    .ok_or_else(|| {
+                        Error::chain(
+                            store.describe(),
+                            format!("generation {g} is not in the chain"),
+                        )
+                    })?,
+            )
+        }
+        None => None,
+    };
+    let pending = match l1 {
+        Some(d) => {
+            crate::l1::L1Dir::scan_after(d, member.as_ref().map(crate::l1::Covered::from))?.files
+        }
+        None => Vec::new(),
+    };
+    Ok(crate::l2::push::stands(member.as_ref(), &pending))
+}
+
 /// Restores rank `rank` of the job at `root` from L2 alone: its generation
 /// of the newest job generation (or of job generation `job_generation`),
 /// its pages stored by other ranks read from theirs.

@@ -420,11 +420,10 @@ pub struct Agreed {
 pub trait Collective {
     /// The rank, recorded in the manifest.
     fn rank(&self) -> u32;
-    /// Agrees on the newest seq every rank holds, from this rank's newest
-    /// (pending, or else of its newest generation; `None`: it has none):
-    /// the lowest and the rank that holds it (`None`: no rank has one). A
-    /// job generation is one seq on every rank, so no rank pushes past it.
-    fn cut(&mut self, local: Local<Option<u64>>) -> Result<Option<(u64, u32)>>;
+    /// Agrees on the newest seq at which every rank stands in one state of
+    /// the job, from this rank's [`stands`]: a job generation is one seq on
+    /// every rank, so no rank pushes past it ([`Cut`]).
+    fn cut(&mut self, local: Local<Vec<Stand>>) -> Result<Cut>;
     /// Agrees on the kind of generation and whether to push at all.
     fn agree(&mut self, local: Local<&Proposal>) -> Result<Agreed>;
     /// Chooses the cross-rank references among the pages this rank's
@@ -450,6 +449,9 @@ struct Prep {
     chain: Option<OpenChain>,
     full_reason: Option<String>,
     coalesce_s: f64,
+    /// Pending checkpoints were held back ([`hold_back`]): the rank has a
+    /// state even with no generation and nothing to push now.
+    held: bool,
 }
 
 /// Recovery and the pending checkpoints, with the seconds the scan took.
@@ -467,48 +469,158 @@ fn scan(
     Ok((rec, l1, t0.elapsed().as_secs_f64()))
 }
 
-/// The newest seq a rank holds: its last pending checkpoint's, or else its
-/// newest generation's.
-fn newest_seq((rec, l1, _): &Scanned) -> Option<u64> {
-    l1.files
-        .last()
-        .map(IcMeta::seq)
-        .or(rec.newest.as_ref().map(|m| m.last_seq))
+/// A state a rank of an MPI job can stand at exactly: its checkpoint
+/// `seq`, written at `time_ns`, in a run that began among its pending
+/// checkpoints at `era` ns (a FULL checkpoint of another run than the state
+/// before it), or 0: in the run of its newest generation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stand {
+    /// The checkpoint's seq.
+    pub seq: u64,
+    /// Its capture time.
+    pub time_ns: u64,
+    /// When the run it belongs to began among the pending checkpoints (0:
+    /// the run of the newest generation, or older).
+    pub era: u64,
 }
 
-/// A collective push's pending checkpoints up to `cut`, the newest seq
-/// every rank holds ([`Collective::cut`]); those after it stay in L1 for a
-/// later push. A job generation stands at one seq on every rank: a rank
-/// whose node was lost since the last push has nothing pending, and one
-/// may still be writing the checkpoint the others finished (a push run
-/// from cron). Pushing the others past it committed a job generation that
+/// The states a rank can stand at, ascending by seq: its newest
+/// generation's (unless a pending checkpoint of a newer run is numbered at
+/// or below it: a restore of that seq takes the newer run) and each of its
+/// pending checkpoints'.
+pub fn stands(newest: Option<&Manifest>, pending: &[IcMeta]) -> Vec<Stand> {
+    let mut v = Vec::with_capacity(pending.len() + 1);
+    let mut run = None;
+    if let Some(m) = newest {
+        run = Some(m.chain_id);
+        if pending.first().is_none_or(|f| f.seq() > m.last_seq) {
+            v.push(Stand {
+                seq: m.last_seq,
+                time_ns: m.time_ns,
+                era: 0,
+            });
+        }
+    }
+    let mut era = 0;
+    for f in pending {
+        if f.is_full() && run != Some(f.chain_id) {
+            era = f.header.time_ns.max(1);
+        }
+        run = Some(f.chain_id);
+        v.push(Stand {
+            seq: f.seq(),
+            time_ns: f.header.time_ns,
+            era,
+        });
+    }
+    v
+}
+
+/// What the ranks of a collective push agreed on before it: the newest seq
+/// at which every rank stands in one state of the job (`at`), and every
+/// rank's states, which say why a later seq is not one.
+#[derive(Clone, Debug, Default)]
+pub struct Cut {
+    /// The newest common seq (`None`: there is none; no rank pushes).
+    pub at: Option<u64>,
+    /// Every rank's [`stands`].
+    pub ranks: Vec<Vec<Stand>>,
+}
+
+impl Cut {
+    /// The newest seq that is a state of the job on every rank.
+    pub fn agree(ranks: Vec<Vec<Stand>>) -> Cut {
+        let at = ranks.first().and_then(|first| {
+            first
+                .iter()
+                .rev()
+                .map(|s| s.seq)
+                .find(|&s| Self::why_not_at(&ranks, s).is_none())
+        });
+        Cut { at, ranks }
+    }
+
+    /// Why seq `s` is not a state of the job (`None`: it is): the lowest
+    /// rank with no checkpoint of that seq, or one whose checkpoint of that
+    /// seq predates another rank's run of it. Seqs do not order runs (a job
+    /// restarted by hand counts from 0 again): a checkpoint of the run of
+    /// a rank's generation, taken before another rank's new run of that
+    /// seq even began, is of another life of the job (helper-105: a rank
+    /// whose node was lost stood at the old run's seq 4, the others at the
+    /// new run's, and the job generation mixed them).
+    pub fn why_not_at(ranks: &[Vec<Stand>], s: u64) -> Option<String> {
+        let mut at = Vec::with_capacity(ranks.len());
+        for (r, stands) in ranks.iter().enumerate() {
+            match stands.binary_search_by_key(&s, |x| x.seq) {
+                Ok(i) => at.push(stands[i]),
+                Err(_) => {
+                    return Some(format!(
+                        "rank {r} has no checkpoint of seq {s}{}",
+                        match stands.last() {
+                            Some(n) if n.seq < s => format!(" (its newest is seq {})", n.seq),
+                            _ => String::new(),
+                        }
+                    ));
+                }
+            }
+        }
+        let (q, newest) = at.iter().enumerate().max_by_key(|(_, x)| x.era)?;
+        at.iter()
+            .enumerate()
+            .find(|(_, x)| x.era == 0 && x.time_ns < newest.era)
+            .map(|(r, _)| {
+                format!(
+                    "rank {r}'s checkpoint of seq {s} was taken before rank {q}'s run of seq {s} began: another life of the job"
+                )
+            })
+    }
+
+    /// [`Cut::why_not_at`] for a report.
+    pub fn why_not(&self, s: u64) -> String {
+        Self::why_not_at(&self.ranks, s).unwrap_or_default()
+    }
+}
+
+/// A collective push's pending checkpoints up to the cut, the newest seq
+/// that is a state of the job on every rank ([`Cut`]); those after it stay
+/// in L1 for a later push. A job generation stands at one seq on every
+/// rank: a rank whose node was lost since the last push has nothing
+/// pending, one may still be writing the checkpoint the others finished
+/// (a push run from cron), and one may have a gap before a FULL
+/// checkpoint. Pushing the others past it committed a job generation that
 /// no collective restore could take (its ranks at different seqs).
-fn hold_back(
-    job: &Job,
-    scanned: Scanned,
-    cut: Option<(u64, u32)>,
-    report: &mut PushReport,
-) -> Result<Scanned> {
-    let Some((cut, low)) = cut else {
-        return Ok(scanned);
+fn hold_back(l1: &mut L1Dir, cut: &Cut, report: &mut PushReport) {
+    let above = |s: u64| cut.at.is_none_or(|c| s > c);
+    let held: Vec<u64> = l1
+        .files
+        .iter()
+        .map(IcMeta::seq)
+        .filter(|&s| above(s))
+        .collect();
+    let (Some(&a), Some(&b)) = (held.first(), held.last()) else {
+        return;
     };
-    let (rec, l1, scan_s) = scanned;
-    let above = || l1.files.iter().map(IcMeta::seq).filter(|&s| s > cut);
-    let (Some(a), Some(b)) = (above().next(), above().next_back()) else {
-        return Ok((rec, l1, scan_s));
-    };
-    let t0 = Instant::now();
-    let l1 = L1Dir::scan_after_up_to(&job.l1, rec.newest.as_ref().map(Covered::from), Some(cut))?;
+    l1.files.retain(|f| !above(f.seq()));
+    if l1.files.is_empty() {
+        // The FULL checkpoint that supersedes them is held back too: they
+        // are deleted once it is pushed.
+        l1.superseded.clear();
+        l1.superseded_why = None;
+    }
     report.held_back = Some(format!(
-        "rank {low}'s newest checkpoint is seq {cut}: {} stay{} in L1 until every rank has one as new (a job generation stands at one seq on every rank; a rank behind lost its L1 checkpoints, or is still writing one)",
+        "{} stay{} in L1, for a later push: {}; {} (a job generation stands at one seq on every rank: a rank behind lost its L1 checkpoints, or is still writing one)",
         if a == b {
             format!("checkpoint seq {a}")
         } else {
             format!("checkpoints seq {a}..={b}")
         },
         if a == b { "s" } else { "" },
+        cut.why_not(a),
+        match cut.at {
+            Some(c) => format!("seq {c} is the newest every rank stands at"),
+            None => "no seq is one state of the job on every rank".into(),
+        },
     ));
-    Ok((rec, l1, scan_s + t0.elapsed().as_secs_f64()))
 }
 
 /// The batch and its C-List, the chain to extend, and this rank's reason
@@ -598,12 +710,13 @@ fn prepare(
         chain,
         full_reason,
         coalesce_s,
+        held: report.held_back.is_some(),
     })
 }
 
 impl Prep {
     fn proposal(&self) -> Proposal {
-        let has_state = self.rec.newest.is_some() || self.clist.is_some();
+        let has_state = self.rec.newest.is_some() || self.clist.is_some() || self.held;
         Proposal {
             full: self.full_reason.clone(),
             has_work: has_state && (self.clist.is_some() || self.full_reason.is_some()),
@@ -630,12 +743,22 @@ pub fn push_with(
             prep
         }
         Some(c) => {
-            let cut = c.cut(scanned.as_ref().map(newest_seq).map_err(Failure::from));
+            let local = scanned
+                .as_ref()
+                .map(|(rec, l1, _)| stands(rec.newest.as_ref(), &l1.files));
+            let cut = c.cut(local.map_err(Failure::from));
             // This rank's own error first, then another rank's.
-            let scanned = scanned?;
+            let (rec, mut l1, scan_s) = scanned?;
             let cut = cut?;
-            let prep = hold_back(job, scanned, cut, &mut report)
-                .and_then(|s| prepare(job, opts, forced_reason, true, s, &mut report));
+            hold_back(&mut l1, &cut, &mut report);
+            let prep = prepare(
+                job,
+                opts,
+                forced_reason,
+                true,
+                (rec, l1, scan_s),
+                &mut report,
+            );
             let proposal = prep.as_ref().map(Prep::proposal).map_err(Failure::from);
             let agreed = c.agree(proposal.as_ref().map_err(Clone::clone));
             let mut prep = prep?;
@@ -668,6 +791,7 @@ pub fn push_with(
         mut chain,
         mut full_reason,
         coalesce_s,
+        held: _,
     } = prep;
     let batch = &l1.files;
     let empty = empty_clist(chain.as_ref(), clist.as_ref());
@@ -2046,6 +2170,61 @@ pub fn ensure_dir(path: &Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `(seq, time, era)` triples as one rank's states.
+    fn rank(v: &[(u64, u64, u64)]) -> Vec<Stand> {
+        v.iter()
+            .map(|&(seq, time_ns, era)| Stand { seq, time_ns, era })
+            .collect()
+    }
+
+    /// The cut is the newest seq every rank stands at, not the lowest of
+    /// the ranks' newest seqs (helper-105: a rank with seq 2 and a FULL
+    /// checkpoint of seq 4, the others 2 and 3: the cut 3 left it at 2).
+    #[test]
+    fn the_cut_is_a_seq_every_rank_stands_at() {
+        let behind = rank(&[(1, 10, 0)]);
+        let ahead = rank(&[(1, 10, 0), (2, 20, 0), (3, 30, 0)]);
+        let gap = rank(&[(1, 10, 0), (2, 20, 0), (4, 40, 0)]);
+        let cut = Cut::agree(vec![ahead.clone(), behind.clone(), ahead.clone()]);
+        assert_eq!(cut.at, Some(1));
+        assert_eq!(
+            cut.why_not(2),
+            "rank 1 has no checkpoint of seq 2 (its newest is seq 1)"
+        );
+        assert_eq!(Cut::agree(vec![ahead.clone(), gap.clone()]).at, Some(2));
+        assert_eq!(Cut::agree(vec![gap.clone(), ahead.clone()]).at, Some(2));
+        assert_eq!(Cut::agree(vec![ahead.clone(), ahead.clone()]).at, Some(3));
+        assert_eq!(Cut::agree(vec![rank(&[(5, 1, 0)]), behind]).at, None);
+        assert_eq!(Cut::agree(vec![ahead.clone(), Vec::new()]).at, None);
+        assert_eq!(Cut::agree(Vec::new()).at, None);
+    }
+
+    /// A rank's checkpoint taken before another rank's new run of the same
+    /// seq began is of another life of the job, whatever its number
+    /// (helper-105: a job restarted by hand counted from 0 again, a rank
+    /// whose node was lost stood at the old run's seq 4, and the job
+    /// generation mixed the two runs). New runs begun on every rank at
+    /// about the same time are one life, whichever began first.
+    #[test]
+    fn a_cut_never_mixes_two_lives_of_the_job() {
+        let old = rank(&[(4, 100, 0)]);
+        let new = rank(&[(0, 500, 500), (1, 600, 500), (4, 900, 500)]);
+        let cut = Cut::agree(vec![new.clone(), old.clone()]);
+        assert_eq!(cut.at, None);
+        assert!(
+            cut.why_not(4)
+                .contains("rank 1's checkpoint of seq 4 was taken before rank 0's run"),
+            "{}",
+            cut.why_not(4)
+        );
+        // Taken after it: the same life (a rank that did not restart).
+        let later = rank(&[(4, 950, 0)]);
+        assert_eq!(Cut::agree(vec![new.clone(), later]).at, Some(4));
+        // Both restarted, a little apart.
+        let other = rank(&[(0, 490, 490), (1, 610, 490), (4, 905, 490)]);
+        assert_eq!(Cut::agree(vec![new, other]).at, Some(4));
+    }
 
     /// The number after 2^64 - 1 is no number: refused, never a wrap to 0
     /// below every generation (helper-74).

@@ -40,9 +40,10 @@ pub struct Args {
     /// in a directory, PREFIX/JOB/R/ in a bucket); pages several ranks hold
     /// are stored once, by one of them (byte-verified), and the push commits
     /// as one job generation (L2/job/). A job generation stands at one seq
-    /// on every rank: no rank pushes past the newest seq every rank holds
-    /// (a rank behind lost its L1 checkpoints, or is still writing one), and
-    /// the checkpoints after it stay in L1, said as "held back". Restore a
+    /// on every rank: no rank pushes past the newest seq at which every rank
+    /// has a checkpoint of the same life of the job (a rank behind lost its
+    /// L1 checkpoints, or is still writing one), and the checkpoints after
+    /// it stay in L1, said as "held back". Restore a
     /// rank with `restore --rank R`. The first push makes the job's number of ranks: run with an
     /// L1/N beside it (fewer ranks than L1 has directories for, or no
     /// `mpirun`), it is refused (exit 5). Needs a rexctl built with the
@@ -176,11 +177,11 @@ pub fn print_human(r: &PushReport) -> Result<(), ui::StdoutError> {
     }
     let Some(m) = &r.manifest else {
         outln!(
-            "nothing to push: no pending L1 checkpoint{}",
+            "nothing to push: {}",
             if r.held_back.is_some() {
-                " every rank has"
+                "every pending L1 checkpoint is held back"
             } else {
-                ""
+                "no pending L1 checkpoint"
             }
         );
         return Ok(());

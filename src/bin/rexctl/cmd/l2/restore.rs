@@ -122,7 +122,9 @@ pub struct Args {
     /// was lost), the ranks agree on the smallest seq restored, ranks ahead
     /// restore that seq, and each image appears at `--out`, `{rank}`
     /// replaced by the rank, only once every rank has its image of that seq.
-    /// When no rank finds its L1/R (a mistyped --l1?), refused on every
+    /// Refused on every rank (exit 3) when one rank's state of that seq was
+    /// taken before another rank's new run of it began: two lives of the
+    /// job (seqs do not order runs). When no rank finds its L1/R (a mistyped --l1?), refused on every
     /// rank (exit 5); after losing every node, give --l2-only. Needs a
     /// rexctl built with the cargo feature `mpi`.
     #[arg(long, conflicts_with_all = ["generation", "job_generation"])]
