@@ -1042,12 +1042,16 @@ pub fn restore_job(
         // a run restarted by hand from 0, and the images mixed the two).
         let stand = crate::l2::jobgen::rank_stands(root, rank, l1.as_deref())
             .ok()
-            .and_then(|v| v.into_iter().find(|s| s.seq == target));
+            .and_then(|v| {
+                let i = v.iter().position(|s| s.seq == target)?;
+                Some((v[i], v.get(i + 1).map(|n| n.time_ns)))
+            });
         let local = seq_of(&report).map(|mut b| {
-            if let Some(s) = stand {
+            if let Some((s, next)) = stand {
                 b.extend_from_slice(&s.seq.to_le_bytes());
                 b.extend_from_slice(&s.time_ns.to_le_bytes());
                 b.extend_from_slice(&s.era.to_le_bytes());
+                b.extend_from_slice(&next.unwrap_or(u64::MAX).to_le_bytes());
             }
             b
         });
@@ -1066,19 +1070,25 @@ pub fn restore_job(
                 ));
             }
         }
-        let stands = all
+        // The ranks that could tell, all of them checked (helper-106: one
+        // rank that could not switched the test off for every rank).
+        let at: Vec<(usize, Stand, Option<u64>)> = all
             .iter()
-            .map(|b| {
-                (b.len() >= 32).then(|| {
-                    vec![Stand {
+            .enumerate()
+            .filter(|(_, b)| b.len() >= 40 && le64(b, 8) == target)
+            .map(|(r, b)| {
+                (
+                    r,
+                    Stand {
                         seq: le64(b, 8),
                         time_ns: le64(b, 16),
                         era: le64(b, 24),
-                    }]
-                })
+                    },
+                    Some(le64(b, 32)).filter(|&n| n != u64::MAX),
+                )
             })
-            .collect::<Option<Vec<_>>>();
-        if let Some(why) = stands.and_then(|s| Cut::why_not_at(&s, target)) {
+            .collect();
+        if let Some(why) = Cut::two_lives(&at) {
             return Err(Error::chain(
                 root.describe(),
                 format!(

@@ -541,18 +541,12 @@ impl Cut {
     }
 
     /// Why seq `s` is not a state of the job (`None`: it is): the lowest
-    /// rank with no checkpoint of that seq, or one whose checkpoint of that
-    /// seq predates another rank's run of it. Seqs do not order runs (a job
-    /// restarted by hand counts from 0 again): a checkpoint of the run of
-    /// a rank's generation, taken before another rank's new run of that
-    /// seq even began, is of another life of the job (helper-105: a rank
-    /// whose node was lost stood at the old run's seq 4, the others at the
-    /// new run's, and the job generation mixed them).
+    /// rank with no checkpoint of that seq, or [`Cut::two_lives`].
     pub fn why_not_at(ranks: &[Vec<Stand>], s: u64) -> Option<String> {
         let mut at = Vec::with_capacity(ranks.len());
         for (r, stands) in ranks.iter().enumerate() {
             match stands.binary_search_by_key(&s, |x| x.seq) {
-                Ok(i) => at.push(stands[i]),
+                Ok(i) => at.push((r, stands[i], stands.get(i + 1).map(|n| n.time_ns))),
                 Err(_) => {
                     return Some(format!(
                         "rank {r} has no checkpoint of seq {s}{}",
@@ -564,15 +558,53 @@ impl Cut {
                 }
             }
         }
-        let (q, newest) = at.iter().enumerate().max_by_key(|(_, x)| x.era)?;
-        at.iter()
-            .enumerate()
-            .find(|(_, x)| x.era == 0 && x.time_ns < newest.era)
-            .map(|(r, _)| {
-                format!(
-                    "rank {r}'s checkpoint of seq {s} was taken before rank {q}'s run of seq {s} began: another life of the job"
-                )
-            })
+        Self::two_lives(&at)
+    }
+
+    /// Whether the ranks' states of one seq, `(rank, state, capture time
+    /// of the rank's next checkpoint)`, are of two lives of the job. Seqs
+    /// do not order runs (a job restarted by hand counts from 0 again:
+    /// helper-105, a rank whose node was lost stood at the old run's seq
+    /// 4, the others at the new run's, and the job generation mixed them;
+    /// helper-106, the same in a job's first push). In one life, every
+    /// rank's checkpoint of a seq comes after every run of it began, and
+    /// before every rank's next checkpoint:
+    /// - a run begun before the seq: no rank's checkpoint of the seq is
+    ///   older than its beginning;
+    /// - a run that begins at the seq itself (its FULL checkpoint of a new
+    ///   chain: `capture --full`, librex after a failed write, or every
+    ///   rank's first) is taken beside the others', whichever clock read
+    ///   first (helper-106: refused as another life), so it is held to the
+    ///   others' next checkpoints only.
+    ///
+    /// Capture times come from each node's clock: nodes whose clocks differ
+    /// by more than the time between two checkpoints can defeat the test
+    /// either way.
+    pub fn two_lives(at: &[(usize, Stand, Option<u64>)]) -> Option<String> {
+        let s = at.first()?.1.seq;
+        let another = |r: usize, q: usize, what: &str| {
+            format!(
+                "rank {r}'s {what} was taken before rank {q}'s run of seq {s} began: another life of the job"
+            )
+        };
+        if let Some((q, began)) = at
+            .iter()
+            .filter(|(_, x, _)| x.era != 0 && x.time_ns > x.era)
+            .max_by_key(|(_, x, _)| x.era)
+            .map(|&(q, x, _)| (q, x.era))
+            && let Some((r, _, _)) = at.iter().find(|(_, x, _)| x.time_ns < began)
+        {
+            return Some(another(*r, q, &format!("checkpoint of seq {s}")));
+        }
+        for (q, x, _) in at
+            .iter()
+            .filter(|(_, x, _)| x.era != 0 && x.time_ns == x.era)
+        {
+            if let Some((r, _, _)) = at.iter().find(|(_, _, n)| n.is_some_and(|n| n < x.era)) {
+                return Some(another(*r, *q, &format!("checkpoint after seq {s}")));
+            }
+        }
+        None
     }
 
     /// [`Cut::why_not_at`] for a report.
@@ -608,7 +640,7 @@ fn hold_back(l1: &mut L1Dir, cut: &Cut, report: &mut PushReport) {
         l1.superseded_why = None;
     }
     report.held_back = Some(format!(
-        "{} stay{} in L1, for a later push: {}; {} (a job generation stands at one seq on every rank: a rank behind lost its L1 checkpoints, or is still writing one)",
+        "{} stay{} in L1, for a later push: {}; {} (a job generation stands at one seq on every rank)",
         if a == b {
             format!("checkpoint seq {a}")
         } else {
@@ -2223,7 +2255,27 @@ mod tests {
         assert_eq!(Cut::agree(vec![new.clone(), later]).at, Some(4));
         // Both restarted, a little apart.
         let other = rank(&[(0, 490, 490), (1, 610, 490), (4, 905, 490)]);
-        assert_eq!(Cut::agree(vec![new, other]).at, Some(4));
+        assert_eq!(Cut::agree(vec![new.clone(), other]).at, Some(4));
+        // A job's first push, one rank's checkpoints of an older life
+        // (helper-106: every state there began a run, and none was
+        // compared), whose seq 0 came before the other's run began.
+        let older = rank(&[(0, 100, 100), (1, 110, 100), (4, 140, 100)]);
+        assert_eq!(Cut::agree(vec![older, new]).at, None);
+        // A job's first push at its first checkpoint: runs begun on every
+        // rank at about the same time.
+        let first = |t: u64| rank(&[(0, t, t)]);
+        assert_eq!(
+            Cut::agree(vec![first(500), first(490), first(505)]).at,
+            Some(0)
+        );
+        // A FULL checkpoint of a new chain at seq 3 on one rank, taken a
+        // little after the others' seq 3 (helper-106: refused as another
+        // life, and held back until seq 4).
+        let on = rank(&[(2, 900, 0), (3, 1000, 0), (4, 1100, 0)]);
+        let full = rank(&[(2, 901, 0), (3, 1005, 1005), (4, 1102, 1005)]);
+        assert_eq!(Cut::agree(vec![on, full.clone()]).at, Some(4));
+        let until_3 = rank(&[(2, 900, 0), (3, 1000, 0)]);
+        assert_eq!(Cut::agree(vec![until_3, full]).at, Some(3));
     }
 
     /// The number after 2^64 - 1 is no number: refused, never a wrap to 0
