@@ -2437,4 +2437,35 @@ fn a_rank_behind_holds_a_collective_push_back_at_its_newest_seq() {
         show(&args, &o)
     );
     assert!(names_in(&coll).is_empty(), "{:?}", names_in(&coll));
+
+    // A job's first push with no seq in common, made full (`--full`, as
+    // librex's first push is): nothing to push on any rank (helper-107: a
+    // rank with every checkpoint held back and no generation to rewrite
+    // reached an unreachable!).
+    let (f1, f2) = (t.path().join("first-l1"), t.path().join("first-l2"));
+    copy_tree(&t.path().join("g1"), &f1);
+    for n in names_in(&f1.join("0")) {
+        std::fs::remove_file(f1.join("0").join(n)).unwrap();
+    }
+    let cap = t.path().join("cap-0");
+    for n in names_in(&cap).iter().filter(|n| n.starts_with("ckpt-")) {
+        std::fs::copy(cap.join(n), f1.join("0").join(n)).unwrap();
+    }
+    let first = [
+        "push-l2",
+        "--collective",
+        "--full",
+        "--l1",
+        s(&f1),
+        "--l2",
+        s(&f2),
+    ];
+    let o = mpirun(&first, None);
+    success(&o, "a first push with two lives");
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("another life of the job"),
+        "{}",
+        show(&first, &o)
+    );
+    assert!(!f2.join("job").is_dir() || names_in(&f2.join("job")).is_empty());
 }

@@ -378,8 +378,8 @@ pub fn push_collective(
     match rollback(job, &plan) {
         Ok(notes) => report.rolled_back.extend(notes),
         Err(e) => {
-            // The other ranks are in the push's first agreement.
-            let _ = hooks.agree(Err(Failure::from(&e)));
+            // The other ranks are in the push's first exchange.
+            let _ = hooks.cut(Err(Failure::from(&e)));
             return Err(e);
         }
     }
@@ -793,11 +793,9 @@ impl Collective for Hooks<'_> {
 
     fn cut(&mut self, local: Local<Vec<Stand>>) -> Result<Cut> {
         let msg = local.map(|v| {
-            let mut b = Vec::with_capacity(v.len() * 24);
+            let mut b = Vec::with_capacity(v.len() * Stand::LEN);
             for s in v {
-                b.extend_from_slice(&s.seq.to_le_bytes());
-                b.extend_from_slice(&s.time_ns.to_le_bytes());
-                b.extend_from_slice(&s.era.to_le_bytes());
+                s.encode_into(&mut b);
             }
             b
         });
@@ -805,12 +803,8 @@ impl Collective for Hooks<'_> {
         let ranks = all
             .iter()
             .map(|b| {
-                b.chunks_exact(24)
-                    .map(|c| Stand {
-                        seq: le64(c, 0),
-                        time_ns: le64(c, 8),
-                        era: le64(c, 16),
-                    })
+                b.chunks_exact(Stand::LEN)
+                    .filter_map(Stand::decode)
                     .collect()
             })
             .collect();
@@ -1048,9 +1042,7 @@ pub fn restore_job(
             });
         let local = seq_of(&report).map(|mut b| {
             if let Some((s, next)) = stand {
-                b.extend_from_slice(&s.seq.to_le_bytes());
-                b.extend_from_slice(&s.time_ns.to_le_bytes());
-                b.extend_from_slice(&s.era.to_le_bytes());
+                s.encode_into(&mut b);
                 b.extend_from_slice(&next.unwrap_or(u64::MAX).to_le_bytes());
             }
             b
@@ -1075,17 +1067,11 @@ pub fn restore_job(
         let at: Vec<(usize, Stand, Option<u64>)> = all
             .iter()
             .enumerate()
-            .filter(|(_, b)| b.len() >= 40 && le64(b, 8) == target)
-            .map(|(r, b)| {
-                (
-                    r,
-                    Stand {
-                        seq: le64(b, 8),
-                        time_ns: le64(b, 16),
-                        era: le64(b, 24),
-                    },
-                    Some(le64(b, 32)).filter(|&n| n != u64::MAX),
-                )
+            .filter(|(_, b)| b.len() >= 8 + Stand::LEN + 8)
+            .filter_map(|(r, b)| {
+                let s = Stand::decode(&b[8..]).filter(|s| s.seq == target)?;
+                let next = le64(b, 8 + Stand::LEN);
+                Some((r, s, Some(next).filter(|&n| n != u64::MAX)))
             })
             .collect();
         if let Some(why) = Cut::two_lives(&at) {

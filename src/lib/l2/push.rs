@@ -470,18 +470,57 @@ fn scan(
 }
 
 /// A state a rank of an MPI job can stand at exactly: its checkpoint
-/// `seq`, written at `time_ns`, in a run that began among its pending
-/// checkpoints at `era` ns (a FULL checkpoint of another run than the state
-/// before it), or 0: in the run of its newest generation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// `seq`, written at `time_ns`, and the run it belongs to when that run
+/// began among its pending checkpoints (a FULL checkpoint of another run
+/// than the state before it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct Stand {
     /// The checkpoint's seq.
     pub seq: u64,
     /// Its capture time.
     pub time_ns: u64,
-    /// When the run it belongs to began among the pending checkpoints (0:
-    /// the run of the newest generation, or older).
-    pub era: u64,
+    /// The capture time of the FULL checkpoint that began its run among
+    /// the pending checkpoints; `None`: the run of the newest generation,
+    /// or older.
+    pub began: Option<u64>,
+    /// This checkpoint begins its run (`began` is its own time).
+    pub first: bool,
+    /// Its run began at or below the seq of the rank's newest generation:
+    /// the job's numbering started again (a job restarted by hand), so
+    /// the generation is of an older life of the job.
+    pub renumbered: bool,
+}
+
+impl Stand {
+    /// The bytes of a collective exchange: seq, time, the run's beginning
+    /// (`u64::MAX`: none) and the two flags, little-endian.
+    pub const LEN: usize = 32;
+
+    /// Appends [`Stand::LEN`] bytes.
+    pub fn encode_into(&self, b: &mut Vec<u8>) {
+        b.extend_from_slice(&self.seq.to_le_bytes());
+        b.extend_from_slice(&self.time_ns.to_le_bytes());
+        b.extend_from_slice(&self.began.unwrap_or(u64::MAX).to_le_bytes());
+        let flags = u64::from(self.first) | (u64::from(self.renumbered) << 1);
+        b.extend_from_slice(&flags.to_le_bytes());
+    }
+
+    /// Reads [`Stand::LEN`] bytes (`None`: fewer).
+    pub fn decode(b: &[u8]) -> Option<Stand> {
+        let word = |i: usize| {
+            b.get(i * 8..i * 8 + 8)
+                .and_then(|s| s.try_into().ok())
+                .map(u64::from_le_bytes)
+        };
+        let flags = word(3)?;
+        Some(Stand {
+            seq: word(0)?,
+            time_ns: word(1)?,
+            began: word(2).filter(|&t| t != u64::MAX),
+            first: flags & 1 != 0,
+            renumbered: flags & 2 != 0,
+        })
+    }
 }
 
 /// The states a rank can stand at, ascending by seq: its newest
@@ -497,20 +536,25 @@ pub fn stands(newest: Option<&Manifest>, pending: &[IcMeta]) -> Vec<Stand> {
             v.push(Stand {
                 seq: m.last_seq,
                 time_ns: m.time_ns,
-                era: 0,
+                ..Stand::default()
             });
         }
     }
-    let mut era = 0;
+    let mut began = None;
+    let mut renumbered = false;
     for f in pending {
-        if f.is_full() && run != Some(f.chain_id) {
-            era = f.header.time_ns.max(1);
+        let first = f.is_full() && run != Some(f.chain_id);
+        if first {
+            began = Some(f.header.time_ns);
+            renumbered = newest.is_some_and(|m| f.seq() <= m.last_seq);
         }
         run = Some(f.chain_id);
         v.push(Stand {
             seq: f.seq(),
             time_ns: f.header.time_ns,
-            era,
+            began,
+            first,
+            renumbered,
         });
     }
     v
@@ -589,20 +633,28 @@ impl Cut {
         };
         if let Some((q, began)) = at
             .iter()
-            .filter(|(_, x, _)| x.era != 0 && x.time_ns > x.era)
-            .max_by_key(|(_, x, _)| x.era)
-            .map(|&(q, x, _)| (q, x.era))
+            .filter_map(|(q, x, _)| x.began.filter(|_| !x.first).map(|b| (*q, b)))
+            .max_by_key(|&(_, b)| b)
             && let Some((r, _, _)) = at.iter().find(|(_, x, _)| x.time_ns < began)
         {
             return Some(another(*r, q, &format!("checkpoint of seq {s}")));
         }
-        for (q, x, _) in at
-            .iter()
-            .filter(|(_, x, _)| x.era != 0 && x.time_ns == x.era)
-        {
-            if let Some((r, _, _)) = at.iter().find(|(_, _, n)| n.is_some_and(|n| n < x.era)) {
+        for (q, x, _) in at.iter().filter(|(_, x, _)| x.first) {
+            let began = x.began.unwrap_or(x.time_ns);
+            if let Some((r, _, _)) = at.iter().find(|(_, _, n)| n.is_some_and(|n| n < began)) {
                 return Some(another(*r, *q, &format!("checkpoint after seq {s}")));
             }
+        }
+        // A run numbered again from at or below the rank's own generation
+        // began a new life: a rank still in a generation's run at that seq
+        // is of the older one (helper-107: a lost node, the job restarted
+        // by hand from seq 0, job generation 1 at seq 0).
+        if let Some((q, _, _)) = at.iter().find(|(_, x, _)| x.renumbered)
+            && let Some((r, _, _)) = at.iter().find(|(_, x, _)| x.began.is_none())
+        {
+            return Some(format!(
+                "rank {q} numbers its checkpoints again from seq {s} or below, past its own generation, and rank {r}'s state of seq {s} is of the run before: another life of the job"
+            ));
         }
         None
     }
@@ -748,11 +800,14 @@ fn prepare(
 
 impl Prep {
     fn proposal(&self) -> Proposal {
-        let has_state = self.rec.newest.is_some() || self.clist.is_some() || self.held;
+        // A rank whose checkpoints were all held back has a state, but no
+        // generation to rewrite in a complete coalescence (helper-107: a
+        // first push held back, then made full, reached no generation).
+        let has_data = self.rec.newest.is_some() || self.clist.is_some();
         Proposal {
             full: self.full_reason.clone(),
-            has_work: has_state && (self.clist.is_some() || self.full_reason.is_some()),
-            has_state,
+            has_work: has_data && (self.clist.is_some() || self.full_reason.is_some()),
+            has_state: has_data || self.held,
         }
     }
 }
@@ -2203,10 +2258,17 @@ pub fn ensure_dir(path: &Path) -> Result<()> {
 mod tests {
     use super::*;
 
-    /// `(seq, time, era)` triples as one rank's states.
+    /// `(seq, time, began)` as one rank's states (`began` 0: the run of
+    /// its generation; equal to the time: the checkpoint begins its run).
     fn rank(v: &[(u64, u64, u64)]) -> Vec<Stand> {
         v.iter()
-            .map(|&(seq, time_ns, era)| Stand { seq, time_ns, era })
+            .map(|&(seq, time_ns, began)| Stand {
+                seq,
+                time_ns,
+                began: (began != 0).then_some(began),
+                first: began != 0 && began == time_ns,
+                renumbered: false,
+            })
             .collect()
     }
 
@@ -2260,7 +2322,7 @@ mod tests {
         // (helper-106: every state there began a run, and none was
         // compared), whose seq 0 came before the other's run began.
         let older = rank(&[(0, 100, 100), (1, 110, 100), (4, 140, 100)]);
-        assert_eq!(Cut::agree(vec![older, new]).at, None);
+        assert_eq!(Cut::agree(vec![older, new.clone()]).at, None);
         // A job's first push at its first checkpoint: runs begun on every
         // rank at about the same time.
         let first = |t: u64| rank(&[(0, t, t)]);
@@ -2276,6 +2338,48 @@ mod tests {
         assert_eq!(Cut::agree(vec![on, full.clone()]).at, Some(4));
         let until_3 = rank(&[(2, 900, 0), (3, 1000, 0)]);
         assert_eq!(Cut::agree(vec![until_3, full]).at, Some(3));
+        // A run numbered again from below the rank's own generation (the
+        // job restarted by hand from seq 0), beside a rank still at its
+        // generation of seq 0 (helper-107: no later checkpoint to tell).
+        let mut again = first(500);
+        again[0].renumbered = true;
+        let cut = Cut::agree(vec![rank(&[(0, 100, 0)]), again.clone()]);
+        assert_eq!(cut.at, None);
+        assert!(
+            cut.why_not(0).contains("numbers its checkpoints again"),
+            "{}",
+            cut.why_not(0)
+        );
+        // Every rank numbered again (a librex restart past a fallback).
+        assert_eq!(Cut::agree(vec![again.clone(), again]).at, Some(0));
+    }
+
+    /// A state goes through a collective exchange unchanged.
+    #[test]
+    fn a_stand_round_trips() {
+        for s in [
+            Stand::default(),
+            Stand {
+                seq: 7,
+                time_ns: 1 << 60,
+                began: Some(3),
+                first: true,
+                renumbered: true,
+            },
+            Stand {
+                seq: u64::MAX - 1,
+                time_ns: 0,
+                began: Some(0),
+                first: false,
+                renumbered: false,
+            },
+        ] {
+            let mut b = Vec::new();
+            s.encode_into(&mut b);
+            assert_eq!(b.len(), Stand::LEN);
+            assert_eq!(Stand::decode(&b), Some(s));
+        }
+        assert_eq!(Stand::decode(&[0; Stand::LEN - 1]), None);
     }
 
     /// The number after 2^64 - 1 is no number: refused, never a wrap to 0
