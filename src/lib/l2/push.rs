@@ -221,9 +221,9 @@ pub struct PushReport {
     pub pruned_l1: Vec<u64>,
     /// Generations pruned from L2.
     pub pruned_l2: Vec<u64>,
-    /// Pending checkpoints a collective push left in L1, and why: another
-    /// rank's newest checkpoint is older (a job generation is one seq on
-    /// every rank).
+    /// Pending checkpoints a collective push left in L1, and why: no seq
+    /// after the cut is one state of the job on every rank ([`Cut`]; a job
+    /// generation is one seq on every rank).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub held_back: Option<String>,
 }
