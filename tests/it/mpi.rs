@@ -2305,6 +2305,13 @@ fn a_restore_from_a_job_s_location_takes_the_launcher_s_rank() {
     );
 }
 
+/// Copies the IC files (`ckpt-*`) of `from` into `to`.
+fn copy_checkpoints(from: &Path, to: &Path) {
+    for n in names_in(from).iter().filter(|n| n.starts_with("ckpt-")) {
+        std::fs::copy(from.join(n), to.join(n)).unwrap();
+    }
+}
+
 /// A collective push never commits a job generation whose ranks stand at
 /// different seqs: a rank behind (its node lost since the last push, so
 /// nothing pending; or still writing the checkpoint the others finished)
@@ -2412,9 +2419,7 @@ fn a_rank_behind_holds_a_collective_push_back_at_its_newest_seq() {
         .collect();
     for (r, dir, mut child) in captures {
         assert!(child.wait().unwrap().success(), "capture of rank {r}");
-        for n in names_in(&dir).iter().filter(|n| n.starts_with("ckpt-")) {
-            std::fs::copy(dir.join(n), l1.join(r.to_string()).join(n)).unwrap();
-        }
+        copy_checkpoints(&dir, &l1.join(r.to_string()));
     }
     let o = mpirun(&push, None);
     success(&o, "the push of a job restarted as new runs");
@@ -2447,10 +2452,7 @@ fn a_rank_behind_holds_a_collective_push_back_at_its_newest_seq() {
     for n in names_in(&f1.join("0")) {
         std::fs::remove_file(f1.join("0").join(n)).unwrap();
     }
-    let cap = t.path().join("cap-0");
-    for n in names_in(&cap).iter().filter(|n| n.starts_with("ckpt-")) {
-        std::fs::copy(cap.join(n), f1.join("0").join(n)).unwrap();
-    }
+    copy_checkpoints(&t.path().join("cap-0"), &f1.join("0"));
     let first = [
         "push-l2",
         "--collective",
