@@ -1473,8 +1473,8 @@ fn partner_copies_are_pruned_by_what_their_sender_pushed() {
     let o = mpirun(&["replicate", "--l1", s(&l1), "--replicas", "2"], None);
     success(&o, "replicate after a push");
     // Rank 1's node is lost. Without its L1 directory, replicate is a
-    // configuration error (exit 5, as for a push) on every rank, named
-    // (helper-62: exit 1, "open lock file").
+    // configuration error (exit 5; a push makes it again) on every rank,
+    // named (helper-62: exit 1, "open lock file").
     std::fs::remove_dir_all(l1.join("1")).unwrap();
     let o = mpirun(&["replicate", "--l1", s(&l1), "--replicas", "2"], None);
     let err = String::from_utf8_lossy(&o.stderr);
@@ -2344,18 +2344,25 @@ fn a_rank_behind_holds_a_collective_push_back_at_its_newest_seq() {
             .filter(|n| n.starts_with("ckpt-"))
             .collect::<Vec<_>>()
     };
-    // Rank 2's checkpoints 2..=4 gone (its node lost, L1 in memory).
-    std::fs::create_dir_all(&lost).unwrap();
-    for n in ckpts(2) {
-        std::fs::rename(l1.join("2").join(&n), lost.join(&n)).unwrap();
-    }
+    // Rank 2's L1 directory gone, checkpoints 2..=4 with it (its node
+    // lost, L1 in memory): the push makes it again, empty, rather than
+    // failing every rank (it did: "L1 directory ... No such file").
+    std::fs::rename(l1.join("2"), &lost).unwrap();
     let o = mpirun(&push, None);
-    success(&o, "the push after rank 2 lost its checkpoints");
+    success(&o, "the push after rank 2 lost its L1 directory");
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(
         out.contains("rank 2 has no checkpoint of seq 2 (its newest is seq 1); seq 1 is the newest every rank stands at"),
         "{out}"
     );
+    assert!(
+        out.contains(&format!(
+            "rank 2: recovered: rank 2's L1 directory {} was missing (a lost node): made empty",
+            l1.join("2").display()
+        )),
+        "{out}"
+    );
+    assert!(l1.join("2").is_dir());
     assert_eq!(
         names_in(&l2.join("job")),
         ["j00000001.job"],
@@ -2381,7 +2388,10 @@ fn a_rank_behind_holds_a_collective_push_back_at_its_newest_seq() {
     }
     // Rank 2 was only behind (writing them): once its checkpoints are in,
     // the next push takes every rank to seq 4.
-    for n in names_in(&lost) {
+    for n in names_in(&lost)
+        .into_iter()
+        .filter(|n| n.starts_with("ckpt-"))
+    {
         std::fs::rename(lost.join(&n), l1.join("2").join(&n)).unwrap();
     }
     let o = mpirun(&push, None);

@@ -154,6 +154,39 @@ pub fn check_l1(l1: &Path) -> Result<()> {
     }
 }
 
+/// The L1 directory of `rank` of an MPI job, under `root`. When the job
+/// has committed a job generation with that rank (`known`) and `root`
+/// exists, a missing one is made empty (durably): that is what a lost node
+/// replaced by a new one has, and the rank then stands at its newest job
+/// generation, as a collective restore takes it, instead of failing every
+/// rank's push. The note says so (`None`: it existed). Otherwise (a first
+/// push, a rank the job does not have: `mpirun -np` too large) it is
+/// refused as [`check_l1`] refuses it.
+pub fn rank_l1(root: &Path, rank: u32, known: bool) -> Result<(PathBuf, Option<String>)> {
+    check_l1(root)?;
+    let dir = root.join(rank.to_string());
+    if !known {
+        return check_l1(&dir).map(|()| (dir, None));
+    }
+    match std::fs::create_dir(&dir) {
+        Ok(()) => {
+            crate::durable::fsync_dir(root)?;
+            Ok((
+                dir.clone(),
+                Some(format!(
+                    "rank {rank}'s L1 directory {} was missing (a lost node): made empty, the rank stands at its newest job generation",
+                    dir.display()
+                )),
+            ))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            check_l1(&dir)?;
+            Ok((dir, None))
+        }
+        Err(e) => Err(Error::io(&dir, "make the rank's L1 directory", e)),
+    }
+}
+
 impl Job {
     /// Opens a job: the L1 directory must exist; its chain directory is
     /// created if missing.
@@ -2352,6 +2385,31 @@ mod tests {
         );
         // Every rank numbered again (a librex restart past a fallback).
         assert_eq!(Cut::agree(vec![again.clone(), again]).at, Some(0));
+    }
+
+    /// A rank's missing L1 directory is made again only for a rank the job
+    /// has; a missing L1 root, or a rank it does not have (a first push,
+    /// `mpirun -np` too large), is a configuration error.
+    #[test]
+    fn a_lost_ranks_l1_directory_is_made_again_only_for_a_rank_of_the_job() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("l1");
+        let e = rank_l1(&root, 0, true).unwrap_err();
+        assert_eq!(e.exit_code(), crate::error::exit::CONFIG, "{e}");
+        std::fs::create_dir(&root).unwrap();
+        let e = rank_l1(&root, 3, false).unwrap_err();
+        assert_eq!(e.exit_code(), crate::error::exit::CONFIG, "{e}");
+        assert!(e.to_string().contains("/3"), "{e}");
+        assert!(!root.join("3").exists());
+        let (dir, note) = rank_l1(&root, 3, true).unwrap();
+        assert_eq!(dir, root.join("3"));
+        assert!(dir.is_dir());
+        assert!(note.unwrap().contains("was missing (a lost node)"));
+        assert_eq!(rank_l1(&root, 3, true).unwrap(), (root.join("3"), None));
+        assert_eq!(rank_l1(&root, 3, false).unwrap(), (root.join("3"), None));
+        std::fs::write(root.join("4"), b"").unwrap();
+        let e = rank_l1(&root, 4, true).unwrap_err();
+        assert!(e.to_string().contains("not a directory"), "{e}");
     }
 
     /// A state goes through a collective exchange unchanged.

@@ -43,8 +43,9 @@ pub struct Args {
     /// on every rank: no rank pushes past the newest seq at which every rank
     /// has a checkpoint of the same life of the job (a rank behind lost its
     /// L1 checkpoints, or is still writing one), and the checkpoints after
-    /// it stay in L1, said as "held back". Restore a
-    /// rank with `restore --rank R`. The first push makes the job's number of ranks: run with an
+    /// it stay in L1, said as "held back". A rank of the job whose L1/R is
+    /// missing (a lost node) has it made again, empty, and said as
+    /// "recovered". Restore a rank with `restore --rank R`. The first push makes the job's number of ranks: run with an
     /// L1/N beside it (fewer ranks than L1 has directories for, or no
     /// `mpirun`), it is refused (exit 5). Needs a rexctl built with the
     /// cargo feature `mpi`.
@@ -112,23 +113,28 @@ fn collective(a: &Args, cfg: &rexctl::control::config::Config) -> anyhow::Result
     use rexctl::l2::collective::{CollectiveOptions, Comm, push_collective};
     let comm = rexctl::l2::mpi::MpiComm::init()?;
     let rank = comm.rank();
-    let l1 = cfg.l1.join(rank.to_string());
     // A failure before the push still takes part in its agreement, its
     // L2 location's too: a rank that returned before it left the others
     // waiting in it for ever (helper-62).
     let setup = rexctl::store::JobRoot::new(&cfg.l2, &cfg.store).and_then(|root| {
-        rexctl::l2::push::check_l1(&l1)
-            .and_then(|()| root.rank_store(rank, true))
+        // A rank of the job's newest job generation (its L1 directory is
+        // made again when a lost node took it).
+        let known = rexctl::l2::jobgen::JobIndex::load(root.job_store(false)?.as_ref())?
+            .newest()
+            .is_some_and(|jm| rank < jm.ranks);
+        let (l1, made) = rexctl::l2::push::rank_l1(&cfg.l1, rank, known)?;
+        root.rank_store(rank, true)
             .and_then(|l2| Job::open(&l1, l2))
-            .map(|job| (root, job))
+            .map(|job| (root, job, made))
     });
-    let (root, job) = match setup {
-        Ok((root, j)) => (
+    let (root, job, made) = match setup {
+        Ok((root, j, made)) => (
             root,
             j.with_identity(JobIdentity {
                 job: cfg.store.job.clone(),
                 rank: rank.to_string(),
             }),
+            made,
         ),
         Err(e) => {
             rexctl::l2::collective::fail_early(&comm, &e);
@@ -139,8 +145,9 @@ fn collective(a: &Args, cfg: &rexctl::control::config::Config) -> anyhow::Result
         table: cfg.collective_table,
         ..CollectiveOptions::default()
     };
-    let report = push_collective(&job, &root, &comm, &push_options(a, cfg), &copts, None)
+    let mut report = push_collective(&job, &root, &comm, &push_options(a, cfg), &copts, None)
         .map_err(|e| job.l2.public_error(e))?;
+    report.healed.splice(0..0, made);
     if a.json {
         ui::print_json(&report)?;
     } else {
