@@ -2447,7 +2447,7 @@ fn a_rank_behind_holds_a_collective_push_back_at_its_newest_seq() {
     let o = mpirun(&args, None);
     assert_eq!(o.status.code(), Some(3), "{}", show(&args, &o));
     assert!(
-        stderr(&o).contains("rank 2's checkpoint of seq 4 was taken before rank"),
+        stderr(&o).contains("no seq is one state of the job on every rank: rank 2's checkpoint of seq 4 was taken before rank"),
         "{}",
         show(&args, &o)
     );
@@ -2480,4 +2480,87 @@ fn a_rank_behind_holds_a_collective_push_back_at_its_newest_seq() {
         show(&first, &o)
     );
     assert!(!f2.join("job").is_dir() || names_in(&f2.join("job")).is_empty());
+}
+
+/// A collective restore takes the seq a collective push would cut at: the
+/// newest at which every rank stands in one life of the job. Rank 1 lost
+/// its checkpoint of seq 3 and began a new chain with a FULL checkpoint at
+/// seq 4 (librex after a failed write does), the others stand at 3: the
+/// smallest newest seq, 3, was one rank 1 cannot restore, and the restore
+/// failed on every rank (exit 3); seq 2 is the job's newest state.
+#[test]
+fn a_collective_restore_takes_the_newest_seq_every_rank_stands_at() {
+    use rexctl::format::ic::{ChainId, IcFile, IcMeta, IcWriter};
+    let _one_at_a_time = crate::util::exclusive();
+    let t = tempfile::tempdir().unwrap();
+    let truth = |n: u64| t.path().join(format!("t{n}"));
+    let (l1, l2, later) = (
+        t.path().join("l1"),
+        t.path().join("l2"),
+        t.path().join("later"),
+    );
+    gen_ranks(&t.path().join("g2"), "0.5", "64", "2", &truth(2));
+    gen_ranks(&l1, "0.5", "64", "3", &truth(3));
+    std::fs::create_dir_all(&l2).unwrap();
+    let push = ["push-l2", "--collective", "--l1", s(&l1), "--l2", s(&l2)];
+    hold_back(&l1, &later, 1);
+    success(&mpirun(&push, None), "the first collective push");
+    release(&later, &l1);
+    // Rank 1: seq 3 gone, then a FULL checkpoint of a new chain at seq 4
+    // (its image at seq 3, taken after it).
+    let r1 = l1.join("1");
+    let ic = |n: u64| r1.join(rexctl::l1::ic_file_name(n));
+    let t3 = IcMeta::read(ic(3)).unwrap().header.time_ns;
+    std::fs::remove_file(ic(3)).unwrap();
+    let image = IcFile::open(truth(3).join("1.rexic")).unwrap();
+    let m = image.meta();
+    let mut w = IcWriter::create_in_chain(
+        ic(4),
+        m.header.page_size,
+        4,
+        true,
+        t3 + 1,
+        Some(ChainId::random().unwrap()),
+        m.pages.clone(),
+        Vec::new(),
+    )
+    .unwrap();
+    for i in 0..m.pages.len() {
+        w.push_page(image.page(i).unwrap()).unwrap();
+    }
+    w.finish().unwrap();
+    let coll = t.path().join("coll");
+    std::fs::create_dir_all(&coll).unwrap();
+    let pattern = coll.join("image-{rank}.rexic");
+    let args = [
+        "restore",
+        "--collective",
+        "--l2",
+        s(&l2),
+        "--l1",
+        s(&l1),
+        "-o",
+        s(&pattern),
+        "--json",
+    ];
+    let o = mpirun(&args, None);
+    success(&o, "the collective restore");
+    for r in 0..RANKS {
+        let image = coll.join(format!("image-{r}.rexic"));
+        assert_image(
+            &image,
+            &truth(2).join(format!("{r}.rexic")),
+            &format!("rank {r}"),
+        );
+    }
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(out.matches("\"seq\": 2").count(), RANKS as usize, "{out}");
+    // The push cuts there too: seq 3 and 4 stay in L1.
+    let o = mpirun(&push, None);
+    success(&o, "the push");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("rank 1 has no checkpoint of seq 3; seq 2 is the newest every rank stands at"),
+        "{out}"
+    );
 }

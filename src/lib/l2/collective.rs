@@ -930,11 +930,13 @@ pub fn table_of(cap: usize, entries: &[(u128, u32)]) -> HashTable {
 }
 
 /// A whole job's restart from the command line (`mpirun rexctl restore
-/// --collective`), on every rank: each restores its newest state (from
+/// --collective`), on every rank: the ranks exchange their states (from
 /// `l1_root/R` plus L2, or from L2 alone when that directory is gone: its
-/// node was lost), the ranks agree on the smallest seq restored, a rank
-/// ahead restores exactly that seq instead (`--seq`), and each publishes
-/// its image at `out` only once every rank holds an image of that seq.
+/// node was lost) and, when every rank can tell, each restores the seq a
+/// collective push would cut at ([`Cut::agree`]); else each restores its
+/// newest state, the ranks agree on the smallest seq restored, and a rank
+/// ahead restores exactly that seq instead (`--seq`). Each publishes its
+/// image at `out` only once every rank holds an image of that seq.
 /// Until then the image is staged under a temporary name beside `out`, so
 /// a failure on any rank leaves no output on any rank.
 ///
@@ -988,8 +990,75 @@ pub fn restore_job(
             _ => Ok(()),
         }
     };
+    // Every rank's states, as a push sees them (`jobgen::rank_stands`):
+    // `None` when this rank cannot tell (an unreadable L1 file, L1's copy
+    // of a member manifest, no committed job generation).
+    let mine = crate::l2::jobgen::rank_stands(root, rank, l1.as_deref()).ok();
     let result = (|| {
-        let first = ranks().and_then(|()| restore(opts));
+        // The seq to restore, when every rank can tell: the newest at which
+        // every rank stands in one life of the job, as a collective push
+        // cuts (`Cut::agree`). A rank whose newest state is past it then
+        // restores once, and a rank with a gap before a FULL checkpoint
+        // (seq 2, then 4; the others at 3) is taken at 2, where the
+        // smallest newest seq (3) was one it could not restore. A seq or
+        // job generation given by hand is the target itself, and
+        // `--fallback` takes each rank's newest state that restores.
+        let cut = {
+            let checked = ranks();
+            let local = checked
+                .as_ref()
+                .map(|()| {
+                    let mut b = vec![u8::from(mine.is_some())];
+                    for s in mine.iter().flatten() {
+                        s.encode_into(&mut b);
+                    }
+                    b
+                })
+                .map_err(Failure::from);
+            let all = agree(comm, local, "agreeing on the job's newest common seq");
+            // This rank's own error first, then another rank's.
+            checked?;
+            let all = all?;
+            let told: Option<Vec<Vec<Stand>>> = all
+                .iter()
+                .map(|b| {
+                    (b.first() == Some(&1)).then(|| {
+                        b[1..]
+                            .chunks_exact(Stand::LEN)
+                            .filter_map(Stand::decode)
+                            .collect()
+                    })
+                })
+                .collect();
+            match told {
+                Some(v) if opts.seq.is_none() && opts.generation.is_none() && !opts.fallback => {
+                    let cut = Cut::agree(v);
+                    if cut.at.is_none() {
+                        let newest = cut
+                            .ranks
+                            .iter()
+                            .filter_map(|v| v.last())
+                            .map(|s| s.seq)
+                            .min();
+                        return Err(Error::chain(
+                            root.describe(),
+                            format!(
+                                "no seq is one state of the job on every rank{}; restore each rank by hand (--rank R, --seq, --job-generation), or let the job's checkpoints of one life catch up",
+                                newest
+                                    .map(|s| format!(": {}", cut.why_not(s)))
+                                    .unwrap_or_default()
+                            ),
+                        ));
+                    }
+                    cut.at
+                }
+                _ => None,
+            }
+        };
+        let first = restore(&crate::l2::restore::RestoreOptions {
+            seq: cut.or(opts.seq),
+            ..opts.clone()
+        });
         let all = agree(comm, seq_of(&first), "restoring each rank's newest state");
         let first = first?;
         let target = all?
@@ -1034,12 +1103,10 @@ pub fn restore_job(
         // run of it is of another life of the job (helper-105: a rank
         // whose node was lost stood at the old run's seq 4, the others at
         // a run restarted by hand from 0, and the images mixed the two).
-        let stand = crate::l2::jobgen::rank_stands(root, rank, l1.as_deref())
-            .ok()
-            .and_then(|v| {
-                let i = v.iter().position(|s| s.seq == target)?;
-                Some((v[i], v.get(i + 1).map(|n| n.time_ns)))
-            });
+        let stand = mine.as_ref().and_then(|v| {
+            let i = v.iter().position(|s| s.seq == target)?;
+            Some((v[i], v.get(i + 1).map(|n| n.time_ns)))
+        });
         let local = seq_of(&report).map(|mut b| {
             if let Some((s, next)) = stand {
                 s.encode_into(&mut b);

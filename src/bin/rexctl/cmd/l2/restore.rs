@@ -119,12 +119,14 @@ pub struct Args {
     /// Restart a whole MPI job (run under `mpirun -np N rexctl restore
     /// --collective --l1 L1 --l2 JOB -o 'image-{rank}.rexic'`): every rank
     /// restores from L1/R plus L2 (from L2 alone when L1/R is gone: its node
-    /// was lost), the ranks agree on the smallest seq restored, ranks ahead
-    /// restore that seq, and each image appears at `--out`, `{rank}`
+    /// was lost) the seq a collective push would cut at, the newest at which
+    /// every rank has a checkpoint of one life of the job (with --seq S: S;
+    /// with --fallback, or when a rank cannot tell, the smallest of the
+    /// ranks' newest seqs), and each image appears at `--out`, `{rank}`
     /// replaced by the rank, only once every rank has its image of that seq.
-    /// Refused on every rank (exit 3) when one rank's state of that seq was
-    /// taken before another rank's new run of it began: two lives of the
-    /// job (seqs do not order runs). When no rank finds its L1/R (a mistyped --l1?), refused on every
+    /// Refused on every rank (exit 3) when no seq is one, or when one rank's
+    /// state of that seq was taken before another rank's new run of it
+    /// began: two lives of the job (seqs do not order runs). When no rank finds its L1/R (a mistyped --l1?), refused on every
     /// rank (exit 5); after losing every node, give --l2-only. Needs a
     /// rexctl built with the cargo feature `mpi`.
     #[arg(long, conflicts_with_all = ["generation", "job_generation"])]
