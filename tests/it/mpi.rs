@@ -1656,6 +1656,34 @@ fn a_rank_restores_from_its_l1_before_any_job_generation_committed() {
         "no kill left rank 1's part in L2 uncommitted"
     );
     restores_each_rank("first push killed");
+    // `status` shows each rank's pending checkpoints, the job's and one
+    // rank's (it said "0 chains in L2 ..., no pending L1 checkpoint").
+    let o = run(&["status", "--l1", s(&l1), "--l2", s(&l2)]);
+    success(&o, "status");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("no job generation committed yet"), "{out}");
+    assert!(
+        out.contains("ranks found in L1 and L2: 0, 1, 2, 3"),
+        "{out}"
+    );
+    for r in 0..RANKS {
+        let line = format!(
+            "rank {r} L1 {}: 3 pending L1 checkpoints (seq 0..=2",
+            l1.join(r.to_string()).display()
+        );
+        assert!(out.contains(&line), "{out}");
+    }
+    let o = run(&["status", "--l1", s(&l1), "--l2", s(&l2), "--rank", "1"]);
+    success(&o, "status --rank 1");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("rank 1 of the MPI job at"), "{out}");
+    assert!(out.contains("3 pending L1 checkpoints (seq 0..=2"), "{out}");
+    let o = run(&["status", "--l1", s(&l1), "--l2", s(&l2), "--json"]);
+    success(&o, "status --json");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let ranks = v["ranks"].as_array().unwrap();
+    assert_eq!(ranks.len(), RANKS as usize, "{v}");
+    assert!(ranks.iter().all(|r| r["status"]["pending_ics"] == 3), "{v}");
     // From L2 alone there is nothing committed to restore.
     let o = restore_rank(&l2, 0, &t.path().join("none.rexic"), &["--l2-only"]);
     assert_eq!(o.status.code(), Some(3), "{}", show(&["restore"], &o));

@@ -129,6 +129,28 @@ fn lost_job_manifest(job: &Job, rank: u32, jobs: &JobIndex) -> Result<Option<(u6
     Ok(in_l2.then_some((j, invalid)))
 }
 
+/// What [`lost_job_manifest`] finds, said for rank `rank` of the job at
+/// `root` (`job`: its L1 directory and chain), and whether the job manifest
+/// is invalid rather than missing.
+pub fn lost_job_manifest_why(
+    root: &JobRoot,
+    job: &Job,
+    rank: u32,
+    jobs: &JobIndex,
+) -> Result<Option<(String, bool)>> {
+    Ok(lost_job_manifest(job, rank, jobs)?.map(|(j, invalid)| {
+        (
+            format!(
+                "job generation {j} committed (rank {rank}'s copy of its job manifest in {} says so), and its job manifest is {} in {}: the next collective push or librex restart puts it back",
+                job.l1_chain.describe(),
+                if invalid { "invalid" } else { "missing" },
+                root.describe()
+            ),
+            invalid,
+        )
+    }))
+}
+
 /// Puts back, from this rank's copy in L1, a job manifest that
 /// `lost_job_manifest` finds lost or damaged in the job store. Returns
 /// what was done. Called with the job's writer locks held, by every rank
@@ -660,13 +682,7 @@ pub fn restore_rank_l1(
     // rank's L1 keeps a copy): the newest valid one is not the job's
     // newest state. Refused, or passed over with --fallback; a push or a
     // librex restart puts the job manifest back.
-    if let Some((j, invalid)) = lost_job_manifest(&job, rank, &jobs)? {
-        let why = format!(
-            "job generation {j} committed (rank {rank}'s copy of its job manifest in {} says so), and its job manifest is {} in {}: the next collective push or librex restart puts it back",
-            job.l1_chain.describe(),
-            if invalid { "invalid" } else { "missing" },
-            root.describe()
-        );
+    if let Some((why, invalid)) = lost_job_manifest_why(root, &job, rank, &jobs)? {
         if !opts.fallback {
             return Err(Error::chain(root.describe(), why));
         }

@@ -27,6 +27,87 @@ pub fn job_index(s: &Settings) -> anyhow::Result<Option<(JobRoot, JobIndex)>> {
     Ok((!jobs.manifests.is_empty() || !jobs.invalid.is_empty()).then_some((root, jobs)))
 }
 
+/// The job and rank `--rank R` (REX_RANK, rex.toml: named by hand) names
+/// on the location of an MPI job none of whose job generations committed
+/// yet (its first collective push killed, or none run): no chain at the
+/// location itself, and rank R's chain in L2/R or its L1 directory L1/R.
+/// Rank R then restores from L1/R, its uncommitted part in L2 left out
+/// (helper-102: the single chain's restore read L1's top and said "nothing
+/// to restore", exit 3, while L1/R held every checkpoint).
+pub fn uncommitted_job_rank(s: &Settings) -> anyhow::Result<Option<(JobRoot, u32)>> {
+    let Some(rank) = s.layer.rank.as_ref().and_then(|r| r.parse::<u32>().ok()) else {
+        return Ok(None);
+    };
+    let Some((root, l1)) = uncommitted_job(s)? else {
+        return Ok(None);
+    };
+    Ok(is_rank(&root, l1.as_deref(), rank)?.then_some((root, rank)))
+}
+
+/// The ranks of the MPI job at the location `--l2` names when none of its
+/// job generations committed yet (as [`uncommitted_job_rank`] finds one):
+/// the numbered directories of its L1 directory, and of a directory L2,
+/// that are a rank's. `None` when there is none, or the location holds a
+/// chain of its own.
+pub fn uncommitted_job_ranks(s: &Settings) -> anyhow::Result<Option<(JobRoot, Vec<u32>)>> {
+    let Some((root, l1)) = uncommitted_job(s)? else {
+        return Ok(None);
+    };
+    let numbered = |d: &std::path::Path| -> Vec<u32> {
+        std::fs::read_dir(d)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .collect()
+    };
+    let mut ranks = l1.as_deref().map(numbered).unwrap_or_default();
+    if let Ok(rexctl::store::L2Location::Dir(d)) = rexctl::store::L2Location::parse(&s.l2()?) {
+        ranks.extend(numbered(&d));
+    }
+    ranks.sort_unstable();
+    ranks.dedup();
+    let mut found = Vec::new();
+    for r in ranks {
+        if is_rank(&root, l1.as_deref(), r)? {
+            found.push(r);
+        }
+    }
+    Ok((!found.is_empty()).then_some((root, found)))
+}
+
+/// The location's root and its L1 directory when neither holds a single
+/// chain at its top (no chain in L2 itself; no checkpoint or copy of the
+/// chain in L1 itself): it may be an MPI job's with nothing committed.
+fn uncommitted_job(s: &Settings) -> anyhow::Result<Option<(JobRoot, Option<std::path::PathBuf>)>> {
+    let at_top = rexctl::l2::chain::ChainIndex::load(
+        rexctl::store::open_l2_read(&s.l2()?, &s.store()?)?.as_ref(),
+    )?;
+    if !at_top.manifests.is_empty() || !at_top.invalid.is_empty() {
+        return Ok(None);
+    }
+    // An L1 directory of a single chain (checkpoints, or its copy of the
+    // chain, at its top) is that chain's, whatever subdirectories it holds
+    // (helper-104: an unrelated L1/0 was restored).
+    let l1 = s.opt_l1()?;
+    if let Some(l1) = l1.as_ref().filter(|d| d.is_dir())
+        && (!rexctl::l1::list_ic_files(l1)?.is_empty()
+            || l1.join(rexctl::l2::push::L1_CHAIN_DIR).is_dir())
+    {
+        return Ok(None);
+    }
+    let root = JobRoot::new(s.l2()?, &s.store()?)?;
+    Ok(Some((root, l1)))
+}
+
+/// Whether `rank` has a chain in L2/R or an L1 directory L1/R.
+fn is_rank(root: &JobRoot, l1: Option<&std::path::Path>, rank: u32) -> anyhow::Result<bool> {
+    let in_l2 = rexctl::l2::chain::ChainIndex::load(root.rank_store(rank, false)?.as_ref())?;
+    let in_l1 = l1.is_some_and(|l1| l1.join(rank.to_string()).is_dir());
+    Ok(in_l1 || !in_l2.manifests.is_empty() || !in_l2.invalid.is_empty())
+}
+
 /// The rank `--rank` (or REX_RANK) names, when the location is an MPI
 /// job's: its ranks are numbers.
 pub fn job_rank(s: &Settings) -> anyhow::Result<Option<u32>> {

@@ -3,7 +3,6 @@
 use std::path::PathBuf;
 
 use rexctl::control::config::ConfigLayer;
-use rexctl::l2::chain::ChainIndex;
 use rexctl::l2::push::Job;
 use rexctl::l2::restore::{
     RestoreOptions, RestoreReport, parse_page_ranges, restore_l1_l2, restore_l2,
@@ -151,7 +150,7 @@ fn job_rank(s: &Settings) -> anyhow::Result<Option<(rexctl::store::JobRoot, u32)
     // chain's restore to report on, as before the launcher's rank counted.
     let (root, jobs) = match super::job_index(s) {
         Ok(Some(r)) => r,
-        Ok(None) => return uncommitted_job_rank(s),
+        Ok(None) => return super::uncommitted_job_rank(s),
         Err(e) if s.layer.rank.is_some() => return Err(e),
         Err(_) => return Ok(None),
     };
@@ -174,37 +173,6 @@ fn job_rank(s: &Settings) -> anyhow::Result<Option<(rexctl::store::JobRoot, u32)
         ))
     })?;
     Ok(Some((root, r)))
-}
-
-/// The job and rank `--rank R` (REX_RANK, rex.toml: named by hand) names
-/// on the location of an MPI job none of whose job generations committed
-/// yet (its first collective push killed, or none run): no chain at the
-/// location itself, and rank R's chain in L2/R or its L1 directory L1/R.
-/// Rank R then restores from L1/R, its uncommitted part in L2 left out
-/// (helper-102: the single chain's restore read L1's top and said "nothing
-/// to restore", exit 3, while L1/R held every checkpoint).
-fn uncommitted_job_rank(s: &Settings) -> anyhow::Result<Option<(rexctl::store::JobRoot, u32)>> {
-    let Some(rank) = s.layer.rank.as_ref().and_then(|r| r.parse::<u32>().ok()) else {
-        return Ok(None);
-    };
-    let at_top = ChainIndex::load(rexctl::store::open_l2_read(&s.l2()?, &s.store()?)?.as_ref())?;
-    if !at_top.manifests.is_empty() || !at_top.invalid.is_empty() {
-        return Ok(None);
-    }
-    // An L1 directory of a single chain (checkpoints, or its copy of the
-    // chain, at its top) is that chain's, whatever subdirectories it holds
-    // (helper-104: an unrelated L1/0 was restored).
-    let l1 = s.opt_l1()?;
-    if let Some(l1) = l1.as_ref().filter(|d| d.is_dir())
-        && (!rexctl::l1::list_ic_files(l1)?.is_empty()
-            || l1.join(rexctl::l2::push::L1_CHAIN_DIR).is_dir())
-    {
-        return Ok(None);
-    }
-    let root = rexctl::store::JobRoot::new(s.l2()?, &s.store()?)?;
-    let in_l2 = ChainIndex::load(root.rank_store(rank, false)?.as_ref())?;
-    let in_l1 = l1.is_some_and(|l1| l1.join(rank.to_string()).is_dir());
-    Ok((in_l1 || !in_l2.manifests.is_empty() || !in_l2.invalid.is_empty()).then_some((root, rank)))
 }
 
 /// Refuses an L1 directory that does not exist (a typo, or a lost node

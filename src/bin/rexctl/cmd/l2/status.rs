@@ -24,7 +24,11 @@ use crate::ui;
 /// against the manifest bytes the job generation committed, and with the
 /// job's L1 directory each rank's pending checkpoints in L1/R (a missing
 /// L1/R is reported: a lost node). With --rank R: rank R's chain and L1/R,
-/// as a single job's.
+/// as a single job's. Before its first job generation commits (its first
+/// collective push killed, or none run): each rank's pending checkpoints
+/// in L1/R, the ranks found in L1 and L2 (exit 3 when a rank of the job's
+/// L2 has no L1/R, or L1/R's copy of a job manifest says one committed
+/// that L2 lost).
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Print a JSON object instead of text.
@@ -87,6 +91,19 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         }
         l2 = Some(root.rank_store(rank, false)?);
         l1 = Some(s.l1()?.join(rank.to_string()));
+    } else if s.layer.l2.is_some() {
+        // An MPI job's location none of whose job generations committed
+        // yet: its top holds no chain, and the single chain's view said
+        // "0 chains, no pending L1 checkpoint" (exit 0) while L1/R held
+        // every rank's checkpoints.
+        if let Some((root, rank)) = super::uncommitted_job_rank(&s)? {
+            return uncommitted(&s, &root, &[rank], true, a.json);
+        }
+        if s.layer.rank.is_none()
+            && let Some((root, ranks)) = super::uncommitted_job_ranks(&s)?
+        {
+            return uncommitted(&s, &root, &ranks, false, a.json);
+        }
     }
     let l1 = match l1 {
         Some(l1) => l1,
@@ -120,6 +137,123 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         return Ok(rexctl::error::exit::DATA);
     }
     Ok(0)
+}
+
+/// One rank of an MPI job with no committed job generation.
+#[derive(serde::Serialize)]
+struct UncommittedRank {
+    rank: u32,
+    /// Its L1 directory, L1/R (`None`: missing, a lost node).
+    l1: Option<std::path::PathBuf>,
+    /// Its pending checkpoints, as a single chain's status shows them;
+    /// its generations in L2 are left out (none committed).
+    status: Option<Status>,
+    /// What makes the rank's state unreadable.
+    error: Option<String>,
+}
+
+/// `status` of the MPI job at `root` with no committed job generation (its
+/// first collective push killed, or none run): each of `ranks`' pending
+/// checkpoints in L1/R, its state until a push commits (`detail`: rank R
+/// named, its whole single-chain view). Exits 3 when a rank has no L1/R
+/// (nothing of it can be restored), its checkpoints are bad, or the job
+/// manifest L1/R's copy says committed was lost.
+fn uncommitted(
+    s: &Settings,
+    root: &rexctl::store::JobRoot,
+    ranks: &[u32],
+    detail: bool,
+    json: bool,
+) -> anyhow::Result<i32> {
+    let jobs = rexctl::l2::jobgen::JobIndex::load(root.job_store(false)?.as_ref())?;
+    let l1_root = s.opt_l1()?;
+    let mut out = Vec::new();
+    for &rank in ranks {
+        let l1 = l1_root
+            .as_ref()
+            .map(|l| l.join(rank.to_string()))
+            .filter(|d| d.is_dir());
+        let mut r = UncommittedRank {
+            rank,
+            l1: l1.clone(),
+            status: None,
+            error: None,
+        };
+        match l1 {
+            None => {
+                r.error = Some(format!(
+                    "no L1 directory {}: with no job generation committed, nothing of rank {rank} can be restored",
+                    l1_root
+                        .as_ref()
+                        .map(|l| l.join(rank.to_string()).display().to_string())
+                        .unwrap_or_else(|| "(no --l1 given)".into())
+                ))
+            }
+            Some(l1) => {
+                let job = Job::open_read(&l1, root.rank_store(rank, false)?)?;
+                r.error = rexctl::l2::jobgen::lost_job_manifest_why(root, &job, rank, &jobs)?
+                    .map(|(why, _)| why);
+                // Job generation 0 never exists: no generation is committed.
+                let st = rexctl::l2::status::status_committed(&job, Some(0))
+                    .map_err(|e| job.l2.public_error(e))?;
+                if r.error.is_none() {
+                    r.error = st.pending_error.clone();
+                }
+                if detail && !json {
+                    outln!(
+                        "rank {rank} of the MPI job at {}: no job generation committed yet (its first collective push was killed, or none has run): its pending L1 checkpoints are its state",
+                        root.describe()
+                    );
+                    print_human(&job, &st)?;
+                }
+                r.status = Some(st);
+            }
+        }
+        out.push(r);
+    }
+    if json {
+        if detail && let Some(st) = &out[0].status {
+            ui::print_json(st)?;
+        } else {
+            ui::print_json(&serde_json::json!({
+                "location": root.describe(),
+                "job_generations": [],
+                "ranks": &out,
+            }))?;
+        }
+    } else if !detail {
+        outln!(
+            "MPI job at {}: no job generation committed yet (its first collective push was killed, or none has run); ranks found in L1 and L2: {} (the job's number of ranks is committed with its first job generation)",
+            root.describe(),
+            out.iter()
+                .map(|r| r.rank.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        for r in &out {
+            match (&r.l1, &r.status) {
+                (Some(l1), Some(st)) => match st.pending_seqs {
+                    Some((a, b)) => outln!(
+                        "rank {} L1 {}: {} pending L1 checkpoints (seq {a}..={b}, {})",
+                        r.rank,
+                        l1.display(),
+                        st.pending_ics,
+                        ui::bytes(st.pending_bytes)
+                    ),
+                    None => outln!("rank {} L1 {}: no checkpoint pending", r.rank, l1.display()),
+                },
+                _ => outln!("rank {}: {}", r.rank, ui::bad("NO L1")),
+            }
+        }
+    }
+    let mut bad = false;
+    for r in &out {
+        if let Some(e) = &r.error {
+            ui::error(&format!("rank {}: {e}", r.rank));
+            bad = true;
+        }
+    }
+    Ok(if bad { rexctl::error::exit::DATA } else { 0 })
 }
 
 fn print_human(job: &Job, s: &Status) -> Result<(), ui::StdoutError> {
