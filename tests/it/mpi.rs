@@ -1473,8 +1473,8 @@ fn partner_copies_are_pruned_by_what_their_sender_pushed() {
     let o = mpirun(&["replicate", "--l1", s(&l1), "--replicas", "2"], None);
     success(&o, "replicate after a push");
     // Rank 1's node is lost. Without its L1 directory, replicate is a
-    // configuration error (exit 5; a push makes it again) on every rank,
-    // named (helper-62: exit 1, "open lock file").
+    // configuration error (exit 5, as for a push) on every rank, named
+    // (helper-62: exit 1, "open lock file").
     std::fs::remove_dir_all(l1.join("1")).unwrap();
     let o = mpirun(&["replicate", "--l1", s(&l1), "--replicas", "2"], None);
     let err = String::from_utf8_lossy(&o.stderr);
@@ -2373,9 +2373,23 @@ fn a_rank_behind_holds_a_collective_push_back_at_its_newest_seq() {
             .collect::<Vec<_>>()
     };
     // Rank 2's L1 directory gone, checkpoints 2..=4 with it (its node
-    // lost, L1 in memory): the push makes it again, empty, rather than
-    // failing every rank (it did: "L1 directory ... No such file").
+    // lost, L1 in memory): the push fails on every rank, says why and what
+    // to do, and makes nothing (a librex restart would take an L1/2 with a
+    // copy of the chain for a rank that is not lost: helper-108).
     std::fs::rename(l1.join("2"), &lost).unwrap();
+    let o = mpirun(&push, None);
+    assert_eq!(o.status.code(), Some(5), "{}", show(&push, &o));
+    assert!(
+        stderr(&o).contains(&format!(
+            "L1 directory {}: missing: rank 2 of the job lost its node?",
+            l1.join("2").display()
+        )),
+        "{}",
+        show(&push, &o)
+    );
+    assert!(!l1.join("2").exists());
+    // Made again, empty: the push holds the others back at rank 2's seq.
+    std::fs::create_dir(l1.join("2")).unwrap();
     let o = mpirun(&push, None);
     success(&o, "the push after rank 2 lost its L1 directory");
     let out = String::from_utf8_lossy(&o.stdout);
@@ -2383,14 +2397,6 @@ fn a_rank_behind_holds_a_collective_push_back_at_its_newest_seq() {
         out.contains("rank 2 has no checkpoint of seq 2 (its newest is seq 1); seq 1 is the newest every rank stands at"),
         "{out}"
     );
-    assert!(
-        out.contains(&format!(
-            "rank 2: recovered: rank 2's L1 directory {} was missing (a lost node): made empty",
-            l1.join("2").display()
-        )),
-        "{out}"
-    );
-    assert!(l1.join("2").is_dir());
     assert_eq!(
         names_in(&l2.join("job")),
         ["j00000001.job"],
@@ -2508,6 +2514,73 @@ fn a_rank_behind_holds_a_collective_push_back_at_its_newest_seq() {
         show(&first, &o)
     );
     assert!(!f2.join("job").is_dir() || names_in(&f2.join("job")).is_empty());
+}
+
+/// A job restarted by hand as new runs numbering from seq 0 again, below
+/// the seq of the job's newest job generation, on every rank: the
+/// collective restore takes the new runs' newest state, as each rank's own
+/// restore does (helper-108: the cut, 1, was passed as `--seq 1` to every
+/// rank, which refused a seq below its member generation, exit 3).
+#[test]
+fn a_job_restarted_by_hand_from_seq_0_restores_collectively() {
+    let _one_at_a_time = crate::util::exclusive();
+    let t = tempfile::tempdir().unwrap();
+    let (l1, l2) = (t.path().join("l1"), t.path().join("l2"));
+    gen_ranks(&l1, "0.5", "64", "3", &t.path().join("truth"));
+    std::fs::create_dir_all(&l2).unwrap();
+    let push = ["push-l2", "--collective", "--l1", s(&l1), "--l2", s(&l2)];
+    success(&mpirun(&push, None), "the first collective push");
+    let captures: Vec<_> = (0..RANKS)
+        .map(|r| {
+            let dir = t.path().join(format!("cap-{r}"));
+            let child = Command::new(env!("CARGO_BIN_EXE_rexctl"))
+                .args(["capture", "--l1", s(&dir), "--interval", "0.2"])
+                .args(["--count", "2", "--", "sleep", "2"])
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .unwrap();
+            (r, dir, child)
+        })
+        .collect();
+    for (r, dir, mut child) in captures {
+        assert!(child.wait().unwrap().success(), "capture of rank {r}");
+        copy_checkpoints(&dir, &l1.join(r.to_string()));
+        // What the new run alone restores to.
+        let empty = t.path().join(format!("empty-{r}"));
+        std::fs::create_dir_all(&empty).unwrap();
+        let want = t.path().join(format!("want-{r}.rexic"));
+        ok(&[
+            "restore",
+            "--l1",
+            s(&dir),
+            "--l2",
+            s(&empty),
+            "-o",
+            s(&want),
+        ]);
+    }
+    let coll = t.path().join("coll");
+    std::fs::create_dir_all(&coll).unwrap();
+    let pattern = coll.join("image-{rank}.rexic");
+    let args = [
+        "restore",
+        "--collective",
+        "--l2",
+        s(&l2),
+        "--l1",
+        s(&l1),
+        "-o",
+        s(&pattern),
+    ];
+    success(&mpirun(&args, None), "the collective restore");
+    for r in 0..RANKS {
+        let want = t.path().join(format!("want-{r}.rexic"));
+        assert_image(
+            &coll.join(format!("image-{r}.rexic")),
+            &want,
+            &format!("rank {r}"),
+        );
+    }
 }
 
 /// A collective restore takes the seq a collective push would cut at: the

@@ -469,7 +469,7 @@ pub fn fail_early(comm: &dyn Comm, e: &Error) {
 
 /// The first exchange of a collective push and of a collective restart:
 /// every rank has put back what [`heal_job_manifest`] could.
-pub const HEAL_STAGE: &str = "putting back a lost job manifest";
+pub const HEAL_STAGE: &str = "opening the job and putting back a lost job manifest";
 
 struct Hooks<'a> {
     comm: &'a dyn Comm,
@@ -1055,11 +1055,29 @@ pub fn restore_job(
                 _ => None,
             }
         };
+        // Only a rank whose newest state is past the cut names the seq: a
+        // rank standing at it restores its newest, which `--seq` would
+        // refuse when a run numbered again from 0 stands below its member
+        // generation (helper-108: a job restarted by hand from seq 0, exit
+        // 3 where the newest restored it).
+        let past = cut.filter(|&c| {
+            mine.as_ref()
+                .and_then(|v| v.last())
+                .is_some_and(|n| n.seq != c)
+        });
         let first = restore(&crate::l2::restore::RestoreOptions {
-            seq: cut.or(opts.seq),
+            seq: past.or(opts.seq),
             ..opts.clone()
         });
-        let all = agree(comm, seq_of(&first), "restoring each rank's newest state");
+        let all = agree(
+            comm,
+            seq_of(&first),
+            if cut.is_some() {
+                "restoring the job's newest common seq"
+            } else {
+                "restoring each rank's newest state"
+            },
+        );
         let first = first?;
         let target = all?
             .iter()

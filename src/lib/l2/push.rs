@@ -154,36 +154,32 @@ pub fn check_l1(l1: &Path) -> Result<()> {
     }
 }
 
-/// The L1 directory of `rank` of an MPI job, under `root`. When the job
-/// has committed a job generation with that rank (`known`) and `root`
-/// exists, a missing one is made empty (durably): that is what a lost node
-/// replaced by a new one has, and the rank then stands at its newest job
-/// generation, as a collective restore takes it, instead of failing every
-/// rank's push. The note says so (`None`: it existed). Otherwise (a first
-/// push, a rank the job does not have: `mpirun -np` too large) it is
-/// refused as [`check_l1`] refuses it.
-pub fn rank_l1(root: &Path, rank: u32, known: bool) -> Result<(PathBuf, Option<String>)> {
+/// The L1 directory of `rank` of an MPI job, under `root`, which must
+/// exist: a configuration error (exit 5) otherwise, on every rank of a
+/// collective push. `ranks`: the job's number of ranks, when a job
+/// generation committed it. A rank of the job whose L1/R is missing lost
+/// its node: it is not made again here, since a librex restart takes a
+/// rank whose L1/R holds neither checkpoints nor a chain for lost, and
+/// recovers its checkpoints from its partners' copies; a push that made it
+/// and copied the chain there gave those up (helper-108: the job restarted
+/// from seq 0 where its partners held seq 4). Nor is a mistyped root with
+/// no rank's directory (helper-108: every rank "healed", and a restore
+/// then took L2's older state).
+pub fn rank_l1(root: &Path, rank: u32, ranks: Option<u32>) -> Result<PathBuf> {
     check_l1(root)?;
     let dir = root.join(rank.to_string());
-    if !known {
-        return check_l1(&dir).map(|()| (dir, None));
-    }
-    match std::fs::create_dir(&dir) {
-        Ok(()) => {
-            crate::durable::fsync_dir(root)?;
-            Ok((
-                dir.clone(),
-                Some(format!(
-                    "rank {rank}'s L1 directory {} was missing (a lost node): made empty, the rank stands at its newest job generation",
-                    dir.display()
-                )),
-            ))
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            check_l1(&dir)?;
-            Ok((dir, None))
-        }
-        Err(e) => Err(Error::io(&dir, "make the rank's L1 directory", e)),
+    match check_l1(&dir) {
+        Err(_) if !dir.exists() && ranks.is_some_and(|n| rank < n) => Err(Error::Invalid(format!(
+            "L1 directory {}: missing: rank {rank} of the job lost its node? A collective push needs every rank's L1 directory. Restart the job first (librex recovers a lost rank's checkpoints from its partners' copies), or make it again, empty, to push the other ranks back to rank {rank}'s newest seq in L2 (its partners' copies are then no longer used)",
+            dir.display()
+        ))),
+        Err(e) => match ranks {
+            Some(n) if rank >= n => Err(Error::Invalid(format!(
+                "{e} (the job has {n} ranks: run as many processes as it has ranks)"
+            ))),
+            _ => Err(e),
+        },
+        Ok(()) => Ok(dir),
     }
 }
 
@@ -2387,28 +2383,28 @@ mod tests {
         assert_eq!(Cut::agree(vec![again.clone(), again]).at, Some(0));
     }
 
-    /// A rank's missing L1 directory is made again only for a rank the job
-    /// has; a missing L1 root, or a rank it does not have (a first push,
-    /// `mpirun -np` too large), is a configuration error.
+    /// A rank's missing L1 directory is never made: a rank of the job is
+    /// told how to recover it, a rank beyond the job's is told the job's
+    /// number of ranks; both are configuration errors.
     #[test]
-    fn a_lost_ranks_l1_directory_is_made_again_only_for_a_rank_of_the_job() {
+    fn a_missing_rank_l1_directory_is_refused_and_explained() {
         let t = tempfile::tempdir().unwrap();
         let root = t.path().join("l1");
-        let e = rank_l1(&root, 0, true).unwrap_err();
-        assert_eq!(e.exit_code(), crate::error::exit::CONFIG, "{e}");
+        let config = crate::error::exit::CONFIG;
+        assert_eq!(rank_l1(&root, 0, Some(4)).unwrap_err().exit_code(), config);
         std::fs::create_dir(&root).unwrap();
-        let e = rank_l1(&root, 3, false).unwrap_err();
-        assert_eq!(e.exit_code(), crate::error::exit::CONFIG, "{e}");
+        let e = rank_l1(&root, 3, Some(4)).unwrap_err();
+        assert_eq!(e.exit_code(), config, "{e}");
+        assert!(e.to_string().contains("lost its node"), "{e}");
+        let e = rank_l1(&root, 4, Some(4)).unwrap_err();
+        assert!(e.to_string().contains("the job has 4 ranks"), "{e}");
+        let e = rank_l1(&root, 3, None).unwrap_err();
         assert!(e.to_string().contains("/3"), "{e}");
         assert!(!root.join("3").exists());
-        let (dir, note) = rank_l1(&root, 3, true).unwrap();
-        assert_eq!(dir, root.join("3"));
-        assert!(dir.is_dir());
-        assert!(note.unwrap().contains("was missing (a lost node)"));
-        assert_eq!(rank_l1(&root, 3, true).unwrap(), (root.join("3"), None));
-        assert_eq!(rank_l1(&root, 3, false).unwrap(), (root.join("3"), None));
-        std::fs::write(root.join("4"), b"").unwrap();
-        let e = rank_l1(&root, 4, true).unwrap_err();
+        std::fs::create_dir(root.join("3")).unwrap();
+        assert_eq!(rank_l1(&root, 3, Some(4)).unwrap(), root.join("3"));
+        std::fs::write(root.join("2"), b"").unwrap();
+        let e = rank_l1(&root, 2, Some(4)).unwrap_err();
         assert!(e.to_string().contains("not a directory"), "{e}");
     }
 

@@ -43,9 +43,11 @@ pub struct Args {
     /// on every rank: no rank pushes past the newest seq at which every rank
     /// has a checkpoint of the same life of the job (a rank behind lost its
     /// L1 checkpoints, or is still writing one), and the checkpoints after
-    /// it stay in L1, said as "held back". A rank of the job whose L1/R is
-    /// missing (a lost node) has it made again, empty, and said as
-    /// "recovered". Restore a rank with `restore --rank R`. The first push makes the job's number of ranks: run with an
+    /// it stay in L1, said as "held back". A rank whose L1/R is missing (a
+    /// lost node) fails the push on every rank (exit 5): restart the job
+    /// first (librex recovers the rank from its partners' copies), or make
+    /// L1/R again, empty, to push the others back to its newest seq.
+    /// Restore a rank with `restore --rank R`. The first push makes the job's number of ranks: run with an
     /// L1/N beside it (fewer ranks than L1 has directories for, or no
     /// `mpirun`), it is refused (exit 5). Needs a rexctl built with the
     /// cargo feature `mpi`.
@@ -117,24 +119,23 @@ fn collective(a: &Args, cfg: &rexctl::control::config::Config) -> anyhow::Result
     // L2 location's too: a rank that returned before it left the others
     // waiting in it for ever (helper-62).
     let setup = rexctl::store::JobRoot::new(&cfg.l2, &cfg.store).and_then(|root| {
-        // A rank of the job's newest job generation (its L1 directory is
-        // made again when a lost node took it).
-        let known = rexctl::l2::jobgen::JobIndex::load(root.job_store(false)?.as_ref())?
+        // The job's number of ranks, when committed, says what a missing
+        // L1/R is.
+        let ranks = rexctl::l2::jobgen::JobIndex::load(root.job_store(false)?.as_ref())?
             .newest()
-            .is_some_and(|jm| rank < jm.ranks);
-        let (l1, made) = rexctl::l2::push::rank_l1(&cfg.l1, rank, known)?;
+            .map(|jm| jm.ranks);
+        let l1 = rexctl::l2::push::rank_l1(&cfg.l1, rank, ranks)?;
         root.rank_store(rank, true)
             .and_then(|l2| Job::open(&l1, l2))
-            .map(|job| (root, job, made))
+            .map(|job| (root, job))
     });
-    let (root, job, made) = match setup {
-        Ok((root, j, made)) => (
+    let (root, job) = match setup {
+        Ok((root, j)) => (
             root,
             j.with_identity(JobIdentity {
                 job: cfg.store.job.clone(),
                 rank: rank.to_string(),
             }),
-            made,
         ),
         Err(e) => {
             rexctl::l2::collective::fail_early(&comm, &e);
@@ -145,9 +146,8 @@ fn collective(a: &Args, cfg: &rexctl::control::config::Config) -> anyhow::Result
         table: cfg.collective_table,
         ..CollectiveOptions::default()
     };
-    let mut report = push_collective(&job, &root, &comm, &push_options(a, cfg), &copts, None)
+    let report = push_collective(&job, &root, &comm, &push_options(a, cfg), &copts, None)
         .map_err(|e| job.l2.public_error(e))?;
-    report.healed.splice(0..0, made);
     if a.json {
         ui::print_json(&report)?;
     } else {
