@@ -1681,9 +1681,31 @@ fn a_rank_restores_from_its_l1_before_any_job_generation_committed() {
     let o = run(&["status", "--l1", s(&l1), "--l2", s(&l2), "--json"]);
     success(&o, "status --json");
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let ranks = v["ranks"].as_array().unwrap();
+    let ranks = v["uncommitted"].as_array().unwrap();
     assert_eq!(ranks.len(), RANKS as usize, "{v}");
     assert!(ranks.iter().all(|r| r["status"]["pending_ics"] == 3), "{v}");
+    // Without --l1: the ranks, and no claim about them.
+    let o = run(&["status", "--l2", s(&l2)]);
+    success(&o, "status without --l1");
+    assert!(String::from_utf8_lossy(&o.stdout).contains("no L1 directory given"));
+    // A rank is not the job's: refused (it showed "0 chains, no pending L1
+    // checkpoint", exit 0). A rank below the highest without its L1/R lost
+    // its node: nothing of it can be restored, exit 3 (ranks 0, 1, 3 were
+    // shown, exit 0, and the collective restore failed: helper-109).
+    let o = run(&["status", "--l1", s(&l1), "--l2", s(&l2), "--rank", "9"]);
+    assert_eq!(o.status.code(), Some(5), "{}", show(&["status"], &o));
+    std::fs::rename(l1.join("2"), t.path().join("lost-2")).unwrap();
+    let o = run(&["status", "--l1", s(&l1), "--l2", s(&l2)]);
+    assert_eq!(o.status.code(), Some(3), "{}", show(&["status"], &o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("rank 2: NO L1"));
+    let o = run(&["status", "--l1", s(&l1), "--l2", s(&l2), "--rank", "2"]);
+    assert_eq!(o.status.code(), Some(3), "{}", show(&["status"], &o));
+    assert!(
+        stderr(&o).contains("nothing of it can be restored"),
+        "{}",
+        stderr(&o)
+    );
+    std::fs::rename(t.path().join("lost-2"), l1.join("2")).unwrap();
     // From L2 alone there is nothing committed to restore.
     let o = restore_rank(&l2, 0, &t.path().join("none.rexic"), &["--l2-only"]);
     assert_eq!(o.status.code(), Some(3), "{}", show(&["restore"], &o));

@@ -1208,6 +1208,8 @@ fn s3_an_mpi_job_pushes_collectively_and_every_rank_restores() {
         .unwrap();
     assert!(out.status.success(), "{}", show(&["gen"], &out));
     let url = server.url("hpc");
+    let before = d.path().join("l1-before");
+    crate::util::copy_tree(&l1, &before);
     let mut c = Command::new("mpirun");
     c.args(["--oversubscribe", "--timeout", "180", "-np", "4"]);
     // SAFETY: geteuid has no preconditions and cannot fail.
@@ -1256,6 +1258,52 @@ fn s3_an_mpi_job_pushes_collectively_and_every_rank_restores() {
     let out = run(&["verify", "--l2", &url]);
     assert!(out.status.success(), "{}", show(&["verify"], &out));
     assert!(String::from_utf8_lossy(&out.stdout).contains("rank 3: generation 1"));
+
+    // The same push killed before its job manifest: every rank's part in
+    // the bucket, none committed, the checkpoints still in L1/R. A bucket
+    // opens at the rank's own prefix, whose generation read as a single
+    // chain's: status showed "1 chain ..., no pending L1 checkpoint" (exit
+    // 0) and `restore --rank 0` refused (exit 3) (helper-109).
+    std::fs::remove_dir_all(job_dir.join("job")).unwrap();
+    std::fs::remove_dir_all(&l1).unwrap();
+    crate::util::copy_tree(&before, &l1);
+    let out = run(&["status", "--l1", s(&l1), "--l2", &url]);
+    assert!(out.status.success(), "{}", show(&["status"], &out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("no job generation committed yet"), "{text}");
+    for r in 0..4 {
+        let line = format!(
+            "rank {r} L1 {}: 3 pending L1 checkpoints (seq 0..=2",
+            l1.join(r.to_string()).display()
+        );
+        assert!(text.contains(&line), "{text}");
+    }
+    let out = run(&["status", "--l1", s(&l1), "--l2", &url, "--rank", "2"]);
+    assert!(out.status.success(), "{}", show(&["status --rank 2"], &out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("rank 2 of the MPI job at"));
+    for r in 0..4 {
+        let img = d.path().join(format!("u{r}.rexic"));
+        let rank = r.to_string();
+        let args = [
+            "restore",
+            "--l1",
+            s(&l1),
+            "--l2",
+            &url,
+            "--rank",
+            &rank,
+            "-o",
+            s(&img),
+        ];
+        let out = run(&args);
+        assert!(out.status.success(), "{}", show(&args, &out));
+        assert!(
+            compare_ic_files(&img, &truth.join(format!("{r}.rexic")))
+                .unwrap()
+                .is_equal(),
+            "rank {r} restored from L1/{r}, nothing committed, differs"
+        );
+    }
 }
 
 /// A restore from a bucket interrupted (SIGTERM) while it fetches: it

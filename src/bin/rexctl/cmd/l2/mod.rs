@@ -29,11 +29,11 @@ pub fn job_index(s: &Settings) -> anyhow::Result<Option<(JobRoot, JobIndex)>> {
 
 /// The job and rank `--rank R` (REX_RANK, rex.toml: named by hand) names
 /// on the location of an MPI job none of whose job generations committed
-/// yet (its first collective push killed, or none run): no chain at the
-/// location itself, and rank R's chain in L2/R or its L1 directory L1/R.
-/// Rank R then restores from L1/R, its uncommitted part in L2 left out
-/// (helper-102: the single chain's restore read L1's top and said "nothing
-/// to restore", exit 3, while L1/R held every checkpoint).
+/// yet (its first collective push killed, or none run): no chain of its own
+/// at the location itself, and rank R's chain in L2/R or its L1 directory
+/// L1/R. Rank R then restores from L1/R, its uncommitted part in L2 left
+/// out (helper-102: the single chain's restore read L1's top and said
+/// "nothing to restore", exit 3, while L1/R held every checkpoint).
 pub fn uncommitted_job_rank(s: &Settings) -> anyhow::Result<Option<(JobRoot, u32)>> {
     let Some(rank) = s.layer.rank.as_ref().and_then(|r| r.parse::<u32>().ok()) else {
         return Ok(None);
@@ -41,15 +41,20 @@ pub fn uncommitted_job_rank(s: &Settings) -> anyhow::Result<Option<(JobRoot, u32
     let Some((root, l1)) = uncommitted_job(s)? else {
         return Ok(None);
     };
-    Ok(is_rank(&root, l1.as_deref(), rank)?.then_some((root, rank)))
+    let in_l1 = l1
+        .as_ref()
+        .is_some_and(|l1| l1.join(rank.to_string()).is_dir());
+    Ok((in_l1 || rank_chain(&root, rank)?).then_some((root, rank)))
 }
 
-/// The ranks of the MPI job at the location `--l2` names when none of its
-/// job generations committed yet (as [`uncommitted_job_rank`] finds one):
-/// the numbered directories of its L1 directory, and of a directory L2,
-/// that are a rank's. `None` when there is none, or the location holds a
-/// chain of its own.
-pub fn uncommitted_job_ranks(s: &Settings) -> anyhow::Result<Option<(JobRoot, Vec<u32>)>> {
+/// The MPI job at the location `--l2` names when none of its job
+/// generations committed yet (as [`uncommitted_job_rank`] finds one), with
+/// its ranks: the numbered directories of its L1 directory that hold
+/// checkpoints or a copy of a chain, and the numbered directories of a
+/// directory L2 that hold a rank's chain (manifests of a job generation).
+/// A bucket's ranks are not listed: only L1's are found there. `None` when
+/// there is none, or the location holds a chain of its own.
+pub fn uncommitted_job_ranks(s: &Settings) -> anyhow::Result<Option<UncommittedJob>> {
     let Some((root, l1)) = uncommitted_job(s)? else {
         return Ok(None);
     };
@@ -62,29 +67,67 @@ pub fn uncommitted_job_ranks(s: &Settings) -> anyhow::Result<Option<(JobRoot, Ve
             .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
             .collect()
     };
-    let mut ranks = l1.as_deref().map(numbered).unwrap_or_default();
-    if let Ok(rexctl::store::L2Location::Dir(d)) = rexctl::store::L2Location::parse(&s.l2()?) {
-        ranks.extend(numbered(&d));
-    }
-    ranks.sort_unstable();
-    ranks.dedup();
-    let mut found = Vec::new();
-    for r in ranks {
-        if is_rank(&root, l1.as_deref(), r)? {
-            found.push(r);
+    let mut ranks = Vec::new();
+    if let Some(l1) = &l1 {
+        for r in numbered(l1) {
+            let d = l1.join(r.to_string());
+            if !rexctl::l1::list_ic_files(&d)?.is_empty()
+                || d.join(rexctl::l2::push::L1_CHAIN_DIR).is_dir()
+            {
+                ranks.push(r);
+            }
         }
     }
-    Ok((!found.is_empty()).then_some((root, found)))
+    let listed_l2 = match rexctl::store::L2Location::parse(&s.l2()?) {
+        Ok(rexctl::store::L2Location::Dir(d)) => {
+            for r in numbered(&d) {
+                if rank_chain(&root, r)? {
+                    ranks.push(r);
+                }
+            }
+            true
+        }
+        _ => false,
+    };
+    ranks.sort_unstable();
+    ranks.dedup();
+    Ok((!ranks.is_empty()).then_some(UncommittedJob {
+        root,
+        l1,
+        ranks,
+        listed_l2,
+    }))
+}
+
+/// An MPI job's location with no committed job generation, and the ranks
+/// found ([`uncommitted_job_ranks`]).
+pub struct UncommittedJob {
+    pub root: JobRoot,
+    /// The job's L1 directory, when given.
+    pub l1: Option<std::path::PathBuf>,
+    /// The ranks found, ascending.
+    pub ranks: Vec<u32>,
+    /// Whether L2's rank directories were listed too (a directory L2).
+    pub listed_l2: bool,
 }
 
 /// The location's root and its L1 directory when neither holds a single
-/// chain at its top (no chain in L2 itself; no checkpoint or copy of the
-/// chain in L1 itself): it may be an MPI job's with nothing committed.
+/// chain of its own (no generation outside a job generation where `--l2`
+/// itself opens: L2's top, or in a bucket the rank's prefix; no checkpoint
+/// or copy of the chain in L1 itself): it may be an MPI job's with nothing
+/// committed. (helper-109: in a bucket, the location opens at the rank's
+/// own prefix, whose generations of the killed first push read as a single
+/// chain's.)
 fn uncommitted_job(s: &Settings) -> anyhow::Result<Option<(JobRoot, Option<std::path::PathBuf>)>> {
     let at_top = rexctl::l2::chain::ChainIndex::load(
         rexctl::store::open_l2_read(&s.l2()?, &s.store()?)?.as_ref(),
     )?;
-    if !at_top.manifests.is_empty() || !at_top.invalid.is_empty() {
+    if at_top
+        .manifests
+        .values()
+        .any(|m| m.job_generation.is_none())
+        || (at_top.manifests.is_empty() && !at_top.invalid.is_empty())
+    {
         return Ok(None);
     }
     // An L1 directory of a single chain (checkpoints, or its copy of the
@@ -101,11 +144,12 @@ fn uncommitted_job(s: &Settings) -> anyhow::Result<Option<(JobRoot, Option<std::
     Ok(Some((root, l1)))
 }
 
-/// Whether `rank` has a chain in L2/R or an L1 directory L1/R.
-fn is_rank(root: &JobRoot, l1: Option<&std::path::Path>, rank: u32) -> anyhow::Result<bool> {
-    let in_l2 = rexctl::l2::chain::ChainIndex::load(root.rank_store(rank, false)?.as_ref())?;
-    let in_l1 = l1.is_some_and(|l1| l1.join(rank.to_string()).is_dir());
-    Ok(in_l1 || !in_l2.manifests.is_empty() || !in_l2.invalid.is_empty())
+/// Whether rank `rank` has a chain of an MPI job in L2/R: a generation
+/// of a job generation, or a manifest that cannot be read.
+fn rank_chain(root: &JobRoot, rank: u32) -> anyhow::Result<bool> {
+    let c = rexctl::l2::chain::ChainIndex::load(root.rank_store(rank, false)?.as_ref())?;
+    Ok(c.manifests.values().any(|m| m.job_generation.is_some())
+        || (c.manifests.is_empty() && !c.invalid.is_empty()))
 }
 
 /// The rank `--rank` (or REX_RANK) names, when the location is an MPI

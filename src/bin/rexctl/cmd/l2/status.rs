@@ -26,9 +26,11 @@ use crate::ui;
 /// L1/R is reported: a lost node). With --rank R: rank R's chain and L1/R,
 /// as a single job's. Before its first job generation commits (its first
 /// collective push killed, or none run): each rank's pending checkpoints
-/// in L1/R, the ranks found in L1 and L2 (exit 3 when a rank of the job's
-/// L2 has no L1/R, or L1/R's copy of a job manifest says one committed
-/// that L2 lost).
+/// in L1/R, for the ranks found (L1/R holding checkpoints, L2/R a rank's
+/// chain in a directory L2); exit 3 when a rank has no L1/R (one in L2, or
+/// below a rank found: its node lost), or L1/R's copy of a job manifest
+/// says one committed that L2 lost; --rank R of no rank found is refused
+/// (exit 5).
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Print a JSON object instead of text.
@@ -97,12 +99,27 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         // "0 chains, no pending L1 checkpoint" (exit 0) while L1/R held
         // every rank's checkpoints.
         if let Some((root, rank)) = super::uncommitted_job_rank(&s)? {
-            return uncommitted(&s, &root, &[rank], true, a.json);
+            return uncommitted_rank(&s, &root, rank, a.json);
         }
-        if s.layer.rank.is_none()
-            && let Some((root, ranks)) = super::uncommitted_job_ranks(&s)?
-        {
-            return uncommitted(&s, &root, &ranks, false, a.json);
+        if let Some(job) = super::uncommitted_job_ranks(&s)? {
+            if let Some(r) = &s.layer.rank {
+                // A rank below the highest found: the job's, its node lost.
+                if let Ok(r) = r.parse::<u32>()
+                    && job.ranks.last().is_some_and(|&h| r < h)
+                {
+                    return uncommitted_rank(&s, &job.root, r, a.json);
+                }
+                // helper-109: the single chain's view said "0 chains, no
+                // pending L1 checkpoint" (exit 0) for a rank the job has
+                // not.
+                return Err(rexctl::Error::Invalid(format!(
+                    "--rank {r}: not a rank of the MPI job at {} (ranks found: {})",
+                    job.root.describe(),
+                    list(&job.ranks)
+                ))
+                .into());
+            }
+            return uncommitted_job(&job, a.json);
         }
     }
     let l1 = match l1 {
@@ -143,93 +160,167 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
 #[derive(serde::Serialize)]
 struct UncommittedRank {
     rank: u32,
-    /// Its L1 directory, L1/R (`None`: missing, a lost node).
+    /// Its L1 directory, L1/R (`None`: missing, or no L1 given).
     l1: Option<std::path::PathBuf>,
     /// Its pending checkpoints, as a single chain's status shows them;
     /// its generations in L2 are left out (none committed).
     status: Option<Status>,
-    /// What makes the rank's state unreadable.
+    /// What makes the rank's state unreadable, or missing.
     error: Option<String>,
+    /// A job generation committed (this rank's L1 copy of its job
+    /// manifest says so) whose job manifest L2 lost.
+    lost_job_manifest: bool,
 }
 
-/// `status` of the MPI job at `root` with no committed job generation (its
-/// first collective push killed, or none run): each of `ranks`' pending
-/// checkpoints in L1/R, its state until a push commits (`detail`: rank R
-/// named, its whole single-chain view). Exits 3 when a rank has no L1/R
-/// (nothing of it can be restored), its checkpoints are bad, or the job
-/// manifest L1/R's copy says committed was lost.
-fn uncommitted(
+/// Rank `rank`'s state when no job generation committed: its pending
+/// checkpoints in `l1` (L1/R), unless L1/R's copy of a job manifest says one
+/// committed that L2 lost (then the error says so, and no pending
+/// checkpoint is counted against the wrong generation).
+fn rank_state(
+    root: &rexctl::store::JobRoot,
+    jobs: &rexctl::l2::jobgen::JobIndex,
+    rank: u32,
+    l1: Option<std::path::PathBuf>,
+) -> anyhow::Result<(UncommittedRank, Option<Job>)> {
+    let mut r = UncommittedRank {
+        rank,
+        l1: l1.clone(),
+        status: None,
+        error: None,
+        lost_job_manifest: false,
+    };
+    let Some(l1) = l1 else {
+        return Ok((r, None));
+    };
+    let job = Job::open_read(&l1, root.rank_store(rank, false)?)?;
+    if let Some((why, _)) = rexctl::l2::jobgen::lost_job_manifest_why(root, &job, rank, jobs)? {
+        r.error = Some(why);
+        r.lost_job_manifest = true;
+        return Ok((r, Some(job)));
+    }
+    // Job generation 0 never exists: no generation is committed.
+    let st =
+        rexctl::l2::status::status_committed(&job, Some(0)).map_err(|e| job.l2.public_error(e))?;
+    r.error = st.pending_error.clone();
+    r.status = Some(st);
+    Ok((r, Some(job)))
+}
+
+/// `status --rank R` of an MPI job with no committed job generation (its
+/// first collective push killed, or none run): rank R's pending
+/// checkpoints in L1/R, its state until a push commits, as a single
+/// chain's view. Exits 3 when L1/R is missing (nothing of the rank can be
+/// restored), its checkpoints are bad, or L1/R's copy of a job manifest
+/// says one committed that L2 lost.
+fn uncommitted_rank(
     s: &Settings,
     root: &rexctl::store::JobRoot,
-    ranks: &[u32],
-    detail: bool,
+    rank: u32,
     json: bool,
 ) -> anyhow::Result<i32> {
     let jobs = rexctl::l2::jobgen::JobIndex::load(root.job_store(false)?.as_ref())?;
-    let l1_root = s.opt_l1()?;
+    let Some(l1) = s
+        .opt_l1()?
+        .map(|l| l.join(rank.to_string()))
+        .filter(|d| d.is_dir())
+    else {
+        return Err(rexctl::Error::chain(
+            root.describe(),
+            format!(
+                "rank {rank} of the MPI job has no L1 directory{} and no job generation committed: nothing of it can be restored",
+                s.opt_l1()?
+                    .map(|l| format!(" {}", l.join(rank.to_string()).display()))
+                    .unwrap_or_else(|| " (give --l1)".into())
+            ),
+        )
+        .into());
+    };
+    let (r, job) = rank_state(root, &jobs, rank, Some(l1))?;
+    if let Some(e) = r.error.as_ref().filter(|_| r.lost_job_manifest) {
+        return Err(rexctl::Error::chain(root.describe(), e.clone()).into());
+    }
+    let (Some(st), Some(job)) = (&r.status, &job) else {
+        unreachable!("a rank with L1/R and no lost job manifest has a status")
+    };
+    if json {
+        ui::print_json(st)?;
+    } else {
+        outln!(
+            "rank {rank} of the MPI job at {}: no job generation committed yet (its first collective push was killed, or none has run): its pending L1 checkpoints are its state",
+            root.describe()
+        );
+        print_human(job, st)?;
+    }
+    if let Some(e) = &st.pending_error {
+        ui::error(&format!("pending L1 checkpoints: {e}"));
+        return Ok(rexctl::error::exit::DATA);
+    }
+    Ok(0)
+}
+
+/// `status` of the MPI job `job` with no committed job generation: each
+/// rank's pending checkpoints in L1/R. Exits 3 when a rank's state cannot
+/// be restored (a rank with a chain in L2 and no L1/R, a gap in the ranks
+/// found, bad checkpoints) or a job manifest was lost; with no L1 given,
+/// only the ranks found.
+fn uncommitted_job(job: &super::UncommittedJob, json: bool) -> anyhow::Result<i32> {
+    let root = &job.root;
+    let jobs = rexctl::l2::jobgen::JobIndex::load(root.job_store(false)?.as_ref())?;
     let mut out = Vec::new();
-    for &rank in ranks {
-        let l1 = l1_root
+    // Ranks are numbered from 0: one missing below the highest found lost
+    // its node (helper-109: ranks 0, 1, 3 were shown, exit 0, and the
+    // collective restore failed).
+    let highest = job.ranks.last().copied().unwrap_or(0);
+    for rank in 0..=highest {
+        let l1 = job
+            .l1
             .as_ref()
             .map(|l| l.join(rank.to_string()))
             .filter(|d| d.is_dir());
-        let mut r = UncommittedRank {
-            rank,
-            l1: l1.clone(),
-            status: None,
-            error: None,
-        };
-        match l1 {
-            None => {
-                r.error = Some(format!(
-                    "no L1 directory {}: with no job generation committed, nothing of rank {rank} can be restored",
-                    l1_root
-                        .as_ref()
-                        .map(|l| l.join(rank.to_string()).display().to_string())
-                        .unwrap_or_else(|| "(no --l1 given)".into())
-                ))
-            }
-            Some(l1) => {
-                let job = Job::open_read(&l1, root.rank_store(rank, false)?)?;
-                r.error = rexctl::l2::jobgen::lost_job_manifest_why(root, &job, rank, &jobs)?
-                    .map(|(why, _)| why);
-                // Job generation 0 never exists: no generation is committed.
-                let st = rexctl::l2::status::status_committed(&job, Some(0))
-                    .map_err(|e| job.l2.public_error(e))?;
-                if r.error.is_none() {
-                    r.error = st.pending_error.clone();
+        let (mut r, _) = rank_state(root, &jobs, rank, l1)?;
+        if r.l1.is_none() && job.l1.is_some() {
+            r.error = Some(format!(
+                "no L1 directory {}{}: with no job generation committed, nothing of rank {rank} can be restored",
+                job.l1
+                    .as_ref()
+                    .map(|l| l.join(rank.to_string()).display().to_string())
+                    .unwrap_or_default(),
+                if job.ranks.contains(&rank) {
+                    ""
+                } else {
+                    " (no rank of that number was found, and ranks above it were: its node lost?)"
                 }
-                if detail && !json {
-                    outln!(
-                        "rank {rank} of the MPI job at {}: no job generation committed yet (its first collective push was killed, or none has run): its pending L1 checkpoints are its state",
-                        root.describe()
-                    );
-                    print_human(&job, &st)?;
-                }
-                r.status = Some(st);
-            }
+            ));
         }
         out.push(r);
     }
+    let lost = out.iter().any(|r| r.lost_job_manifest);
     if json {
-        if detail && let Some(st) = &out[0].status {
-            ui::print_json(st)?;
+        ui::print_json(&serde_json::json!({
+            "location": root.describe(),
+            "job_generations": [],
+            "uncommitted": &out,
+        }))?;
+    } else {
+        if lost {
+            outln!(
+                "MPI job at {}: {}: a job generation committed (the ranks' L1 copies of its job manifest say so, below), and L2 lost its job manifest; no rank can be restored until the next collective push or librex restart puts it back",
+                root.describe(),
+                ui::bad("JOB MANIFEST LOST")
+            );
         } else {
-            ui::print_json(&serde_json::json!({
-                "location": root.describe(),
-                "job_generations": [],
-                "ranks": &out,
-            }))?;
+            outln!(
+                "MPI job at {}: no job generation committed yet (its first collective push was killed, or none has run); ranks found in L1{}: {} (the job's number of ranks is committed with its first job generation: a rank lost above these cannot be seen)",
+                root.describe(),
+                if job.listed_l2 { " and L2" } else { "" },
+                list(&job.ranks)
+            );
         }
-    } else if !detail {
-        outln!(
-            "MPI job at {}: no job generation committed yet (its first collective push was killed, or none has run); ranks found in L1 and L2: {} (the job's number of ranks is committed with its first job generation)",
-            root.describe(),
-            out.iter()
-                .map(|r| r.rank.to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
+        if job.l1.is_none() {
+            outln!(
+                "no L1 directory given (--l1): each rank's state is its pending checkpoints in L1/R"
+            );
+        }
         for r in &out {
             match (&r.l1, &r.status) {
                 (Some(l1), Some(st)) => match st.pending_seqs {
@@ -242,7 +333,18 @@ fn uncommitted(
                     ),
                     None => outln!("rank {} L1 {}: no checkpoint pending", r.rank, l1.display()),
                 },
-                _ => outln!("rank {}: {}", r.rank, ui::bad("NO L1")),
+                (Some(l1), None) => outln!(
+                    "rank {} L1 {}: {}",
+                    r.rank,
+                    l1.display(),
+                    if r.lost_job_manifest {
+                        "holds a copy of the lost job manifest"
+                    } else {
+                        "BAD"
+                    }
+                ),
+                (None, _) if job.l1.is_some() => outln!("rank {}: {}", r.rank, ui::bad("NO L1")),
+                (None, _) => outln!("rank {}", r.rank),
             }
         }
     }
@@ -254,6 +356,15 @@ fn uncommitted(
         }
     }
     Ok(if bad { rexctl::error::exit::DATA } else { 0 })
+}
+
+/// `0, 1, 3`.
+fn list(ranks: &[u32]) -> String {
+    ranks
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn print_human(job: &Job, s: &Status) -> Result<(), ui::StdoutError> {
