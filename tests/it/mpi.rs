@@ -1706,6 +1706,24 @@ fn a_rank_restores_from_its_l1_before_any_job_generation_committed() {
         stderr(&o)
     );
     std::fs::rename(t.path().join("lost-2"), l1.join("2")).unwrap();
+    // Fewer processes than L1 has ranks: refused on every rank (3 of the 4
+    // ranks were restored, exit 0: helper-109); as many: every rank.
+    let pattern = t.path().join("coll-{rank}.rexic");
+    let mut args = vec!["restore", "--collective", "--l1", s(&l1), "--l2", s(&l2)];
+    args.extend(["-o", s(&pattern)]);
+    let o = mpirun_np(3, &args, None);
+    assert_eq!(o.status.code(), Some(3), "{}", show(&args, &o));
+    assert!(
+        stderr(&o).contains("no job generation committed yet, and L1 holds rank 3's checkpoints"),
+        "{}",
+        show(&args, &o)
+    );
+    assert!(!t.path().join("coll-0.rexic").exists());
+    success(&mpirun(&args, None), "the collective restore");
+    for r in 0..RANKS {
+        let image = t.path().join(format!("coll-{r}.rexic"));
+        crate::util::assert_image(&image, &truth.join(format!("{r}.rexic")), "collective");
+    }
     // From L2 alone there is nothing committed to restore.
     let o = restore_rank(&l2, 0, &t.path().join("none.rexic"), &["--l2-only"]);
     assert_eq!(o.status.code(), Some(3), "{}", show(&["restore"], &o));
@@ -2540,9 +2558,11 @@ fn a_rank_behind_holds_a_collective_push_back_at_its_newest_seq() {
 
 /// A job restarted by hand as new runs numbering from seq 0 again, below
 /// the seq of the job's newest job generation, on every rank: the
-/// collective restore takes the new runs' newest state, as each rank's own
-/// restore does (helper-108: the cut, 1, was passed as `--seq 1` to every
-/// rank, which refused a seq below its member generation, exit 3).
+/// collective restore takes the new runs' newest common seq, 1 (rank 0 is
+/// a checkpoint behind the others' 2), as each rank's own restore does
+/// (helper-108: the cut was passed as `--seq` to every rank, which refused
+/// a seq below its member generation, exit 3; helper-109: so did a rank
+/// past the cut, and no command restored that seq).
 #[test]
 fn a_job_restarted_by_hand_from_seq_0_restores_collectively() {
     let _one_at_a_time = crate::util::exclusive();
@@ -2555,9 +2575,10 @@ fn a_job_restarted_by_hand_from_seq_0_restores_collectively() {
     let captures: Vec<_> = (0..RANKS)
         .map(|r| {
             let dir = t.path().join(format!("cap-{r}"));
+            let count = if r == 0 { "2" } else { "3" };
             let child = Command::new(env!("CARGO_BIN_EXE_rexctl"))
                 .args(["capture", "--l1", s(&dir), "--interval", "0.2"])
-                .args(["--count", "2", "--", "sleep", "2"])
+                .args(["--count", count, "--", "sleep", "2"])
                 .stdout(std::process::Stdio::null())
                 .spawn()
                 .unwrap();
@@ -2567,7 +2588,7 @@ fn a_job_restarted_by_hand_from_seq_0_restores_collectively() {
     for (r, dir, mut child) in captures {
         assert!(child.wait().unwrap().success(), "capture of rank {r}");
         copy_checkpoints(&dir, &l1.join(r.to_string()));
-        // What the new run alone restores to.
+        // What the new run alone restores to at seq 1.
         let empty = t.path().join(format!("empty-{r}"));
         std::fs::create_dir_all(&empty).unwrap();
         let want = t.path().join(format!("want-{r}.rexic"));
@@ -2577,6 +2598,8 @@ fn a_job_restarted_by_hand_from_seq_0_restores_collectively() {
             s(&dir),
             "--l2",
             s(&empty),
+            "--seq",
+            "1",
             "-o",
             s(&want),
         ]);

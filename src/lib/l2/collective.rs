@@ -987,7 +987,37 @@ pub fn restore_job(
                     comm.size()
                 ),
             )),
-            _ => Ok(()),
+            Some(_) => Ok(()),
+            // No job generation committed yet: the job's number of ranks
+            // is not written anywhere, but L1 holding checkpoints of a
+            // rank no process restores says it is larger (helper-109: `-np
+            // 3` restored 3 of 4 ranks, exit 0).
+            None => {
+                let Some(d) = l1_root else { return Ok(()) };
+                let beyond = std::fs::read_dir(d)
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+                    .filter(|&r| r >= comm.size())
+                    .map(|r| (r, d.join(r.to_string())))
+                    .filter(|(_, l1)| {
+                        crate::l1::list_ic_files(l1).is_ok_and(|v| !v.is_empty())
+                            || l1.join(crate::l2::push::L1_CHAIN_DIR).is_dir()
+                    })
+                    .min();
+                match beyond {
+                    Some((r, l1)) => Err(Error::chain(
+                        root.describe(),
+                        format!(
+                            "no job generation committed yet, and L1 holds rank {r}'s checkpoints ({}); {} processes restore the job: run as many as it has ranks",
+                            l1.display(),
+                            comm.size()
+                        ),
+                    )),
+                    None => Ok(()),
+                }
+            }
         }
     };
     // Every rank's states, as a push sees them (`jobgen::rank_stands`):

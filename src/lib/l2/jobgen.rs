@@ -712,11 +712,24 @@ pub fn restore_rank_l1(
     };
     // `--seq S` before the member: the job generation's state is newer than
     // S, and the rank's own chain has no older state to offer (L2 has it,
-    // by an older job generation).
+    // by an older job generation). Unless a pending run of another chain
+    // begins at or below S: seqs do not order runs (a job restarted by hand
+    // numbers from 0 again), and S is then that newer run's (helper-109:
+    // no command restored a restarted job's common seq below its member).
     if let (Some(s), Some(g), Some(jm)) = (opts.seq, member, committed.as_ref()) {
         let index =
             ChainIndex::load(job.l2.as_ref())?.overlaid_with(&ChainIndex::load(&job.l1_chain)?);
-        if let Some(m) = index.get(g).filter(|m| m.last_seq > s) {
+        let newer_run = |m: &crate::format::manifest::Manifest| -> Result<bool> {
+            Ok(
+                crate::l1::L1Dir::scan_after(l1, Some(crate::l1::Covered::from(m)))?
+                    .files
+                    .iter()
+                    .any(|f| f.is_full() && f.chain_id != m.chain_id && f.seq() <= s),
+            )
+        };
+        if let Some(m) = index.get(g).filter(|m| m.last_seq > s)
+            && !newer_run(m)?
+        {
             return Err(Error::chain(
                 job.l2.describe(),
                 format!(

@@ -125,7 +125,9 @@ pub struct Args {
     /// replaced by the rank, only once every rank has its image of that seq.
     /// Refused on every rank (exit 3) when no seq is one, or when one rank's
     /// state of that seq was taken before another rank's new run of it
-    /// began: two lives of the job (seqs do not order runs). When no rank finds its L1/R (a mistyped --l1?), refused on every
+    /// began: two lives of the job (seqs do not order runs); and when fewer
+    /// processes than the job's ranks restore it (before its first job
+    /// generation commits: than L1 holds ranks). When no rank finds its L1/R (a mistyped --l1?), refused on every
     /// rank (exit 5); after losing every node, give --l2-only. Needs a
     /// rexctl built with the cargo feature `mpi`.
     #[arg(long, conflicts_with_all = ["generation", "job_generation"])]
