@@ -129,7 +129,8 @@ fn lost_job_manifest(job: &Job, rank: u32, jobs: &JobIndex) -> Result<Option<(u6
     Ok(in_l2.then_some((j, invalid)))
 }
 
-/// What [`lost_job_manifest`] finds, said for rank `rank` of the job at
+/// What `lost_job_manifest` finds (a job generation committed whose job
+/// manifest L2 lost or holds invalid), said for rank `rank` of the job at
 /// `root` (`job`: its L1 directory and chain), and whether the job manifest
 /// is invalid rather than missing.
 pub fn lost_job_manifest_why(
