@@ -1688,6 +1688,9 @@ fn a_rank_restores_from_its_l1_before_any_job_generation_committed() {
     let o = run(&["status", "--l2", s(&l2)]);
     success(&o, "status without --l1");
     assert!(String::from_utf8_lossy(&o.stdout).contains("no L1 directory given"));
+    let o = run(&["status", "--l2", s(&l2), "--rank", "1"]);
+    assert_eq!(o.status.code(), Some(5), "{}", show(&["status"], &o));
+    assert!(stderr(&o).contains("give --l1"), "{}", stderr(&o));
     // A rank is not the job's: refused (it showed "0 chains, no pending L1
     // checkpoint", exit 0). A rank below the highest without its L1/R lost
     // its node: nothing of it can be restored, exit 3 (ranks 0, 1, 3 were

@@ -219,28 +219,32 @@ fn uncommitted_rank(
     json: bool,
 ) -> anyhow::Result<i32> {
     let jobs = rexctl::l2::jobgen::JobIndex::load(root.job_store(false)?.as_ref())?;
-    let Some(l1) = s
-        .opt_l1()?
-        .map(|l| l.join(rank.to_string()))
-        .filter(|d| d.is_dir())
-    else {
+    let Some(l1_root) = s.opt_l1()? else {
+        return Err(rexctl::Error::Invalid(format!(
+            "rank {rank} of the MPI job at {}: no job generation committed yet, so its state is its pending checkpoints in its L1 directory: give --l1",
+            root.describe()
+        ))
+        .into());
+    };
+    let l1 = l1_root.join(rank.to_string());
+    if !l1.is_dir() {
         return Err(rexctl::Error::chain(
             root.describe(),
             format!(
-                "rank {rank} of the MPI job has no L1 directory{} and no job generation committed: nothing of it can be restored",
-                s.opt_l1()?
-                    .map(|l| format!(" {}", l.join(rank.to_string()).display()))
-                    .unwrap_or_else(|| " (give --l1)".into())
+                "rank {rank} of the MPI job has no L1 directory {} and no job generation committed: nothing of it can be restored",
+                l1.display()
             ),
         )
         .into());
-    };
-    let (r, job) = rank_state(root, &jobs, rank, Some(l1))?;
-    if let Some(e) = r.error.as_ref().filter(|_| r.lost_job_manifest) {
-        return Err(rexctl::Error::chain(root.describe(), e.clone()).into());
     }
+    let (r, job) = rank_state(root, &jobs, rank, Some(l1))?;
     let (Some(st), Some(job)) = (&r.status, &job) else {
-        unreachable!("a rank with L1/R and no lost job manifest has a status")
+        // A lost job manifest (the only state without a status here).
+        return Err(rexctl::Error::chain(
+            root.describe(),
+            r.error.unwrap_or_else(|| "no state".into()),
+        )
+        .into());
     };
     if json {
         ui::print_json(st)?;
