@@ -2579,9 +2579,13 @@ fn a_job_restarted_by_hand_from_seq_0_restores_collectively() {
         .map(|r| {
             let dir = t.path().join(format!("cap-{r}"));
             let count = if r == 0 { "2" } else { "3" };
+            // One second apart: the captures start one after another, and
+            // a rank's seq 1 taken before another rank's run began would
+            // be another life of the job (spawns under load must not read
+            // as two lives).
             let child = Command::new(env!("CARGO_BIN_EXE_rexctl"))
-                .args(["capture", "--l1", s(&dir), "--interval", "0.2"])
-                .args(["--count", count, "--", "sleep", "2"])
+                .args(["capture", "--l1", s(&dir), "--interval", "1"])
+                .args(["--count", count, "--", "sleep", "5"])
                 .stdout(std::process::Stdio::null())
                 .spawn()
                 .unwrap();
