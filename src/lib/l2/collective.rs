@@ -1001,10 +1001,7 @@ pub fn restore_job(
                     .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
                     .filter(|&r| r >= comm.size())
                     .map(|r| (r, d.join(r.to_string())))
-                    .filter(|(_, l1)| {
-                        crate::l1::list_ic_files(l1).is_ok_and(|v| !v.is_empty())
-                            || l1.join(crate::l2::push::L1_CHAIN_DIR).is_dir()
-                    })
+                    .filter(|(_, l1)| crate::l2::push::holds_checkpoints(l1).unwrap_or(false))
                     .min();
                 match beyond {
                     Some((r, l1)) => Err(Error::chain(

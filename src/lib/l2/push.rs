@@ -154,6 +154,12 @@ pub fn check_l1(l1: &Path) -> Result<()> {
     }
 }
 
+/// Whether the L1 directory `l1` holds a job's state: checkpoints, or its
+/// copy of the chain (an MPI rank's L1/R, or a single chain's L1 itself).
+pub fn holds_checkpoints(l1: &Path) -> Result<bool> {
+    Ok(!crate::l1::list_ic_files(l1)?.is_empty() || l1.join(L1_CHAIN_DIR).is_dir())
+}
+
 /// The L1 directory of `rank` of an MPI job, under `root`, which must
 /// exist: a configuration error (exit 5) otherwise, on every rank of a
 /// collective push. `ranks`: the job's number of ranks, when a job

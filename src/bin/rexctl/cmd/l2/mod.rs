@@ -71,9 +71,7 @@ pub fn uncommitted_job_ranks(s: &Settings) -> anyhow::Result<Option<UncommittedJ
     if let Some(l1) = &l1 {
         for r in numbered(l1) {
             let d = l1.join(r.to_string());
-            if !rexctl::l1::list_ic_files(&d)?.is_empty()
-                || d.join(rexctl::l2::push::L1_CHAIN_DIR).is_dir()
-            {
+            if rexctl::l2::push::holds_checkpoints(&d)? {
                 ranks.push(r);
             }
         }
@@ -135,8 +133,7 @@ fn uncommitted_job(s: &Settings) -> anyhow::Result<Option<(JobRoot, Option<std::
     // (helper-104: an unrelated L1/0 was restored).
     let l1 = s.opt_l1()?;
     if let Some(l1) = l1.as_ref().filter(|d| d.is_dir())
-        && (!rexctl::l1::list_ic_files(l1)?.is_empty()
-            || l1.join(rexctl::l2::push::L1_CHAIN_DIR).is_dir())
+        && rexctl::l2::push::holds_checkpoints(l1)?
     {
         return Ok(None);
     }
