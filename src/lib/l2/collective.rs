@@ -1061,19 +1061,16 @@ pub fn restore_job(
                 Some(v) if opts.seq.is_none() && opts.generation.is_none() && !opts.fallback => {
                     let cut = Cut::agree(v);
                     if cut.at.is_none() {
-                        let newest = cut
-                            .ranks
-                            .iter()
-                            .filter_map(|v| v.last())
-                            .map(|s| s.seq)
-                            .min();
+                        let why = cut.why_none();
                         return Err(Error::chain(
                             root.describe(),
                             format!(
                                 "no seq is one state of the job on every rank{}; restore each rank by hand (--rank R, --seq, --job-generation), or let the job's checkpoints of one life catch up",
-                                newest
-                                    .map(|s| format!(": {}", cut.why_not(s)))
-                                    .unwrap_or_default()
+                                if why.is_empty() {
+                                    why
+                                } else {
+                                    format!(": {why}")
+                                }
                             ),
                         ));
                     }

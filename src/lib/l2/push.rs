@@ -698,6 +698,40 @@ impl Cut {
     pub fn why_not(&self, s: u64) -> String {
         Self::why_not_at(&self.ranks, s).unwrap_or_default()
     }
+
+    /// Why no seq is a state of the job (when [`Cut::at`] is `None`): the
+    /// newest seq every rank has a checkpoint of, whose states are of two
+    /// lives ([`Cut::two_lives`]), else why the smallest of the ranks'
+    /// newest seqs is not one. The first says what to do (helper-109: a
+    /// lost node at the old life's seq 6, the others numbered again from
+    /// 0 up to 3, read "rank 2 has no checkpoint of seq 3", which hid the
+    /// two lives).
+    pub fn why_none(&self) -> String {
+        let everywhere = |s: u64| {
+            self.ranks
+                .iter()
+                .all(|v| v.binary_search_by_key(&s, |x| x.seq).is_ok())
+        };
+        let lives = self
+            .ranks
+            .first()
+            .into_iter()
+            .flatten()
+            .rev()
+            .map(|x| x.seq)
+            .filter(|&s| everywhere(s))
+            .find_map(|s| Self::why_not_at(&self.ranks, s));
+        let newest = || {
+            let s = self
+                .ranks
+                .iter()
+                .filter_map(|v| v.last())
+                .map(|x| x.seq)
+                .min()?;
+            Self::why_not_at(&self.ranks, s)
+        };
+        lives.or_else(newest).unwrap_or_default()
+    }
 }
 
 /// A collective push's pending checkpoints up to the cut, the newest seq
@@ -734,7 +768,10 @@ fn hold_back(l1: &mut L1Dir, cut: &Cut, report: &mut PushReport) {
             format!("checkpoints seq {a}..={b}")
         },
         if a == b { "s" } else { "" },
-        cut.why_not(a),
+        match cut.at {
+            Some(_) => cut.why_not(a),
+            None => cut.why_none(),
+        },
         match cut.at {
             Some(c) => format!("seq {c} is the newest every rank stands at"),
             None => "no seq is one state of the job on every rank".into(),
@@ -2387,6 +2424,26 @@ mod tests {
         );
         // Every rank numbered again (a librex restart past a fallback).
         assert_eq!(Cut::agree(vec![again.clone(), again]).at, Some(0));
+    }
+
+    /// With no common seq, the reason names the two lives when the ranks
+    /// share a seq whose states are of different lives (helper-109: a lost
+    /// node at the old life's seq 6, the others numbered again from 0 to
+    /// 3), and the smallest newest seq's gap otherwise.
+    #[test]
+    fn no_common_seq_names_two_lives_before_a_gap() {
+        let old = rank(&[(0, 100, 0), (1, 110, 0), (2, 120, 0), (6, 160, 0)]);
+        let new = rank(&[(0, 500, 500), (1, 600, 500), (2, 700, 500), (3, 800, 500)]);
+        let cut = Cut::agree(vec![new.clone(), new.clone(), old]);
+        assert_eq!(cut.at, None);
+        let why = cut.why_none();
+        assert!(
+            why.contains("rank 2's checkpoint of seq 2 was taken before rank 1's run"),
+            "{why}"
+        );
+        let gap = Cut::agree(vec![rank(&[(5, 1, 0)]), rank(&[(1, 10, 0)])]);
+        assert_eq!(gap.why_none(), "rank 0 has no checkpoint of seq 1");
+        assert_eq!(Cut::agree(Vec::new()).why_none(), "");
     }
 
     /// A rank's missing L1 directory is never made: a rank of the job is
