@@ -183,6 +183,13 @@ pub fn rank_l1(root: &Path, rank: u32, ranks: Option<u32>) -> Result<PathBuf> {
             Some(n) if rank >= n => Err(Error::Invalid(format!(
                 "{e} (the job has {n} ranks: run as many processes as it has ranks)"
             ))),
+            // Before the job's first job generation, its number of ranks
+            // is written nowhere: more processes than ranks, or a node
+            // lost before the first push, look alike.
+            None if !dir.exists() => Err(Error::Invalid(format!(
+                "L1 directory {}: missing, and no job generation committed the job's number of ranks yet: run as many processes as the job has ranks; if rank {rank} lost its node, restart the job first (librex recovers a lost rank's checkpoints from its partners' copies)",
+                dir.display()
+            ))),
             _ => Err(e),
         },
         Ok(()) => Ok(dir),
@@ -2462,7 +2469,9 @@ mod tests {
         let e = rank_l1(&root, 4, Some(4)).unwrap_err();
         assert!(e.to_string().contains("the job has 4 ranks"), "{e}");
         let e = rank_l1(&root, 3, None).unwrap_err();
-        assert!(e.to_string().contains("/3"), "{e}");
+        assert!(e.to_string().contains("/3: missing"), "{e}");
+        assert!(e.to_string().contains("as many processes"), "{e}");
+        assert_eq!(e.exit_code(), config, "{e}");
         assert!(!root.join("3").exists());
         std::fs::create_dir(root.join("3")).unwrap();
         assert_eq!(rank_l1(&root, 3, Some(4)).unwrap(), root.join("3"));
