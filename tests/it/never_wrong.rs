@@ -1666,6 +1666,66 @@ fn a_huge_manifest_is_refused_unread() {
     assert!(stderr(&out).len() < 4096, "a short message: {ctx}");
 }
 
+/// A manifest's counts past any image are refused where they are read,
+/// and its byte counts, the manifest's own word, are summed without an
+/// overflow (helper-111: `bytes_out` 2^64 - 1 made `status` panic;
+/// `live_pages` 2^52 made `plan` and a cron `flush` panic).
+#[test]
+fn a_manifest_s_huge_counts_never_panic() {
+    use rexctl::format::manifest::Manifest;
+    let c = chain(48, 2, true);
+    let rewrite = |l2: &Path, l1: &Path, edit: &dyn Fn(&mut Manifest)| {
+        for dir in [l2.to_path_buf(), l1.join("rex")] {
+            let path = dir.join(manifest_name(2));
+            let mut m = Manifest::decode(&path, &std::fs::read(&path).unwrap()).unwrap();
+            edit(&mut m);
+            std::fs::write(&path, m.encode()).unwrap();
+        }
+    };
+    let (_w, l1, l2) = c.copy();
+    rewrite(&l2, &l1, &|m| m.bytes_out = u64::MAX);
+    rewrite(&l2, &l1, &|m| m.bytes_in = u64::MAX);
+    for args in [
+        vec!["status", "--l1", s(&l1), "--l2", s(&l2)],
+        vec!["status", "--l1", s(&l1), "--l2", s(&l2), "--json"],
+        vec!["plan", "--l1", s(&l1), "--l2", s(&l2)],
+    ] {
+        let out = rex(&args);
+        let ctx = show(&args, &out);
+        assert_no_crash(&out, &ctx);
+        assert_eq!(out.status.code(), Some(0), "{ctx}");
+    }
+    for field in ["live_pages", "dirty_pages", "dropped_pages"] {
+        let (_w, l1, l2) = c.copy();
+        // A checkpoint pending, so that `plan` and `flush` read the chain.
+        for n in names_in(&c.template.join("more")) {
+            std::fs::copy(c.template.join("more").join(&n), l1.join(&n)).unwrap();
+        }
+        rewrite(&l2, &l1, &|m| match field {
+            "live_pages" => m.live_pages = 1 << 52,
+            "dirty_pages" => m.dirty_pages = 1 << 52,
+            _ => m.dropped_pages = 1 << 52,
+        });
+        let img = l1.join("out.rexic");
+        for args in [
+            vec!["status", "--l1", s(&l1), "--l2", s(&l2)],
+            vec!["plan", "--l1", s(&l1), "--l2", s(&l2)],
+            vec!["flush", "--l1", s(&l1), "--l2", s(&l2)],
+            vec!["push-l2", "--l1", s(&l1), "--l2", s(&l2)],
+            vec!["restore", "--l2", s(&l2), "-o", s(&img)],
+        ] {
+            let out = rex(&args);
+            let ctx = show(&args, &out);
+            assert_no_crash(&out, &ctx);
+            assert_eq!(out.status.code(), Some(3), "{field}: {ctx}");
+            // The field is named, even where the error is the gap after
+            // generation 1 it leaves.
+            assert!(stderr(&out).contains(field), "{field}: {ctx}");
+            assert!(!img.exists(), "{ctx}");
+        }
+    }
+}
+
 /// L2 pointed at the L1 directory itself is a configuration error, not a
 /// busy lock held by the same process.
 #[test]

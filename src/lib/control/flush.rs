@@ -158,7 +158,8 @@ pub fn decide(job: &Job, cfg: &Config, now_ns: u64) -> Result<Decision> {
     // any generation L2 lacked, so they agree but after a failed upload).
     let index = ChainIndex::load(job.l2.as_ref())?.overlaid_with(&ChainIndex::load(&job.l1_chain)?);
     let newest = index.newest();
-    let l1 = L1Dir::scan_after(&job.l1, newest.map(Covered::from))?;
+    let l1 = L1Dir::scan_after(&job.l1, newest.map(Covered::from))
+        .map_err(|e| crate::l2::push::invalid_above(e, newest.map(|m| m.generation), &[&index]))?;
     let pending = &l1.files;
     let pending_bytes: u64 = pending.iter().map(|m| m.layout.file_len).sum();
     let oldest_age_s = pending

@@ -462,6 +462,24 @@ impl Manifest {
                 format!("{} pages overflow the pointer count", self.dirty_pages),
             );
         }
+        // Page counts are of one image, whose bytes a u64 addresses: a
+        // count past it is no generation's (helper-111: live_pages 2^52
+        // made `plan` and a cron `flush` panic on live_pages * page_size).
+        for (field, n) in [
+            ("live_pages", self.live_pages),
+            ("dirty_pages", self.dirty_pages),
+            ("dropped_pages", self.dropped_pages),
+        ] {
+            if n.checked_mul(u64::from(self.page_size)).is_none() {
+                return bad(
+                    field,
+                    format!(
+                        "{n} pages of {} bytes are more than a 64-bit address space",
+                        self.page_size
+                    ),
+                );
+            }
+        }
         if self.first_seq > self.last_seq {
             return bad(
                 "first_seq",

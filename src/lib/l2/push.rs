@@ -507,8 +507,35 @@ fn scan(
 ) -> Result<Scanned> {
     let rec = recover(job, opts, collective, report)?;
     let t0 = Instant::now();
-    let l1 = L1Dir::scan_after(&job.l1, rec.newest.as_ref().map(Covered::from))?;
+    let l1 = L1Dir::scan_after(&job.l1, rec.newest.as_ref().map(Covered::from)).map_err(|e| {
+        let newest = rec.newest.as_ref().map(|m| m.generation);
+        invalid_above(e, newest, &[&rec.l2_index, &rec.l1_index])
+    })?;
     Ok((rec, l1, t0.elapsed().as_secs_f64()))
+}
+
+/// An L1 chain error against the newest valid generation, `newest`, with
+/// the invalid manifests of `indexes` numbered above it (L2's, L1's copy):
+/// what the pending checkpoints likely continue (helper-111: "checkpoint
+/// seq 2 missing: the L2 chain covers up to seq 1", while generation 2,
+/// holding seqs 2..=3, had an invalid manifest in both places).
+pub fn invalid_above(e: Error, newest: Option<u64>, indexes: &[&ChainIndex]) -> Error {
+    let above: Vec<String> = indexes
+        .iter()
+        .flat_map(|i| i.invalid.iter())
+        .filter(|(g, _)| Some(*g) > newest)
+        .map(|(g, e)| format!("generation {g}: {e}"))
+        .collect();
+    match e {
+        Error::Chain { path, reason } if !above.is_empty() => Error::Chain {
+            path,
+            reason: format!(
+                "{reason}; the manifests numbered above the newest valid generation are invalid ({}): the checkpoints they held are in no valid generation (`restore --fallback` restores the newest valid one; a FULL checkpoint starts a new chain)",
+                above.join("; ")
+            ),
+        },
+        e => e,
+    }
 }
 
 /// A state a rank of an MPI job can stand at exactly: its checkpoint

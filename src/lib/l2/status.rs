@@ -300,7 +300,11 @@ fn status_once(job: &Job, job_committed: Option<u64>) -> Result<Status> {
         producer: JobLock::producer_holder(&job.l1),
         // A directory that cannot be listed is said by the pending error.
         set_aside: crate::l1::list_set_aside(&job.l1).unwrap_or_default(),
-        l2_bytes: generations.iter().map(|g| g.bytes_out).sum(),
+        // Saturating: `bytes_out` is a manifest's word, not checked
+        // against the files (helper-111: two of 2^64 - 1 panicked).
+        l2_bytes: generations
+            .iter()
+            .fold(0, |a: u64, g| a.saturating_add(g.bytes_out)),
         chains: bases.len(),
         newest_chain_length,
         generations,
