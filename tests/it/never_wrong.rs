@@ -1696,7 +1696,7 @@ fn a_manifest_s_huge_counts_never_panic() {
         assert_eq!(out.status.code(), Some(0), "{ctx}");
     }
     for field in ["live_pages", "dirty_pages", "dropped_pages"] {
-        let (_w, l1, l2) = c.copy();
+        let (w, l1, l2) = c.copy();
         // A checkpoint pending, so that `plan` and `flush` read the chain.
         for n in names_in(&c.template.join("more")) {
             std::fs::copy(c.template.join("more").join(&n), l1.join(&n)).unwrap();
@@ -1706,7 +1706,7 @@ fn a_manifest_s_huge_counts_never_panic() {
             "dirty_pages" => m.dirty_pages = 1 << 52,
             _ => m.dropped_pages = 1 << 52,
         });
-        let img = l1.join("out.rexic");
+        let img = w.path().join("out.rexic");
         for args in [
             vec!["status", "--l1", s(&l1), "--l2", s(&l2)],
             vec!["plan", "--l1", s(&l1), "--l2", s(&l2)],
@@ -1724,6 +1724,63 @@ fn a_manifest_s_huge_counts_never_panic() {
             assert!(!img.exists(), "{ctx}");
         }
     }
+}
+
+/// L2's manifest of a generation and L1's copy of it differ: two
+/// histories, refused by a restore from L1 and L2 as by a push, and said by
+/// `status` (helper-111: L2's newest claiming `last_seq` 5, L1's copy 3,
+/// made L1's pending checkpoints 4 and 5 covered; the restore left their
+/// pages out and said seq 5, exit 0).
+#[test]
+fn a_generation_l2_and_l1_s_copy_tell_apart_is_two_histories() {
+    use rexctl::format::manifest::Manifest;
+    let c = chain(49, 2, true);
+    let (w, l1, l2) = c.copy();
+    let mut pending = Vec::new();
+    for n in names_in(&c.template.join("more")) {
+        std::fs::copy(c.template.join("more").join(&n), l1.join(&n)).unwrap();
+        let f = IcMeta::read(l1.join(&n)).unwrap();
+        pending.push((f.seq(), f.header.time_ns));
+    }
+    pending.sort();
+    let truth = w.path().join("truth.rexic");
+    let args = ["restore", "--l1", s(&l1), "--l2", s(&l2), "-o", s(&truth)];
+    rex_ok(&args);
+    assert_image(&truth, &c.image(5), "before the edit");
+    let path = l2.join(manifest_name(2));
+    let mut m = Manifest::decode(&path, &std::fs::read(&path).unwrap()).unwrap();
+    let &(last, time) = pending.last().unwrap();
+    (m.last_seq, m.time_ns) = (last, time);
+    if !m.seq_times.is_empty() {
+        m.seq_times.extend(pending.iter().copied());
+    }
+    std::fs::write(&path, m.encode()).unwrap();
+
+    let img = w.path().join("img.rexic");
+    let args = ["restore", "--l1", s(&l1), "--l2", s(&l2), "-o", s(&img)];
+    let out = rex(&args);
+    let ctx = show(&args, &out);
+    assert_no_crash(&out, &ctx);
+    assert_eq!(out.status.code(), Some(3), "{ctx}");
+    assert!(stderr(&out).contains("generation 2 differ"), "{ctx}");
+    assert!(stderr(&out).contains("two histories"), "{ctx}");
+    assert!(!img.exists(), "{ctx}");
+    let args = ["status", "--l1", s(&l1), "--l2", s(&l2)];
+    let out = rex(&args);
+    let ctx = show(&args, &out);
+    assert_eq!(out.status.code(), Some(3), "{ctx}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("two histories"),
+        "{ctx}"
+    );
+    // The push refused it already.
+    let out = rex(&push_args(&l1, &l2));
+    assert_eq!(out.status.code(), Some(3), "{}", show(&["push-l2"], &out));
+    let left = names_in(&l1)
+        .iter()
+        .filter(|n| n.ends_with(".rexic"))
+        .count();
+    assert_eq!(left, pending.len(), "the pending checkpoints stay in L1");
 }
 
 /// L2 pointed at the L1 directory itself is a configuration error, not a

@@ -360,6 +360,11 @@ pub fn restore_l1_l2_to(
     if let Some(e) = foreign_copy(job, &l2_index, &l1_index, &l2_objects, opts)? {
         return Err(e);
     }
+    if opts.generation.is_none()
+        && let Some(e) = differing_copy(job, &l2_index, &l1_index)
+    {
+        return Err(e);
+    }
     if let Some(e) = rank_chain_alone(&l2_index, &job.l2.describe(), opts) {
         return Err(e);
     }
@@ -888,6 +893,24 @@ pub(crate) fn foreign_copy(
             job.l2.describe()
         ),
     )))
+}
+
+/// L2 and L1's copy of the chain hold different manifests under one
+/// generation number: two histories, as a push refuses them (§3.6.3 step
+/// 2; only a push writes a manifest, the same bytes to both places). Which
+/// pending checkpoints the generation covers depends on which one is
+/// taken (helper-111: L2's generation 4 claiming `last_seq` 12, L1's copy
+/// 9, made L1's pending 10..=12 covered; the restore read the generation
+/// from L2, left their pages out and said seq 12, exit 0).
+pub(crate) fn differing_copy(job: &Job, l2: &ChainIndex, l1: &ChainIndex) -> Option<Error> {
+    let differ = crate::l2::push::two_histories(l2, l1)?;
+    Some(Error::chain(
+        job.l1_chain.root(),
+        format!(
+            "{differ} differ between {} and L1's copy of the chain: two histories (the L1 directory of another job, or another job's L2?); give this L2's L1 directory, --l2-only to restore L2's state alone, or --generation N to restore one generation",
+            job.l2.describe()
+        ),
+    ))
 }
 
 fn foreign_pending(l1_files: &[IcMeta], covered: &Covered, m: &Manifest) -> bool {

@@ -250,6 +250,7 @@ fn status_once(job: &Job, job_committed: Option<u64>) -> Result<Status> {
     )?;
     // L1's copy is another job's, or out of order beside L2: its
     // generations are not this L2's to upload (a push refuses them).
+    let foreign = foreign.or_else(|| crate::l2::restore::differing_copy(job, &l2, &l1));
     let out_of_order = l2.out_of_order_with(&l1);
     let two_histories = foreign.is_some() || out_of_order.is_some();
     if let Some(e) = foreign {
