@@ -259,6 +259,24 @@ impl ChainIndex {
         child: &Manifest,
     ) -> Result<()> {
         let between = (parent.generation + 1)..child.generation;
+        // Nor an invalid manifest between them: no push leaves one there
+        // (manifests are written whole, and recovery deletes what it rolls
+        // back), so it is a damaged generation of the chain or something
+        // put there, and the child may be a second branch under it
+        // (helper-111: generation 3 copied as 5 with parent 2, the
+        // manifests of 3 and 4 damaged, restored generation 3's state as
+        // the newest, exit 0).
+        if let Some((h, e)) = self.invalid.iter().find(|(h, _)| between.contains(h)) {
+            return Err(Error::chain(
+                store.describe(),
+                format!(
+                    "generation {} continues generation {}, but generation {h} between them has an invalid manifest ({}): a Δ generation's parent is the newest generation of its chain before it, so the chain's state between them is unknown",
+                    child.generation,
+                    parent.generation,
+                    e.report()
+                ),
+            ));
+        }
         match self
             .manifests
             .range(between)
@@ -1936,6 +1954,34 @@ mod tests {
             e.contains("generation 3 of the same L2 chain lies between"),
             "{e}"
         );
+
+        // Generation 3 copied as 7 with parent 2 (its files renamed), the
+        // manifests of 3 to 6 damaged (helper-111): the valid ones alone
+        // show no generation between 2 and 7, the damaged ones do.
+        let mut replay: Vec<Manifest> = good
+            .clone_manifests()
+            .into_iter()
+            .filter(|m| m.generation <= 2)
+            .collect();
+        replay.push(generation(7, Some(2), 1, (5, 5), 1));
+        let mut damaged = index(replay);
+        damaged.lineage(7, &store).unwrap();
+        damaged.invalid = (3..=6)
+            .map(|g| {
+                (
+                    g,
+                    Error::corrupt(Path::new("m"), 0, "crc32", "flipped".to_string()),
+                )
+            })
+            .collect();
+        let e = damaged.lineage(7, &store).unwrap_err().to_string();
+        assert!(
+            e.contains("but generation 3 between them has an invalid manifest"),
+            "{e}"
+        );
+        // Damaged ones above it, or below its parent, are not between.
+        damaged.invalid.retain(|(g, _)| *g > 7);
+        damaged.lineage(7, &store).unwrap();
 
         let mut stale = good.clone_manifests();
         // Generation 7: the run's first state again, under a newer number.
